@@ -1,0 +1,32 @@
+/**
+ * Sub-byte packing, torch quint4x2 / quint2x4 layout: values in row-major order, k = 8 / bits
+ * per byte, element i at bit (i % k) · bits of byte floor(i / k), least significant first, the
+ * last byte zero-padded. Signed values are stored as two's-complement fields.
+ *
+ *   five 4-bit 3s → [0x33, 0x33, 0x03] = [51, 51, 3]      (torch test_qtensor_sub_byte)
+ *   five 2-bit 3s → [0xFF, 0x03]       = [255, 3]
+ */
+
+export function packSubByte(values: ArrayLike<number>, bits: number): Uint8Array {
+  const perByte = 8 / bits;
+  const mask = (1 << bits) - 1;
+  const out = new Uint8Array(Math.ceil(values.length / perByte));
+  for (let i = 0; i < values.length; i++) {
+    const byte = (i / perByte) | 0;
+    out[byte] = out[byte]! | ((values[i]! & mask) << ((i % perByte) * bits));
+  }
+  return out;
+}
+
+/** Inverse of packSubByte: `numel` values, sign-extended when `signed`. */
+export function unpackSubByte(packed: Uint8Array, numel: number, bits: number, signed: boolean): Int8Array {
+  const perByte = 8 / bits;
+  const mask = (1 << bits) - 1;
+  const signBit = 1 << (bits - 1);
+  const out = new Int8Array(numel);
+  for (let i = 0; i < numel; i++) {
+    const field = (packed[(i / perByte) | 0]! >>> ((i % perByte) * bits)) & mask;
+    out[i] = signed && field & signBit ? field - (1 << bits) : field;
+  }
+  return out;
+}

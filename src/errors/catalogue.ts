@@ -1,0 +1,173 @@
+/**
+ * The one catalogue of quantd errors. Codes are stable: clients match on them, tests pin them
+ * (test/errors/catalogue.test.ts), and each maps to exactly one HTTP status, one gRPC status
+ * and one CLI exit code. Message templates name their parameters as {param}; every message
+ * about a tensor names the tensor and the offending value.
+ *
+ * To add an error: append an entry here, give it a test that reaches it, and never rename or
+ * re-map an existing code.
+ */
+
+/** gRPC status codes (numeric values are fixed by the gRPC spec). */
+export const GrpcStatus = {
+  CANCELLED: 1,
+  UNKNOWN: 2,
+  INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
+  NOT_FOUND: 5,
+  PERMISSION_DENIED: 7,
+  RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
+  ABORTED: 10,
+  OUT_OF_RANGE: 11,
+  UNIMPLEMENTED: 12,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+  UNAUTHENTICATED: 16,
+} as const;
+export type GrpcStatusName = keyof typeof GrpcStatus;
+
+export interface ErrorDefinition {
+  /** HTTP status of the RFC 9457 problem response. */
+  readonly http: number;
+  /** gRPC status name. */
+  readonly grpc: GrpcStatusName;
+  /** Short human title (the problem's `title`). */
+  readonly title: string;
+  /** Message template; `{name}` is replaced by the parameter of that name. */
+  readonly message: string;
+}
+
+const bad = (title: string, message: string): ErrorDefinition => ({
+  http: 400,
+  grpc: 'INVALID_ARGUMENT',
+  title,
+  message,
+});
+
+export const catalogue = {
+  // --- command line and request options ---------------------------------------------------
+  USAGE: bad('Invalid usage', '{detail}'),
+  OPTION_INVALID: bad('Invalid option value', 'option {option} {detail} (got {value})'),
+  UNKNOWN_QDTYPE: bad(
+    'Unknown qdtype',
+    'unknown qdtype {value}; expected one of int8, uint8, int16, int32, int4, uint4, int2, uint2, float8_e4m3fn, float8_e5m2',
+  ),
+  UNKNOWN_SCHEME: bad(
+    'Unknown scheme',
+    'unknown scheme {value}; expected one of per_tensor, per_channel, per_token, per_group',
+  ),
+  UNKNOWN_MODE: bad('Unknown mode', 'unknown mode {value}; expected one of affine, symmetric, float_qparams'),
+  UNKNOWN_DTYPE: bad('Unknown dtype', 'unknown output dtype {value}; expected one of float32, float16, bfloat16'),
+  MODE_UNSUPPORTED: bad('Mode not supported here', '{detail}'),
+  QUANT_RANGE_INVALID: bad('Invalid quant_min/quant_max', '{detail}'),
+  EPS_INVALID: bad(
+    'Invalid eps',
+    'eps must be a finite float32 value >= 2^-126 (so that 1/scale stays finite), got {value}',
+  ),
+  FEATURE_UNSUPPORTED: bad('Not supported', '{detail}'),
+
+  // --- tensors -----------------------------------------------------------------------------
+  INPUT_DTYPE_UNSUPPORTED: bad(
+    'Input dtype not supported',
+    'tensor {tensor} has dtype {dtype}; quantd quantizes float32, float16 and bfloat16 tensors',
+  ),
+  INPUT_NOT_FINITE: bad(
+    'Input is not finite',
+    'tensor {tensor} holds {value} at flat index {index}; {op} needs finite input',
+  ),
+  EMPTY_TENSOR: bad('Empty tensor', 'tensor {tensor} has no elements (shape {shape}); cannot choose qparams'),
+  AXIS_OUT_OF_RANGE: bad(
+    'Axis out of range',
+    'axis {axis} is out of range for tensor {tensor} of shape {shape} (rank {rank})',
+  ),
+  SHAPE_UNSUPPORTED: bad('Shape not supported', 'tensor {tensor} has shape {shape}; {detail}'),
+  GROUP_SIZE_INVALID: bad(
+    'Invalid group size',
+    'tensor {tensor}: {detail} (group_size {group_size}, shape {shape})',
+  ),
+  RANGE_OVERFLOW: bad(
+    'Range overflows float32',
+    'tensor {tensor}: the value range [{min}, {max}] gives scale {scale}, which is not a finite positive float32',
+  ),
+  NO_TENSOR_SELECTED: bad('No tensor selected', 'no tensor of the input matched the selection ({detail})'),
+  TENSOR_NOT_FOUND: bad('Tensor not found', 'tensor {tensor} is not in the input'),
+
+  // --- quantization parameters -------------------------------------------------------------
+  SCALE_INVALID: bad(
+    'Invalid scale',
+    'tensor {tensor}: scale[{index}] = {value}; scales must be finite, > 0, with a finite float32 reciprocal',
+  ),
+  ZERO_POINT_OUT_OF_RANGE: bad(
+    'Zero point out of range',
+    'tensor {tensor}: zero_point[{index}] = {value} is outside [{quant_min}, {quant_max}]',
+  ),
+  ZERO_POINT_INVALID: bad('Invalid zero point', 'tensor {tensor}: zero_point[{index}] = {value}; {detail}'),
+  QPARAMS_SHAPE_MISMATCH: bad(
+    'Qparam shape mismatch',
+    'tensor {tensor}: {qparam} has shape {shape}, expected {expected} for {scheme}',
+  ),
+  QPARAMS_DTYPE_INVALID: bad(
+    'Qparam dtype invalid',
+    'tensor {tensor}: {qparam} has dtype {dtype}; expected {expected}',
+  ),
+  QPARAMS_MISSING: bad('Qparam missing', 'tensor {tensor}: {detail}'),
+
+  // --- files and containers ----------------------------------------------------------------
+  SAFETENSORS_INVALID: bad('Malformed safetensors', '{source}: {detail}'),
+  SAFETENSORS_HEADER_TOO_LARGE: {
+    http: 413,
+    grpc: 'RESOURCE_EXHAUSTED',
+    title: 'Safetensors header too large',
+    message: '{source}: header of {size} bytes exceeds the limit of {limit} bytes',
+  },
+  SAFETENSORS_TRUNCATED: bad(
+    'Truncated safetensors',
+    '{source}: {detail} (expected {expected} bytes, have {actual})',
+  ),
+  SAFETENSORS_OFFSETS_INVALID: bad('Invalid tensor offsets', '{source}: tensor {tensor}: {detail}'),
+  SAFETENSORS_DTYPE_UNKNOWN: bad('Unknown tensor dtype', '{source}: tensor {tensor} has unknown dtype {dtype}'),
+  SAFETENSORS_SIZE_MISMATCH: bad(
+    'Tensor byte length mismatch',
+    '{source}: tensor {tensor} of dtype {dtype} and shape {shape} needs {expected} bytes, but its offsets span {actual}',
+  ),
+  SAFETENSORS_DUPLICATE_KEY: bad('Duplicate tensor name', '{source}: the header names {tensor} more than once'),
+  QTENSOR_INVALID: bad('Malformed qtensor container', '{source}: tensor {tensor}: {detail}'),
+  NOT_A_QTENSOR: bad(
+    'Not a qtensor container',
+    '{source}: no tensor carries quantd.qtensor/1 metadata; nothing to dequantize',
+  ),
+  FILE_NOT_FOUND: {
+    http: 404,
+    grpc: 'NOT_FOUND',
+    title: 'File not found',
+    message: 'cannot open {path}: no such file',
+  },
+  FILE_UNREADABLE: bad('File unreadable', 'cannot read {path}: {detail}'),
+  OUTPUT_UNWRITABLE: {
+    http: 500,
+    grpc: 'INTERNAL',
+    title: 'Output not writable',
+    message: 'cannot write {path}: {detail}',
+  },
+
+  // --- the service -------------------------------------------------------------------------
+  INTERNAL: {
+    http: 500,
+    grpc: 'INTERNAL',
+    title: 'Internal error',
+    message: 'internal error: {detail}',
+  },
+} as const satisfies Record<string, ErrorDefinition>;
+
+export type ErrorCode = keyof typeof catalogue;
+
+/** CLI exit code: 2 for anything the caller can fix (bad input, bad options), 1 otherwise. */
+export function exitCodeFor(code: ErrorCode): number {
+  const status = catalogue[code].http;
+  return status >= 400 && status < 500 ? 2 : 1;
+}
+
+export function grpcStatusFor(code: ErrorCode): number {
+  return GrpcStatus[catalogue[code].grpc];
+}

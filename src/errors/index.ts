@@ -1,0 +1,2 @@
+export * from './catalogue.js';
+export * from './quantd-error.js';

@@ -1,0 +1,3 @@
+export * from './json-keys.js';
+export * from './safetensors.js';
+export * from './safetensors-file.js';

@@ -1,0 +1,267 @@
+/**
+ * safetensors files on disk, one tensor at a time: the reader holds only the header in memory
+ * and the writer streams tensors into place, so a model larger than memory can be processed.
+ * The writer is atomic: it fills a temporary file beside the target and renames it over the
+ * target only on commit, so `path` never holds a half-written file.
+ */
+import { randomBytes } from 'node:crypto';
+import { open, rename, unlink, type FileHandle } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+
+import { QuantdError } from '../errors/index.js';
+import {
+  DEFAULT_HEADER_LIMIT,
+  encodeHeader,
+  parseHeader,
+  readHeaderLength,
+  type SafetensorsHeader,
+  type TensorEntry,
+  type TensorPlan,
+} from './safetensors.js';
+
+const PREFIX_BYTES = 8;
+
+function errorCode(err: unknown): string | undefined {
+  return (err as NodeJS.ErrnoException | null)?.code;
+}
+
+function errorDetail(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+function internal(detail: string): QuantdError {
+  return new QuantdError('INTERNAL', { detail });
+}
+
+/** Reads exactly `length` bytes at `position`, looping over short reads. */
+async function readExactly(
+  fh: FileHandle,
+  position: number,
+  length: number,
+  path: string,
+  what: string,
+): Promise<Uint8Array> {
+  const buffer = new Uint8Array(length);
+  let done = 0;
+  while (done < length) {
+    let bytesRead: number;
+    try {
+      ({ bytesRead } = await fh.read(buffer, done, length - done, position + done));
+    } catch (err) {
+      throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
+    }
+    // The size came from fstat; hitting the end early means the file shrank under us.
+    if (bytesRead === 0) {
+      throw new QuantdError('SAFETENSORS_TRUNCATED', {
+        source: path,
+        detail: `the file ended while reading ${what}`,
+        expected: position + length,
+        actual: position + done,
+      });
+    }
+    done += bytesRead;
+  }
+  return buffer;
+}
+
+export class SafetensorsFileReader {
+  private handle: FileHandle | null;
+
+  private constructor(
+    handle: FileHandle,
+    readonly path: string,
+    readonly size: number,
+    readonly header: SafetensorsHeader,
+  ) {
+    this.handle = handle;
+  }
+
+  /** Opens `path` and reads and validates its header (and nothing else). */
+  static async open(path: string, options: { headerLimit?: number } = {}): Promise<SafetensorsFileReader> {
+    let fh: FileHandle;
+    try {
+      fh = await open(path, 'r');
+    } catch (err) {
+      const code = errorCode(err);
+      if (code === 'ENOENT' || code === 'ENOTDIR') throw new QuantdError('FILE_NOT_FOUND', { path });
+      throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
+    }
+    try {
+      let size: number;
+      try {
+        const stat = await fh.stat();
+        // open() succeeds on a directory on Linux; only the first read would fail, obscurely.
+        if (!stat.isFile()) throw new Error(stat.isDirectory() ? 'is a directory' : 'not a regular file');
+        size = stat.size;
+      } catch (err) {
+        throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
+      }
+      const limit = options.headerLimit ?? DEFAULT_HEADER_LIMIT;
+      const prefix = await readExactly(fh, 0, Math.min(PREFIX_BYTES, size), path, 'the header length');
+      const n = readHeaderLength(prefix, size, path, limit);
+      const json = await readExactly(fh, PREFIX_BYTES, n, path, 'the header');
+      const header = parseHeader(json, size - PREFIX_BYTES - n, path);
+      return new SafetensorsFileReader(fh, path, size, header);
+    } catch (err) {
+      await fh.close().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Exactly the bytes of `entry`, in a fresh buffer the caller owns. */
+  async read(entry: TensorEntry): Promise<Uint8Array> {
+    if (this.handle === null) throw internal(`read of tensor ${JSON.stringify(entry.name)} after close`);
+    if (entry.begin > entry.end || entry.end > this.header.dataLength) {
+      throw internal(`tensor ${JSON.stringify(entry.name)} is not an entry of ${this.path}`);
+    }
+    const what = `tensor ${JSON.stringify(entry.name)}`;
+    return readExactly(
+      this.handle,
+      this.header.dataOffset + entry.begin,
+      entry.end - entry.begin,
+      this.path,
+      what,
+    );
+  }
+
+  async close(): Promise<void> {
+    const fh = this.handle;
+    this.handle = null;
+    await fh?.close();
+  }
+}
+
+/** The temporary file's name: hidden, beside the target (so rename is atomic), and unique. */
+function tempPathFor(path: string): string {
+  // Keep the name under NAME_MAX (255) however long the target's name is.
+  const base = basename(path).slice(0, 200);
+  return join(dirname(path), `.${base}.quantd-tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
+}
+
+export class SafetensorsFileWriter {
+  private next = 0;
+  private state: 'open' | 'committed' | 'aborted' = 'open';
+  /** The operation in progress; abort() waits for it so it never races a write. */
+  private busy: Promise<void> | null = null;
+
+  private constructor(
+    private readonly handle: FileHandle,
+    readonly path: string,
+    private readonly tempPath: string,
+    private readonly entries: readonly TensorEntry[],
+    private readonly dataOffset: number,
+  ) {}
+
+  /** Creates the temporary file and writes the header; tensors follow with write(). */
+  static async create(
+    path: string,
+    plan: readonly TensorPlan[],
+    metadata: Readonly<Record<string, string>> | null,
+  ): Promise<SafetensorsFileWriter> {
+    const { bytes, entries } = encodeHeader(plan, metadata);
+    const tempPath = tempPathFor(path);
+    let fh: FileHandle;
+    try {
+      fh = await open(tempPath, 'wx'); // wx: never clobber anything, even a stale temp file
+    } catch (err) {
+      throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail: errorDetail(err) });
+    }
+    const writer = new SafetensorsFileWriter(fh, path, tempPath, entries, bytes.length);
+    await writer.run(() => writer.writeAt(bytes, 0));
+    return writer;
+  }
+
+  /** Writes the next tensor of the plan; its bytes must match the plan exactly. */
+  async write(name: string, data: Uint8Array): Promise<void> {
+    this.assertIdle('write');
+    const entry = this.entries[this.next];
+    if (entry === undefined) {
+      return this.fail(
+        `tensor ${JSON.stringify(name)} written after all ${this.entries.length} planned tensors`,
+      );
+    }
+    if (entry.name !== name) {
+      return this.fail(
+        `tensors must be written in plan order: expected ${JSON.stringify(entry.name)}, got ${JSON.stringify(name)}`,
+      );
+    }
+    if (data.length !== entry.end - entry.begin) {
+      return this.fail(
+        `tensor ${JSON.stringify(name)} has ${data.length} bytes, its plan needs ${entry.end - entry.begin}`,
+      );
+    }
+    this.next++;
+    await this.run(() => this.writeAt(data, this.dataOffset + entry.begin));
+  }
+
+  /** Flushes the file to disk and renames it over `path`. */
+  async commit(): Promise<void> {
+    this.assertIdle('commit');
+    const missing = this.entries[this.next];
+    if (missing !== undefined) {
+      return this.fail(`commit before tensor ${JSON.stringify(missing.name)} (and any after it) was written`);
+    }
+    await this.run(async () => {
+      await this.handle.sync();
+      await this.handle.close();
+      await rename(this.tempPath, this.path);
+      this.state = 'committed';
+    });
+    await syncDirectory(dirname(this.path));
+  }
+
+  /** Discards everything written; `path` is left as it was. Safe to call at any time. */
+  async abort(): Promise<void> {
+    if (this.state !== 'open') return;
+    this.state = 'aborted';
+    await this.busy?.catch(() => undefined);
+    await this.handle.close().catch(() => undefined);
+    await unlink(this.tempPath).catch(() => undefined);
+  }
+
+  /** A writer that was misused is abandoned whole: nothing it wrote may survive. */
+  private async fail(detail: string): Promise<never> {
+    await this.abort();
+    throw internal(detail);
+  }
+
+  private assertIdle(op: string): void {
+    if (this.state !== 'open') throw internal(`${op} on a safetensors writer that was ${this.state}`);
+    if (this.busy !== null) throw internal(`${op} while a previous write has not finished`);
+  }
+
+  /** Runs one I/O step; any failure aborts the writer and becomes OUTPUT_UNWRITABLE. */
+  private async run(step: () => Promise<void>): Promise<void> {
+    const pending = step();
+    this.busy = pending;
+    try {
+      await pending;
+    } catch (err) {
+      this.busy = null;
+      await this.abort();
+      throw new QuantdError('OUTPUT_UNWRITABLE', { path: this.path, detail: errorDetail(err) });
+    }
+    this.busy = null;
+  }
+
+  private async writeAt(data: Uint8Array, position: number): Promise<void> {
+    let done = 0;
+    while (done < data.length) {
+      const { bytesWritten } = await this.handle.write(data, done, data.length - done, position + done);
+      done += bytesWritten;
+    }
+  }
+}
+
+/**
+ * Makes the rename itself durable. Best effort: some platforms and file systems refuse to
+ * fsync a directory, and the data is already safely in the renamed file by then.
+ */
+async function syncDirectory(dir: string): Promise<void> {
+  try {
+    const fh = await open(dir, 'r');
+    await fh.sync().finally(() => fh.close());
+  } catch {
+    // ignored, see above
+  }
+}
