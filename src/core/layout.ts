@@ -38,7 +38,12 @@ export function planLayout(tensor: string, shape: readonly number[], spec: Quant
       const requested = spec.axis ?? 0;
       const axis = requested < 0 ? requested + rank : requested;
       if (rank === 0 || axis < 0 || axis >= rank) {
-        throw new QuantdError('AXIS_OUT_OF_RANGE', { axis: requested, tensor, shape: shapeText(shape), rank });
+        throw new QuantdError('AXIS_OUT_OF_RANGE', {
+          axis: requested,
+          tensor,
+          shape: shapeText(shape),
+          rank,
+        });
       }
       const channels = shape[axis]!;
       return {
@@ -60,7 +65,13 @@ export function planLayout(tensor: string, shape: readonly number[], spec: Quant
       }
       const last = shape[rank - 1]!;
       const rows = numelOf(shape.slice(0, rank - 1));
-      return { ...base, outer: 1, channels: rows, inner: last, qparamShape: [...shape.slice(0, rank - 1), 1] };
+      return {
+        ...base,
+        outer: 1,
+        channels: rows,
+        inner: last,
+        qparamShape: [...shape.slice(0, rank - 1), 1],
+      };
     }
     case 'per_group': {
       if (rank !== 2) {

@@ -97,7 +97,12 @@ export function chooseQParams(tensor: string, x: Float32Array, layout: Layout, s
 }
 
 /** torch `determine_qparams` for each unit, given its min and max. */
-export function determineQParams(tensor: string, min: Float32Array, max: Float32Array, spec: QuantSpec): QParams {
+export function determineQParams(
+  tensor: string,
+  min: Float32Array,
+  max: Float32Array,
+  spec: QuantSpec,
+): QParams {
   const n = min.length;
   const { quantMin: qmin, quantMax: qmax, eps } = spec;
   const scale = new Float32Array(n);

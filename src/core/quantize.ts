@@ -19,11 +19,14 @@ import { encodeFp8, type Fp8Format } from './fp8.js';
 import type { Layout } from './layout.js';
 import { packSubByte } from './pack.js';
 import { notFinite, type QParams } from './qparams.js';
-import { fround, rint } from './rounding.js';
+import { ROUNDING_MAGIC, fround } from './rounding.js';
 import type { QuantSpec } from './spec.js';
 import { bytesOf } from './tensor.js';
 
 export type QuantizedArray = Int8Array | Uint8Array | Int16Array | Int32Array;
+
+/** |x · inv| beyond this saturates every qdtype, whatever the zero point (< 2^32). */
+const SATURATED = 2 ** 50;
 
 /** Adds the zero point before rounding (true) or after (false): see the table above. */
 export function addsZeroPointBeforeRounding(spec: Pick<QuantSpec, 'scheme' | 'mode'>): boolean {
@@ -74,20 +77,23 @@ export function quantizeValues(
           const t = fround(v * inv);
           out[i] = encodeFp8(t < qmin ? qmin : t > qmax ? qmax : t, format);
         }
-      } else if (addFirst) {
-        for (; i < end; i++) {
-          const v = x[i]!;
-          if (v !== v || (finiteOnly && !Number.isFinite(v))) throw notFinite(tensor, v, i, op);
-          const q = rint(fround(fround(v * inv) + zp));
-          out[i] = q < qmin ? qmin : q > qmax ? qmax : q;
+        continue;
+      }
+      // Hot loops: the rounding is inlined (see rounding.ts: adding and subtracting 1.5·2^52
+      // rounds half to even for |t| < 2^51). Scaled values beyond ±2^50 saturate whatever the
+      // zero point, so they are clamped to ±2^50 first, in the one rarely taken branch that
+      // also catches NaN (v · inv is NaN exactly when v is, scales being finite and positive).
+      for (; i < end; i++) {
+        const v = x[i]!;
+        let t = fround(v * inv);
+        if (!(t >= -SATURATED && t <= SATURATED)) {
+          if (t !== t || (finiteOnly && !Number.isFinite(v))) throw notFinite(tensor, v, i, op);
+          t = t > 0 ? SATURATED : -SATURATED;
         }
-      } else {
-        for (; i < end; i++) {
-          const v = x[i]!;
-          if (v !== v) throw notFinite(tensor, v, i, op);
-          const q = fround(rint(fround(v * inv)) + zp);
-          out[i] = q < qmin ? qmin : q > qmax ? qmax : q;
-        }
+        const q = addFirst
+          ? fround(t + zp) + ROUNDING_MAGIC - ROUNDING_MAGIC
+          : fround(t + ROUNDING_MAGIC - ROUNDING_MAGIC + zp);
+        out[i] = q < qmin ? qmin : q > qmax ? qmax : q;
       }
     }
   }
@@ -100,6 +106,12 @@ export function storageBytes(values: QuantizedArray, qdtype: QDType): Uint8Array
   return bytesOf(values);
 }
 
-export function quantize(tensor: string, x: Float32Array, layout: Layout, spec: QuantSpec, qp: QParams): Uint8Array {
+export function quantize(
+  tensor: string,
+  x: Float32Array,
+  layout: Layout,
+  spec: QuantSpec,
+  qp: QParams,
+): Uint8Array {
   return storageBytes(quantizeValues(tensor, x, layout, spec, qp), spec.qdtype);
 }

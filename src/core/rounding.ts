@@ -8,7 +8,7 @@
 export const fround = Math.fround;
 
 /** 1.5 · 2^52: adding and subtracting it rounds any |x| < 2^51 to an integer, ties to even. */
-const ROUNDING_MAGIC = 6755399441055744;
+export const ROUNDING_MAGIC = 6755399441055744;
 const TWO_POW_51 = 2251799813685248;
 const TWO_POW_52 = 4503599627370496;
 

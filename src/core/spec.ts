@@ -58,7 +58,11 @@ function parseInteger(option: string, value: string | number): number {
 function parseNumber(option: string, value: string | number): number {
   const n = typeof value === 'number' ? value : value.trim() === '' ? NaN : Number(value);
   if (!Number.isFinite(n)) {
-    throw new QuantdError('OPTION_INVALID', { option, detail: 'must be a finite number', value: String(value) });
+    throw new QuantdError('OPTION_INVALID', {
+      option,
+      detail: 'must be a finite number',
+      value: String(value),
+    });
   }
   return n;
 }
@@ -183,7 +187,9 @@ function checkModeFits(spec: QuantSpec): void {
     fail(`symmetric per_token needs a signed qdtype; ${qdtype} is unsigned`);
   }
   if (spec.rangeSearch === 'greedy' && (info.bits > 4 || info.float8)) {
-    fail(`range_search greedy is torch's 2/4-bit search (choose_qparams_optimized); ${qdtype} is ${info.bits}-bit`);
+    fail(
+      `range_search greedy is torch's 2/4-bit search (choose_qparams_optimized); ${qdtype} is ${info.bits}-bit`,
+    );
   }
   if (spec.rangeSearch === 'greedy' && scheme === 'per_token') {
     fail('range_search greedy applies to per_tensor, per_channel and per_group');

@@ -3,11 +3,7 @@
  * stores them); numerics work on Float32Array. These helpers convert between the two, copying
  * only when a conversion or an alignment fix requires it.
  */
-import {
-  bfloat16BitsFromFloat32,
-  float16BitsFromFloat32,
-  float16DecodeTable,
-} from './float16.js';
+import { bfloat16BitsFromFloat32, float16BitsFromFloat32, float16DecodeTable } from './float16.js';
 import type { FloatDType } from './dtypes.js';
 
 export interface RawTensor {

@@ -46,7 +46,12 @@ export function validateQParams(tensor: string, qp: QParams, spec: QuantSpec): v
     const zp = qp.zeroPoint[i]!;
     if (floatZp) {
       if (!Number.isFinite(zp)) {
-        throw new QuantdError('ZERO_POINT_INVALID', { tensor, index: i, value: zp, detail: 'must be finite' });
+        throw new QuantdError('ZERO_POINT_INVALID', {
+          tensor,
+          index: i,
+          value: zp,
+          detail: 'must be finite',
+        });
       }
     } else if (float8 && zp !== 0) {
       throw new QuantdError('ZERO_POINT_INVALID', {

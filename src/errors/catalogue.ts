@@ -36,6 +36,8 @@ export interface ErrorDefinition {
   readonly title: string;
   /** Message template; `{name}` is replaced by the parameter of that name. */
   readonly message: string;
+  /** CLI exit code when it differs from the HTTP-derived default (see exitCodeFor). */
+  readonly exit?: number;
 }
 
 const bad = (title: string, message: string): ErrorDefinition => ({
@@ -58,7 +60,10 @@ export const catalogue = {
     'unknown scheme {value}; expected one of per_tensor, per_channel, per_token, per_group',
   ),
   UNKNOWN_MODE: bad('Unknown mode', 'unknown mode {value}; expected one of affine, symmetric, float_qparams'),
-  UNKNOWN_DTYPE: bad('Unknown dtype', 'unknown output dtype {value}; expected one of float32, float16, bfloat16'),
+  UNKNOWN_DTYPE: bad(
+    'Unknown dtype',
+    'unknown output dtype {value}; expected one of float32, float16, bfloat16',
+  ),
   MODE_UNSUPPORTED: bad('Mode not supported here', '{detail}'),
   QUANT_RANGE_INVALID: bad('Invalid quant_min/quant_max', '{detail}'),
   EPS_INVALID: bad(
@@ -91,7 +96,10 @@ export const catalogue = {
     'tensor {tensor}: the value range [{min}, {max}] gives scale {scale}, which is not a finite positive float32',
   ),
   NO_TENSOR_SELECTED: bad('No tensor selected', 'no tensor of the input matched the selection ({detail})'),
-  TENSOR_NOT_FOUND: bad('Tensor not found', 'tensor {tensor} is not in the input'),
+  NAME_COLLISION: bad(
+    'Output name collision',
+    '{source}: the output would hold two tensors named {tensor}; rename or --exclude the input tensor of that name',
+  ),
 
   // --- quantization parameters -------------------------------------------------------------
   SCALE_INVALID: bad(
@@ -126,12 +134,18 @@ export const catalogue = {
     '{source}: {detail} (expected {expected} bytes, have {actual})',
   ),
   SAFETENSORS_OFFSETS_INVALID: bad('Invalid tensor offsets', '{source}: tensor {tensor}: {detail}'),
-  SAFETENSORS_DTYPE_UNKNOWN: bad('Unknown tensor dtype', '{source}: tensor {tensor} has unknown dtype {dtype}'),
+  SAFETENSORS_DTYPE_UNKNOWN: bad(
+    'Unknown tensor dtype',
+    '{source}: tensor {tensor} has unknown dtype {dtype}',
+  ),
   SAFETENSORS_SIZE_MISMATCH: bad(
     'Tensor byte length mismatch',
     '{source}: tensor {tensor} of dtype {dtype} and shape {shape} needs {expected} bytes, but its offsets span {actual}',
   ),
-  SAFETENSORS_DUPLICATE_KEY: bad('Duplicate tensor name', '{source}: the header names {tensor} more than once'),
+  SAFETENSORS_DUPLICATE_KEY: bad(
+    'Duplicate tensor name',
+    '{source}: the header names {tensor} more than once',
+  ),
   QTENSOR_INVALID: bad('Malformed qtensor container', '{source}: tensor {tensor}: {detail}'),
   NOT_A_QTENSOR: bad(
     'Not a qtensor container',
@@ -149,6 +163,8 @@ export const catalogue = {
     grpc: 'INTERNAL',
     title: 'Output not writable',
     message: 'cannot write {path}: {detail}',
+    // A server's own storage failing is its fault; on the command line the path is the user's.
+    exit: 2,
   },
 
   // --- the service -------------------------------------------------------------------------
@@ -164,8 +180,9 @@ export type ErrorCode = keyof typeof catalogue;
 
 /** CLI exit code: 2 for anything the caller can fix (bad input, bad options), 1 otherwise. */
 export function exitCodeFor(code: ErrorCode): number {
-  const status = catalogue[code].http;
-  return status >= 400 && status < 500 ? 2 : 1;
+  const def: ErrorDefinition = catalogue[code];
+  if (def.exit !== undefined) return def.exit;
+  return def.http >= 400 && def.http < 500 ? 2 : 1;
 }
 
 export function grpcStatusFor(code: ErrorCode): number {

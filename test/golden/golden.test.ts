@@ -74,7 +74,15 @@ function runCase(c: GoldenCase): void {
   }
 }
 
-const FAMILIES = ['per_tensor', 'per_channel', 'per_token', 'per_group', 'dequantize', 'fake_quantize', 'range_search'];
+const FAMILIES = [
+  'per_tensor',
+  'per_channel',
+  'per_token',
+  'per_group',
+  'dequantize',
+  'fake_quantize',
+  'range_search',
+];
 
 describe.each(FAMILIES)('golden %s', (family) => {
   const golden = loadGolden(family);

@@ -1,0 +1,121 @@
+/**
+ * Command-line parsing: node's util.parseArgs in strict mode, with the one adjustment numeric
+ * options need (`--quant-min -8` is read as a value, not as an unknown flag). Every mistake is a
+ * USAGE error, which the CLI prints as `error USAGE: ...` and exits 2.
+ */
+import { parseArgs } from 'node:util';
+import type { SpecOptions } from '../core/index.js';
+import { QuantdError } from '../errors/index.js';
+
+type OptionConfig = { type: 'string' | 'boolean'; short?: string; multiple?: boolean };
+
+const SPEC_OPTIONS: Record<string, OptionConfig> = {
+  qdtype: { type: 'string' },
+  scheme: { type: 'string' },
+  mode: { type: 'string' },
+  axis: { type: 'string' },
+  'group-size': { type: 'string' },
+  'quant-min': { type: 'string' },
+  'quant-max': { type: 'string' },
+  eps: { type: 'string' },
+  'range-search': { type: 'string' },
+  include: { type: 'string', multiple: true },
+  exclude: { type: 'string', multiple: true },
+};
+
+const OUTPUT_OPTIONS: Record<string, OptionConfig> = {
+  output: { type: 'string', short: 'o' },
+  quiet: { type: 'boolean', short: 'q' },
+  remote: { type: 'string' },
+};
+
+export const COMMAND_OPTIONS: Record<string, Record<string, OptionConfig>> = {
+  quantize: { ...SPEC_OPTIONS, ...OUTPUT_OPTIONS },
+  qparams: { ...SPEC_OPTIONS, ...OUTPUT_OPTIONS },
+  'fake-quantize': { ...SPEC_OPTIONS, ...OUTPUT_OPTIONS, dtype: { type: 'string' } },
+  dequantize: { ...OUTPUT_OPTIONS, dtype: { type: 'string' } },
+  inspect: { json: { type: 'boolean' } },
+  serve: {},
+};
+
+export interface ParsedCommand {
+  readonly command: string;
+  readonly positionals: string[];
+  readonly values: Record<string, string | boolean | string[] | undefined>;
+}
+
+const NEGATIVE_NUMBER = /^-(\d|\.\d)/;
+
+/** Joins `--opt -8` into `--opt=-8` for string options, so negative numbers parse as values. */
+function joinNegativeValues(args: readonly string[], options: Record<string, OptionConfig>): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    const next = args[i + 1];
+    const name = arg.startsWith('--') ? arg.slice(2) : undefined;
+    if (name && options[name]?.type === 'string' && next !== undefined && NEGATIVE_NUMBER.test(next)) {
+      out.push(`${arg}=${next}`);
+      i++;
+    } else {
+      out.push(arg);
+    }
+  }
+  return out;
+}
+
+export function parseCommand(command: string, args: readonly string[]): ParsedCommand {
+  const options = COMMAND_OPTIONS[command];
+  if (!options) throw new QuantdError('USAGE', { detail: `unknown command ${command}; run quantd --help` });
+  try {
+    const { values, positionals } = parseArgs({
+      args: joinNegativeValues(args, options),
+      options: { ...options, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: true,
+      strict: true,
+    });
+    return { command, positionals, values: values as ParsedCommand['values'] };
+  } catch (err) {
+    const message = (err as Error).message.split('\n')[0]!;
+    throw new QuantdError('USAGE', { detail: `quantd ${command}: ${message}` });
+  }
+}
+
+/** The spec options of a parsed command, in the snake_case form parseSpec takes. */
+export function specOptionsOf(values: ParsedCommand['values']): SpecOptions {
+  const str = (key: string): string | undefined => values[key] as string | undefined;
+  return {
+    qdtype: str('qdtype'),
+    scheme: str('scheme'),
+    mode: str('mode'),
+    axis: str('axis'),
+    group_size: str('group-size'),
+    quant_min: str('quant-min'),
+    quant_max: str('quant-max'),
+    eps: str('eps'),
+    range_search: str('range-search'),
+  };
+}
+
+export const USAGE = `quantd — quantize float tensors and safetensors models, bit-exact with PyTorch
+
+usage:
+  quantd quantize      IN.safetensors -o OUT.safetensors [spec options] [--include GLOB] [--exclude GLOB]
+  quantd dequantize    IN.safetensors -o OUT.safetensors [--dtype float32|float16|bfloat16]
+  quantd fake-quantize IN.safetensors -o OUT.safetensors [spec options] [--dtype ...]   (writes NAME, NAME.mask)
+  quantd qparams       IN.safetensors -o OUT.safetensors [spec options]               (writes NAME.scale, NAME.zero_point)
+  quantd inspect       FILE [--json]
+  quantd serve         (HTTP + gRPC server)
+
+spec options:
+  --qdtype      int8 (default) | uint8 | int16 | int32 | int4 | uint4 | int2 | uint2 | float8_e4m3fn | float8_e5m2
+  --scheme      per_tensor (default) | per_channel | per_token | per_group
+  --mode        affine (default; symmetric for fp8) | symmetric | float_qparams (per_channel only)
+  --axis N      per_channel axis (default 0; negative counts from the end)
+  --group-size N  per_group group size along the last dimension (default 128)
+  --quant-min N, --quant-max N   narrow the qdtype's range
+  --eps X       smallest scale chosen (default float32 epsilon, 2^-23)
+  --range-search minmax (default) | greedy   (torch's choose_qparams_optimized, 2/4-bit)
+  --include GLOB, --exclude GLOB  choose tensors by name (repeatable); others pass through
+
+Qparams already in the input (NAME.scale, NAME.zero_point) are used instead of being chosen.
+On bad input quantd prints "error CODE: message" and exits 2.`;

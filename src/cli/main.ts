@@ -1,0 +1,128 @@
+/**
+ * The quantd command line. Works offline: every command runs in this process on the kernels
+ * the service uses; `--remote URL` sends the same command to a quantd server instead.
+ */
+import { stat } from 'node:fs/promises';
+import { isFloatDType, parseSpec, type FloatDType } from '../core/index.js';
+import { QuantdError, exitCodeFor, isQuantdError } from '../errors/index.js';
+import { SafetensorsFileReader } from '../format/index.js';
+import { referenceCompute, runFileOperation, summarizeFile, type Operation } from '../service/index.js';
+import { USAGE, parseCommand, specOptionsOf, type ParsedCommand } from './args.js';
+import { humanBytes, renderSummary } from './output.js';
+
+export interface Io {
+  readonly stdout: (text: string) => void;
+  readonly stderr: (text: string) => void;
+}
+
+const processIo: Io = {
+  stdout: (text) => process.stdout.write(text + '\n'),
+  stderr: (text) => process.stderr.write(text + '\n'),
+};
+
+function version(): string {
+  return '0.1.0';
+}
+
+function onePositional(parsed: ParsedCommand, what: string): string {
+  if (parsed.positionals.length !== 1) {
+    throw new QuantdError('USAGE', {
+      detail: `quantd ${parsed.command} takes one ${what}, got ${parsed.positionals.length === 0 ? 'none' : parsed.positionals.join(' ')}`,
+    });
+  }
+  return parsed.positionals[0]!;
+}
+
+function outDTypeOf(parsed: ParsedCommand): FloatDType {
+  const value = (parsed.values['dtype'] as string | undefined) ?? 'float32';
+  if (!isFloatDType(value)) throw new QuantdError('UNKNOWN_DTYPE', { value });
+  return value;
+}
+
+async function transform(parsed: ParsedCommand, io: Io): Promise<void> {
+  const input = onePositional(parsed, 'input file');
+  const output = parsed.values['output'] as string | undefined;
+  if (!output)
+    throw new QuantdError('USAGE', { detail: `quantd ${parsed.command} needs -o OUT.safetensors` });
+  if (parsed.values['remote'] !== undefined) {
+    throw new QuantdError('FEATURE_UNSUPPORTED', {
+      detail: '--remote needs the HTTP service, which this build does not include yet; run without it',
+    });
+  }
+  const op = parsed.command as Operation;
+  const spec = parseSpec(op === 'dequantize' ? {} : specOptionsOf(parsed.values));
+  const started = performance.now();
+  const summary = await runFileOperation(
+    input,
+    output,
+    {
+      op,
+      spec,
+      outDType: outDTypeOf(parsed),
+      include: (parsed.values['include'] as string[] | undefined) ?? [],
+      exclude: (parsed.values['exclude'] as string[] | undefined) ?? [],
+    },
+    referenceCompute,
+  );
+  if (!parsed.values['quiet']) {
+    const seconds = ((performance.now() - started) / 1000).toFixed(2);
+    io.stderr(
+      `${op}: ${summary.transformed} tensors transformed, ${summary.passedThrough} passed through; ` +
+        `${humanBytes(summary.bytesIn)} -> ${humanBytes(summary.bytesOut)} in ${seconds} s; wrote ${output}`,
+    );
+  }
+}
+
+async function inspect(parsed: ParsedCommand, io: Io): Promise<void> {
+  const path = onePositional(parsed, 'file');
+  const reader = await SafetensorsFileReader.open(path);
+  try {
+    const summary = summarizeFile(reader.header, path, (await stat(path)).size);
+    io.stdout(parsed.values['json'] ? JSON.stringify(summary, null, 2) : renderSummary(summary));
+  } finally {
+    await reader.close();
+  }
+}
+
+async function dispatch(argv: readonly string[], io: Io): Promise<void> {
+  const [command, ...rest] = argv;
+  if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
+    io.stdout(USAGE);
+    return;
+  }
+  if (command === '--version' || command === '-v') {
+    io.stdout(version());
+    return;
+  }
+  const parsed = parseCommand(command, rest);
+  if (parsed.values['help']) {
+    io.stdout(USAGE);
+    return;
+  }
+  switch (command) {
+    case 'inspect':
+      return inspect(parsed, io);
+    case 'serve':
+      throw new QuantdError('FEATURE_UNSUPPORTED', {
+        detail: 'quantd serve arrives with the HTTP service; this build has the offline CLI only',
+      });
+    default:
+      return transform(parsed, io);
+  }
+}
+
+/** Runs one CLI invocation; returns the exit code (0, 2 for bad input, 1 for internal errors). */
+export async function main(argv: readonly string[], io: Io = processIo): Promise<number> {
+  try {
+    await dispatch(argv, io);
+    return 0;
+  } catch (err) {
+    const error = isQuantdError(err)
+      ? err
+      : new QuantdError('INTERNAL', {
+          detail: err instanceof Error ? (err.stack ?? err.message) : String(err),
+        });
+    io.stderr(`error ${error.code}: ${error.message}`);
+    return exitCodeFor(error.code);
+  }
+}

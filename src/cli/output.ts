@@ -1,0 +1,44 @@
+/** Human-readable output: byte sizes and the inspect table. */
+import type { FileSummary } from '../service/index.js';
+
+export function humanBytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = n;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return unit === 0 ? `${n} B` : `${value.toFixed(1)} ${units[unit]}`;
+}
+
+function shapeText(shape: readonly number[]): string {
+  return `[${shape.join(', ')}]`;
+}
+
+export function renderSummary(summary: FileSummary): string {
+  const header = ['name', 'scheme', 'dtype', 'shape', 'bytes', 'ratio'];
+  const rows = summary.tensors.map((t) => [
+    t.name,
+    t.kind === 'quantized'
+      ? `${t.scheme}${t.axis !== null ? ` axis ${t.axis}` : ''}${t.group_size !== null ? ` g${t.group_size}` : ''} ${t.mode}`
+      : 'none',
+    t.kind === 'quantized' ? `${t.dtype} (from ${t.source_dtype})` : t.dtype,
+    shapeText(t.shape),
+    String(t.bytes),
+    `${t.ratio.toFixed(2)}x`,
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]): string =>
+    cells
+      .map((c, i) => (i >= 4 ? c.padStart(widths[i]!) : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
+  const quantized = summary.tensors.filter((t) => t.kind === 'quantized').length;
+  return [
+    `${summary.file}: ${summary.format ?? 'safetensors'}, ${summary.tensors.length} tensors (${quantized} quantized), ${humanBytes(summary.size)}`,
+    line(header),
+    ...rows.map(line),
+    `total: ${humanBytes(summary.total.source_bytes)} of source tensors stored in ${humanBytes(summary.total.bytes)} (${summary.total.ratio.toFixed(2)}x)`,
+  ].join('\n');
+}

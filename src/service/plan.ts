@@ -1,0 +1,174 @@
+/**
+ * From an input header and a request to the exact output: which tensors the output file holds
+ * (names, dtypes, shapes, in write order), its metadata, and the step that produces each. Sizes
+ * are known before any data is read, so outputs stream to disk or to a response in one pass.
+ */
+import {
+  checkFakeQuantizable,
+  floatDTypeOfSt,
+  planLayout,
+  type FloatDType,
+  type Layout,
+  type QuantSpec,
+} from '../core/index.js';
+import { QuantdError } from '../errors/index.js';
+import {
+  QPARAMS_FORMAT,
+  QTENSOR_FORMAT,
+  SCALE_SUFFIX,
+  ZERO_POINT_SUFFIX,
+  codesPlan,
+  encodeMeta,
+  entryByName,
+  findQuantizedGroups,
+  qparamPlans,
+  type QuantizedGroup,
+  type SafetensorsHeader,
+  type TensorEntry,
+  type TensorPlan,
+} from '../format/index.js';
+import type { GivenEntries } from './given-qparams.js';
+import { companionOf, selectTensors, type Selection } from './selection.js';
+
+export const OPERATIONS = ['quantize', 'dequantize', 'fake-quantize', 'qparams'] as const;
+export type Operation = (typeof OPERATIONS)[number];
+
+export interface OperationRequest extends Selection {
+  readonly op: Operation;
+  /** The quantization spec (ignored by dequantize, which reads it from the container). */
+  readonly spec: QuantSpec;
+  /** Float output dtype of dequantize and fake-quantize. */
+  readonly outDType: FloatDType;
+}
+
+/** Metadata of float outputs: "pt" so that transformers' safetensors loader accepts them. */
+const FLOAT_OUTPUT_METADATA = { format: 'pt' } as const;
+export const MASK_SUFFIX = '.mask';
+
+export type Step =
+  | { readonly kind: 'copy'; readonly entry: TensorEntry; readonly outputs: readonly TensorPlan[] }
+  | {
+      readonly kind: 'quantize' | 'qparams' | 'fake-quantize';
+      readonly entry: TensorEntry;
+      readonly dtype: FloatDType;
+      readonly layout: Layout;
+      readonly given: GivenEntries | undefined;
+      readonly outputs: readonly TensorPlan[];
+    }
+  | { readonly kind: 'dequantize'; readonly group: QuantizedGroup; readonly outputs: readonly TensorPlan[] };
+
+export interface Plan {
+  readonly request: OperationRequest;
+  readonly steps: readonly Step[];
+  readonly tensors: readonly TensorPlan[];
+  readonly metadata: Readonly<Record<string, string>>;
+}
+
+function givenEntries(header: SafetensorsHeader, name: string): GivenEntries | undefined {
+  const scale = entryByName(header, name + SCALE_SUFFIX);
+  const zeroPoint = entryByName(header, name + ZERO_POINT_SUFFIX);
+  return scale || zeroPoint ? { scale, zeroPoint } : undefined;
+}
+
+const copyStep = (entry: TensorEntry): Step => ({
+  kind: 'copy',
+  entry,
+  outputs: [{ name: entry.name, dtype: entry.dtype, shape: entry.shape }],
+});
+
+function finish(
+  request: OperationRequest,
+  steps: Step[],
+  metadata: Record<string, string>,
+  source: string,
+): Plan {
+  const tensors = steps.flatMap((s) => s.outputs);
+  const seen = new Set<string>();
+  for (const t of tensors) {
+    if (seen.has(t.name)) throw new QuantdError('NAME_COLLISION', { source, tensor: t.name });
+    seen.add(t.name);
+  }
+  return { request, steps, tensors, metadata };
+}
+
+function planTransform(header: SafetensorsHeader, request: OperationRequest, source: string): Plan {
+  if (request.op === 'fake-quantize') checkFakeQuantizable(request.spec);
+  const selected = new Set(selectTensors(header, request).map((e) => e.name));
+  // A qtensor container passes through: keep the metadata of its quantized tensors.
+  const carried = findQuantizedGroups(header, source);
+  const metadata: Record<string, string> =
+    request.op === 'quantize'
+      ? { format: QTENSOR_FORMAT }
+      : request.op === 'qparams'
+        ? { format: QPARAMS_FORMAT }
+        : { ...FLOAT_OUTPUT_METADATA };
+  if (request.op === 'quantize') {
+    for (const g of carried) if (!selected.has(g.name)) metadata[g.name] = g.meta;
+  }
+  const steps: Step[] = [];
+  for (const entry of header.entries) {
+    const base = companionOf(header, entry.name);
+    const consumed = base !== undefined && selected.has(base);
+    if (!selected.has(entry.name)) {
+      // qparams files hold qparams only; the other operations keep what they do not transform.
+      if (!consumed && request.op !== 'qparams') steps.push(copyStep(entry));
+      continue;
+    }
+    const dtype = floatDTypeOfSt(entry.dtype)!;
+    const layout = planLayout(entry.name, entry.shape, request.spec);
+    const given = givenEntries(header, entry.name);
+    const outputs =
+      request.op === 'quantize'
+        ? [codesPlan(entry.name, request.spec, layout), ...qparamPlans(entry.name, request.spec, layout)]
+        : request.op === 'qparams'
+          ? qparamPlans(entry.name, request.spec, layout)
+          : [
+              { name: entry.name, dtype: outputStDType(request.outDType), shape: entry.shape },
+              { name: entry.name + MASK_SUFFIX, dtype: 'BOOL' as const, shape: entry.shape },
+            ];
+    if (request.op === 'quantize' || request.op === 'qparams') {
+      metadata[entry.name] = encodeMeta(request.spec, layout, dtype);
+    }
+    steps.push({
+      kind: request.op as 'quantize' | 'qparams' | 'fake-quantize',
+      entry,
+      dtype,
+      layout,
+      given,
+      outputs,
+    });
+  }
+  return finish(request, steps, metadata, source);
+}
+
+function outputStDType(dtype: FloatDType): 'F32' | 'F16' | 'BF16' {
+  return dtype === 'float32' ? 'F32' : dtype === 'float16' ? 'F16' : 'BF16';
+}
+
+function planDequantize(header: SafetensorsHeader, request: OperationRequest, source: string): Plan {
+  const groups = findQuantizedGroups(header, source);
+  if (groups.length === 0) throw new QuantdError('NOT_A_QTENSOR', { source });
+  const byCodes = new Map(groups.map((g) => [g.codes.name, g]));
+  const consumed = new Set(groups.flatMap((g) => [g.scale.name, g.zeroPoint.name]));
+  const steps: Step[] = [];
+  for (const entry of header.entries) {
+    const group = byCodes.get(entry.name);
+    if (group) {
+      steps.push({
+        kind: 'dequantize',
+        group,
+        outputs: [{ name: group.name, dtype: outputStDType(request.outDType), shape: group.layout.shape }],
+      });
+    } else if (!consumed.has(entry.name)) {
+      steps.push(copyStep(entry));
+    }
+  }
+  return finish(request, steps, { ...FLOAT_OUTPUT_METADATA }, source);
+}
+
+/** The complete output of `request` applied to a file with this header. */
+export function planOperation(header: SafetensorsHeader, request: OperationRequest, source: string): Plan {
+  return request.op === 'dequantize'
+    ? planDequantize(header, request, source)
+    : planTransform(header, request, source);
+}

@@ -1,0 +1,67 @@
+/**
+ * Which tensors of a multi-tensor file an operation transforms. By default every float tensor;
+ * `include` globs narrow that to the names they match (and must then only match float
+ * tensors), `exclude` globs remove names. NAME.scale / NAME.zero_point beside a tensor NAME are
+ * its qparams, never selected on their own.
+ */
+import picomatch from 'picomatch';
+import { floatDTypeOfSt } from '../core/index.js';
+import { QuantdError } from '../errors/index.js';
+import {
+  SCALE_SUFFIX,
+  ZERO_POINT_SUFFIX,
+  entryByName,
+  type SafetensorsHeader,
+  type TensorEntry,
+} from '../format/index.js';
+
+export interface Selection {
+  readonly include: readonly string[];
+  readonly exclude: readonly string[];
+}
+
+/** The tensor a qparam companion belongs to, or undefined for an ordinary tensor. */
+export function companionOf(header: SafetensorsHeader, name: string): string | undefined {
+  for (const suffix of [SCALE_SUFFIX, ZERO_POINT_SUFFIX]) {
+    if (name.endsWith(suffix)) {
+      const base = name.slice(0, -suffix.length);
+      if (entryByName(header, base)) return base;
+    }
+  }
+  return undefined;
+}
+
+function matcher(globs: readonly string[]): (name: string) => boolean {
+  if (globs.length === 0) return () => false;
+  const tests = globs.map((g) => picomatch(g, { dot: true }));
+  return (name) => tests.some((t) => t(name));
+}
+
+/** Entries to transform, in data order. Throws NO_TENSOR_SELECTED when none qualifies. */
+export function selectTensors(header: SafetensorsHeader, selection: Selection): TensorEntry[] {
+  const included = matcher(selection.include);
+  const excluded = matcher(selection.exclude);
+  const chosen: TensorEntry[] = [];
+  for (const entry of header.entries) {
+    if (companionOf(header, entry.name) !== undefined) continue;
+    if (excluded(entry.name)) continue;
+    const isFloat = floatDTypeOfSt(entry.dtype) !== undefined;
+    if (selection.include.length > 0) {
+      if (!included(entry.name)) continue;
+      if (!isFloat) {
+        throw new QuantdError('INPUT_DTYPE_UNSUPPORTED', { tensor: entry.name, dtype: entry.dtype });
+      }
+    } else if (!isFloat) {
+      continue;
+    }
+    chosen.push(entry);
+  }
+  if (chosen.length === 0) {
+    const parts = [
+      selection.include.length ? `include ${selection.include.join(', ')}` : 'all float tensors',
+      ...(selection.exclude.length ? [`exclude ${selection.exclude.join(', ')}`] : []),
+    ];
+    throw new QuantdError('NO_TENSOR_SELECTED', { detail: parts.join('; ') });
+  }
+  return chosen;
+}
