@@ -28,7 +28,12 @@ export interface MinMax {
   readonly max: Float32Array;
 }
 
-/** Per-unit minimum and maximum. Rejects NaN and ±Infinity (they have no meaningful range). */
+/**
+ * Per-unit minimum and maximum. Rejects NaN and ±Infinity (they have no meaningful range).
+ * Zeros order as -0 < +0 (IEEE 754 minimum/maximum, Math.min/Math.max): `<` alone would let
+ * element order decide which zero a unit's minimum is, and backends and splits would disagree.
+ * It matches torch whenever torch is unambiguous (a unit whose zeros are all +0, or all -0).
+ */
 export function reduceMinMax(tensor: string, x: Float32Array, layout: Layout, op: string): MinMax {
   const { outer, channels, inner } = layout;
   const min = new Float32Array(channels).fill(Infinity);
@@ -41,21 +46,33 @@ export function reduceMinMax(tensor: string, x: Float32Array, layout: Layout, op
       const end = i + inner;
       for (; i < end; i++) {
         const v = x[i]!;
-        if (v < lo) lo = v;
-        if (v > hi) hi = v;
         if (!(v - v === 0)) throw notFinite(tensor, v, i, op);
+        lo = Math.min(lo, v);
+        hi = Math.max(hi, v);
       }
       min[c] = lo;
       max[c] = hi;
     }
   }
-  // Zeros: -0 and +0 compare equal, so which one a reduction keeps depends on element order.
-  // Fix it to +0 so that every backend and every split of the tensor agrees.
-  for (let c = 0; c < channels; c++) {
-    if (min[c] === 0) min[c] = 0;
-    if (max[c] === 0) max[c] = 0;
-  }
   return { min, max };
+}
+
+/**
+ * torch's validate_qmin_qmax: qparams are only chosen for a range that includes 0 (the zero
+ * point of every mode lies in it then). Given qparams may use any range inside the qdtype's.
+ */
+function checkRangeForChoosing(spec: QuantSpec): void {
+  const { quantMin: qmin, quantMax: qmax } = spec;
+  if (!(qmin <= 0 && 0 <= qmax)) {
+    throw new QuantdError('QUANT_RANGE_INVALID', {
+      detail: `choosing qparams needs a range that includes 0 (torch validate_qmin_qmax); [${qmin}, ${qmax}] does not — pass NAME.scale and NAME.zero_point to quantize into it`,
+    });
+  }
+  if (spec.scheme === 'per_token' && spec.mode === 'symmetric' && qmax <= 0) {
+    throw new QuantdError('QUANT_RANGE_INVALID', {
+      detail: `symmetric per_token divides the row's absolute maximum by quant_max, which must be positive (got ${qmax})`,
+    });
+  }
 }
 
 export function notFinite(tensor: string, value: number, index: number, op: string): QuantdError {
@@ -83,13 +100,14 @@ export function chooseQParams(tensor: string, x: Float32Array, layout: Layout, s
   if (layout.numel === 0) {
     throw new QuantdError('EMPTY_TENSOR', { tensor, shape: `[${layout.shape.join(', ')}]` });
   }
+  checkRangeForChoosing(spec);
   const { min, max } = reduceMinMax(tensor, x, layout, 'choose_qparams');
   if (spec.rangeSearch === 'greedy') {
     const bits = QDTYPE_INFO[spec.qdtype].bits;
     for (let c = 0; c < layout.channels; c++) {
       const found = greedyRangeSearch(tensor, unitValues(x, layout, c), bits);
-      min[c] = found.min === 0 ? 0 : found.min; // +0, as reduceMinMax fixes it
-      max[c] = found.max === 0 ? 0 : found.max;
+      min[c] = found.min;
+      max[c] = found.max;
     }
   }
   if (spec.scheme === 'per_token') return perTokenQParams(tensor, min, max, spec);

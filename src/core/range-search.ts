@@ -54,9 +54,8 @@ export function greedyRangeSearch(tensor: string, x: Float32Array, bits: number)
   let xmin = Infinity;
   let xmax = -Infinity;
   for (let i = 0; i < x.length; i++) {
-    const v = x[i]!;
-    if (v < xmin) xmin = v;
-    if (v > xmax) xmax = v;
+    xmin = Math.min(xmin, x[i]!); // -0 < +0, as reduceMinMax orders zeros
+    xmax = Math.max(xmax, x[i]!);
   }
   if (Math.abs(xmin) > FLOAT16_MAX || Math.abs(xmax) > FLOAT16_MAX) {
     throw new QuantdError('FEATURE_UNSUPPORTED', {

@@ -23,16 +23,15 @@ function validModes(qdtype: string, scheme: string): string[] {
 }
 
 describe('golden coverage', () => {
-  const combos = QDTYPES.flatMap((q) => SCHEMES.flatMap((s) => validModes(q, s).map((m) => [q, s, m] as const)));
-  it.each(combos)(
-    'quantize and dequantize %s %s %s',
-    (qdtype, scheme, mode) => {
-      const match = (c: GoldenCase): boolean =>
-        c.spec?.['qdtype'] === qdtype && c.spec['scheme'] === scheme && c.spec['mode'] === mode;
-      expect(quantizeCases.filter(match).length).toBeGreaterThan(0);
-      expect(dequantizeCases.filter(match).length).toBeGreaterThan(0);
-    },
+  const combos = QDTYPES.flatMap((q) =>
+    SCHEMES.flatMap((s) => validModes(q, s).map((m) => [q, s, m] as const)),
   );
+  it.each(combos)('quantize and dequantize %s %s %s', (qdtype, scheme, mode) => {
+    const match = (c: GoldenCase): boolean =>
+      c.spec?.['qdtype'] === qdtype && c.spec['scheme'] === scheme && c.spec['mode'] === mode;
+    expect(quantizeCases.filter(match).length).toBeGreaterThan(0);
+    expect(dequantizeCases.filter(match).length).toBeGreaterThan(0);
+  });
 
   it('per_token covers torch int8 in both modes', () => {
     for (const mode of ['symmetric', 'affine']) {
@@ -47,7 +46,11 @@ describe('golden coverage', () => {
       const kinds = QDTYPE_INFO[qdtype].float8
         ? ['zeros', 'signed_zeros', 'denormals', 'equal_pos', 'equal_neg', 'huge', 'edges']
         : ['zeros', 'signed_zeros', 'denormals', 'equal_pos', 'equal_neg', 'halves', 'tiny_range'];
-      for (const kind of kinds) expect(ids.some((id) => id.includes(kind)), `${qdtype} ${kind}`).toBe(true);
+      for (const kind of kinds)
+        expect(
+          ids.some((id) => id.includes(kind)),
+          `${qdtype} ${kind}`,
+        ).toBe(true);
     }
   });
 
@@ -78,7 +81,10 @@ describe('golden coverage', () => {
   it('covers fake-quantize per tensor and per channel, int and float zero points', () => {
     const ids = loadGolden('fake_quantize').cases.map((c) => c.id);
     for (const part of ['per_tensor', 'per_channel/uint4', 'float_qparams', 'halves']) {
-      expect(ids.some((id) => id.includes(part)), part).toBe(true);
+      expect(
+        ids.some((id) => id.includes(part)),
+        part,
+      ).toBe(true);
     }
   });
 });

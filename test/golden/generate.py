@@ -470,6 +470,12 @@ def gen_per_channel():
             seed += 1
             emit_quantize('per_channel', f'per_channel/{qdtype}/{modes[0]}/randn_{in_dtype}',
                           data('randn', [6, 10], seed), in_dtype, qdtype, 'per_channel', modes[0], axis=1)
+    # zero extremes: a channel whose zeros are all -0 (min -0, float zero point +0) or all +0
+    # (min +0, zero point -0); torch is unambiguous there and quantd orders -0 < +0 to agree
+    x = torch.tensor([[-0.0, 1.0, 2.0], [0.0, 1.0, 2.0], [-0.0, -0.0, -0.0], [0.0, 0.0, 0.0], [-1.0, -0.0, 0.5]])
+    for qdtype, mode in [('uint8', 'float_qparams'), ('uint8', 'affine'), ('int8', 'symmetric')]:
+        emit_quantize('per_channel', f'per_channel/{qdtype}/{mode}/signed_zero_rows', x, 'float32', qdtype,
+                      'per_channel', mode, axis=0)
     for qdtype, lo, hi in [('uint8', 0, 127), ('int8', -127, 127)]:
         for mode in ('affine', 'symmetric'):
             seed += 1

@@ -28,7 +28,8 @@ function randn(n: number, seed: number): Float32Array {
     return ((s >>> 0) + 0.5) / 4294967296;
   };
   const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = Math.sqrt(-2 * Math.log(uniform())) * Math.cos(2 * Math.PI * uniform());
+  for (let i = 0; i < n; i++)
+    out[i] = Math.sqrt(-2 * Math.log(uniform())) * Math.cos(2 * Math.PI * uniform());
   return out;
 }
 
@@ -112,11 +113,23 @@ describe('test_decomposed_quantize_per_channel_group: per-group dequant(quant) e
     const x = randn(100 * 256, 11);
     const s = randn(200, 12).map((v) => Math.abs(v) + 0.05); // torch.randn; quantd rejects scales <= 0
     const zp = Int32Array.from(randn(200, 13), (v) => Math.floor(Math.abs(v) * 3) % 7);
-    const spec = parseSpec({ qdtype: 'int4', scheme: 'per_group', group_size: 128, quant_min: -8, quant_max: 7 });
+    const spec = parseSpec({
+      qdtype: 'int4',
+      scheme: 'per_group',
+      group_size: 128,
+      quant_min: -8,
+      quant_max: 7,
+    });
     const layout = planLayout('x', [100, 256], spec);
     const qp: QParams = { scale: s, zeroPoint: zp };
     const dq = dequantize(quantize('x', x, layout, spec, qp), 'int4', layout, qp);
-    const perChannel = parseSpec({ qdtype: 'int8', scheme: 'per_channel', axis: 0, quant_min: -8, quant_max: 7 });
+    const perChannel = parseSpec({
+      qdtype: 'int8',
+      scheme: 'per_channel',
+      axis: 0,
+      quant_min: -8,
+      quant_max: 7,
+    });
     const fq = fakeQuantize('x', x, planLayout('x', [200, 128], perChannel), perChannel, qp).out;
     expect(Buffer.from(bytesOf(dq)).equals(Buffer.from(bytesOf(fq)))).toBe(true);
   });
@@ -127,12 +140,24 @@ describe('test_decomposed_quantize_per_token: per-token dequant(quant) equals fa
     const x = randn(100 * 256, 21);
     const s = randn(100, 22).map((v) => Math.abs(v) + 0.05);
     const zp = Int32Array.from(randn(100, 23), (v) => Math.floor(Math.abs(v) * 3) % 7);
-    const spec = parseSpec({ qdtype: 'int8', scheme: 'per_token', mode: 'affine', quant_min: -8, quant_max: 7 });
+    const spec = parseSpec({
+      qdtype: 'int8',
+      scheme: 'per_token',
+      mode: 'affine',
+      quant_min: -8,
+      quant_max: 7,
+    });
     const layout = planLayout('x', [100, 256], spec);
     // per_token affine takes float zero points; torch's test passes int32 ones, equal in value
     const qp: QParams = { scale: s, zeroPoint: Float32Array.from(zp) };
     const dq = dequantize(quantize('x', x, layout, spec, qp), 'int8', layout, qp);
-    const perChannel = parseSpec({ qdtype: 'int8', scheme: 'per_channel', axis: 0, quant_min: -8, quant_max: 7 });
+    const perChannel = parseSpec({
+      qdtype: 'int8',
+      scheme: 'per_channel',
+      axis: 0,
+      quant_min: -8,
+      quant_max: 7,
+    });
     const fq = fakeQuantize('x', x, planLayout('x', [100, 256], perChannel), perChannel, {
       scale: s,
       zeroPoint: zp,
