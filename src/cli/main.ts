@@ -2,6 +2,7 @@
  * The quantd command line. Works offline: every command runs in this process on the kernels
  * the service uses; `--remote URL` sends the same command to a quantd server instead.
  */
+import { readFileSync } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { isFloatDType, parseSpec, type FloatDType } from '../core/index.js';
 import { QuantdError, exitCodeFor, isQuantdError } from '../errors/index.js';
@@ -21,7 +22,15 @@ const processIo: Io = {
 };
 
 function version(): string {
-  return '0.1.0';
+  const pkg = new URL('../../../package.json', import.meta.url);
+  return (JSON.parse(readFileSync(pkg, 'utf8')) as { version: string }).version;
+}
+
+/** Option names in messages as the command line spells them (--group-size, not group_size). */
+function forCommandLine(err: QuantdError): QuantdError {
+  const option = err.params['option'];
+  if (err.code !== 'OPTION_INVALID' || typeof option !== 'string' || option.includes('/')) return err;
+  return new QuantdError(err.code, { ...err.params, option: `--${option.replace(/_/g, '-')}` });
 }
 
 function onePositional(parsed: ParsedCommand, what: string): string {
@@ -118,11 +127,11 @@ export async function main(argv: readonly string[], io: Io = processIo): Promise
     return 0;
   } catch (err) {
     const error = isQuantdError(err)
-      ? err
-      : new QuantdError('INTERNAL', {
-          detail: err instanceof Error ? (err.stack ?? err.message) : String(err),
-        });
-    io.stderr(`error ${error.code}: ${error.message}`);
+      ? forCommandLine(err)
+      : new QuantdError('INTERNAL', { detail: err instanceof Error ? err.message : String(err) });
+    // One line, always: the contract of DESIGN §4. QUANTD_DEBUG=1 adds the stack for developers.
+    io.stderr(`error ${error.code}: ${error.message.replace(/\s*\n\s*/g, ' ')}`);
+    if (process.env['QUANTD_DEBUG'] && err instanceof Error && err.stack) io.stderr(err.stack);
     return exitCodeFor(error.code);
   }
 }

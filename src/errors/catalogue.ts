@@ -98,7 +98,7 @@ export const catalogue = {
   NO_TENSOR_SELECTED: bad('No tensor selected', 'no tensor of the input matched the selection ({detail})'),
   NAME_COLLISION: bad(
     'Output name collision',
-    '{source}: the output would hold two tensors named {tensor}; rename or --exclude the input tensor of that name',
+    '{source}: the output would hold two tensors named {tensor}; rename that input tensor, or exclude the tensor whose output takes its name',
   ),
 
   // --- quantization parameters -------------------------------------------------------------

@@ -38,7 +38,11 @@ export class QuantdError extends Error {
 
   /** A plain object that survives structured cloning (worker boundaries). */
   toJSON(): { code: ErrorCode; message: string; params: ErrorParams } {
-    return { code: this.code, message: this.message, params: this.params };
+    // bigint does not survive JSON.stringify; its decimal text does
+    const params = Object.fromEntries(
+      Object.entries(this.params).map(([k, v]) => [k, typeof v === 'bigint' ? v.toString() : v]),
+    );
+    return { code: this.code, message: this.message, params };
   }
 }
 

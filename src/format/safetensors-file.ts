@@ -5,7 +5,7 @@
  * target only on commit, so `path` never holds a half-written file.
  */
 import { randomBytes } from 'node:crypto';
-import { open, rename, unlink, type FileHandle } from 'node:fs/promises';
+import { open, realpath, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
@@ -27,6 +27,48 @@ function errorCode(err: unknown): string | undefined {
 
 function errorDetail(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+const WRITE_ERRORS: Readonly<Record<string, string>> = {
+  ENOENT: 'its directory does not exist',
+  ENOTDIR: 'a component of the path is not a directory',
+  EACCES: 'permission denied',
+  EPERM: 'permission denied',
+  EROFS: 'read-only file system',
+  ENOSPC: 'no space left on device',
+  EDQUOT: 'disk quota exceeded',
+  EISDIR: 'it is a directory',
+};
+
+/** Why a write failed, without the temporary file's name (which differs on every run). */
+function writeErrorDetail(err: unknown): string {
+  const code = errorCode(err);
+  return code !== undefined && WRITE_ERRORS[code] !== undefined
+    ? `${WRITE_ERRORS[code]} (${code})`
+    : errorDetail(err);
+}
+
+/**
+ * Where an output file really goes: through a symlink to its target, so that the rename replaces
+ * the file and not the link; an existing non-regular file (a directory, a device) is refused
+ * rather than replaced.
+ */
+async function resolveOutput(path: string): Promise<string> {
+  let target: string;
+  try {
+    target = await realpath(path);
+  } catch (err) {
+    if (errorCode(err) === 'ENOENT') return path; // a new file
+    throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail: writeErrorDetail(err) });
+  }
+  const info = await stat(target);
+  if (!info.isFile()) {
+    throw new QuantdError('OUTPUT_UNWRITABLE', {
+      path,
+      detail: info.isDirectory() ? 'it is a directory' : 'it exists and is not a regular file',
+    });
+  }
+  return target;
 }
 
 function internal(detail: string): QuantdError {
@@ -80,8 +122,17 @@ export class SafetensorsFileReader {
   static async open(path: string, options: { headerLimit?: number } = {}): Promise<SafetensorsFileReader> {
     let fh: FileHandle;
     try {
+      // stat first: opening a FIFO would block until a writer appears
+      const info = await stat(path);
+      if (!info.isFile()) {
+        throw new QuantdError('FILE_UNREADABLE', {
+          path,
+          detail: info.isDirectory() ? 'is a directory' : 'not a regular file',
+        });
+      }
       fh = await open(path, 'r');
     } catch (err) {
+      if (err instanceof QuantdError) throw err;
       const code = errorCode(err);
       if (code === 'ENOENT' || code === 'ENOTDIR') throw new QuantdError('FILE_NOT_FOUND', { path });
       throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
@@ -150,6 +201,8 @@ export class SafetensorsFileWriter {
     private readonly tempPath: string,
     private readonly entries: readonly TensorEntry[],
     private readonly dataOffset: number,
+    /** The file the rename replaces: `path`, or the file a symlink at `path` points to. */
+    private readonly target: string,
   ) {}
 
   /** Creates the temporary file and writes the header; tensors follow with write(). */
@@ -159,14 +212,15 @@ export class SafetensorsFileWriter {
     metadata: Readonly<Record<string, string>> | null,
   ): Promise<SafetensorsFileWriter> {
     const { bytes, entries } = encodeHeader(plan, metadata);
-    const tempPath = tempPathFor(path);
+    const target = await resolveOutput(path);
+    const tempPath = tempPathFor(target);
     let fh: FileHandle;
     try {
       fh = await open(tempPath, 'wx'); // wx: never clobber anything, even a stale temp file
     } catch (err) {
-      throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail: errorDetail(err) });
+      throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail: writeErrorDetail(err) });
     }
-    const writer = new SafetensorsFileWriter(fh, path, tempPath, entries, bytes.length);
+    const writer = new SafetensorsFileWriter(fh, path, tempPath, entries, bytes.length, target);
     await writer.run(() => writer.writeAt(bytes, 0));
     return writer;
   }
@@ -204,10 +258,10 @@ export class SafetensorsFileWriter {
     await this.run(async () => {
       await this.handle.sync();
       await this.handle.close();
-      await rename(this.tempPath, this.path);
+      await rename(this.tempPath, this.target);
       this.state = 'committed';
     });
-    await syncDirectory(dirname(this.path));
+    await syncDirectory(dirname(this.target));
   }
 
   /** Discards everything written; `path` is left as it was. Safe to call at any time. */
@@ -239,7 +293,7 @@ export class SafetensorsFileWriter {
     } catch (err) {
       this.busy = null;
       await this.abort();
-      throw new QuantdError('OUTPUT_UNWRITABLE', { path: this.path, detail: errorDetail(err) });
+      throw new QuantdError('OUTPUT_UNWRITABLE', { path: this.path, detail: writeErrorDetail(err) });
     }
     this.busy = null;
   }

@@ -110,6 +110,14 @@ export function toQParams(tensor: string, given: GivenData, spec: QuantSpec, lay
         detail: `mode ${spec.mode} needs integer zero points`,
       });
     }
+    if (spec.mode === 'symmetric' && v !== symmetricZeroPoint(spec)) {
+      throw new QuantdError('ZERO_POINT_INVALID', {
+        tensor,
+        index: i,
+        value: v,
+        detail: `mode symmetric fixes the zero point at ${symmetricZeroPoint(spec)} for ${spec.qdtype}`,
+      });
+    }
     if (v < spec.quantMin || v > spec.quantMax) {
       throw new QuantdError('ZERO_POINT_OUT_OF_RANGE', {
         tensor,

@@ -102,9 +102,11 @@ function planTransform(header: SafetensorsHeader, request: OperationRequest, sou
       : request.op === 'qparams'
         ? { format: QPARAMS_FORMAT }
         : { ...FLOAT_OUTPUT_METADATA };
-  if (request.op === 'quantize') {
-    for (const g of carried) if (!selected.has(g.name)) metadata[g.name] = g.meta;
-  }
+  // Quantized tensors of an input container pass through with their metadata (not into a
+  // qparams file, which holds qparams only); the output is then a container too.
+  const kept = request.op === 'qparams' ? [] : carried.filter((g) => !selected.has(g.name));
+  if (kept.length > 0) metadata['format'] = QTENSOR_FORMAT;
+  for (const g of kept) metadata[g.name] = g.meta;
   const steps: Step[] = [];
   for (const entry of header.entries) {
     const base = companionOf(header, entry.name);

@@ -33,7 +33,17 @@ export function companionOf(header: SafetensorsHeader, name: string): string | u
 
 function matcher(globs: readonly string[]): (name: string) => boolean {
   if (globs.length === 0) return () => false;
-  const tests = globs.map((g) => picomatch(g, { dot: true }));
+  const tests = globs.map((glob) => {
+    try {
+      return picomatch(glob, { dot: true });
+    } catch (err) {
+      throw new QuantdError('OPTION_INVALID', {
+        option: 'include/exclude',
+        detail: `is not a usable glob (${(err as Error).message})`,
+        value: glob.length > 80 ? `${glob.slice(0, 77)}...` : glob,
+      });
+    }
+  });
   return (name) => tests.some((t) => t(name));
 }
 

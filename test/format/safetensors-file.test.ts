@@ -1,4 +1,4 @@
-import { chmod, mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
@@ -119,13 +119,6 @@ describe('SafetensorsFileReader rejects what it cannot read', () => {
     expect(err.message).toContain('directory');
   });
 
-  it.skipIf(process.getuid?.() === 0)('FILE_UNREADABLE without read permission', async () => {
-    const path = join(dir(), 'secret.safetensors');
-    await writeAll(path);
-    await chmod(path, 0o000);
-    await expectQuantdRejection(SafetensorsFileReader.open(path), 'FILE_UNREADABLE');
-  });
-
   it('validates the header with the path as source', async () => {
     const path = join(dir(), 'bad.safetensors');
     await writeFile(path, rawFile('{"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}', 8));
@@ -234,11 +227,19 @@ describe('SafetensorsFileWriter never leaves a partial file at the target', () =
     expect(err.params['path']).toBe(path);
   });
 
-  it('OUTPUT_UNWRITABLE when the target is a directory, and the temp file is removed', async () => {
+  it('OUTPUT_UNWRITABLE when the target is a directory, before any file is created', async () => {
     const path = join(dir(), 'out.safetensors');
     await mkdir(join(path, 'inside'), { recursive: true });
+    await expectQuantdRejection(SafetensorsFileWriter.create(path, [plan[0]!], null), 'OUTPUT_UNWRITABLE');
+    expect(await readdir(dir())).toEqual(['out.safetensors']);
+    expect((await stat(path)).isDirectory()).toBe(true);
+  });
+
+  it('OUTPUT_UNWRITABLE when the rename fails at commit, and the temp file is removed', async () => {
+    const path = join(dir(), 'out.safetensors');
     const writer = await SafetensorsFileWriter.create(path, [plan[0]!], null);
     await writer.write(plan[0]!.name, plan[0]!.data);
+    await mkdir(join(path, 'inside'), { recursive: true }); // the target became a directory meanwhile
     await expectQuantdRejection(writer.commit(), 'OUTPUT_UNWRITABLE');
     expect(await readdir(dir())).toEqual(['out.safetensors']);
     expect((await stat(path)).isDirectory()).toBe(true);
