@@ -7,7 +7,9 @@ import { stat } from 'node:fs/promises';
 import { isFloatDType, parseSpec, type FloatDType } from '../core/index.js';
 import { QuantdError, exitCodeFor, isQuantdError } from '../errors/index.js';
 import { SafetensorsFileReader } from '../format/index.js';
-import { referenceCompute, runFileOperation, summarizeFile, type Operation } from '../service/index.js';
+import { describeKernels } from '../kernels/index.js';
+import { createCompute } from '../pool/index.js';
+import { runFileOperation, summarizeFile, type Operation } from '../service/index.js';
 import { USAGE, parseCommand, specOptionsOf, type ParsedCommand } from './args.js';
 import { humanBytes, renderSummary } from './output.js';
 
@@ -60,24 +62,27 @@ async function transform(parsed: ParsedCommand, io: Io): Promise<void> {
   }
   const op = parsed.command as Operation;
   const spec = parseSpec(op === 'dequantize' ? {} : specOptionsOf(parsed.values));
+  const request = {
+    op,
+    spec,
+    outDType: outDTypeOf(parsed),
+    include: (parsed.values['include'] as string[] | undefined) ?? [],
+    exclude: (parsed.values['exclude'] as string[] | undefined) ?? [],
+  };
   const started = performance.now();
-  const summary = await runFileOperation(
-    input,
-    output,
-    {
-      op,
-      spec,
-      outDType: outDTypeOf(parsed),
-      include: (parsed.values['include'] as string[] | undefined) ?? [],
-      exclude: (parsed.values['exclude'] as string[] | undefined) ?? [],
-    },
-    referenceCompute,
-  );
+  const handle = createCompute();
+  let summary;
+  try {
+    summary = await runFileOperation(input, output, request, handle.compute);
+  } finally {
+    await handle.close();
+  }
   if (!parsed.values['quiet']) {
     const seconds = ((performance.now() - started) / 1000).toFixed(2);
     io.stderr(
       `${op}: ${summary.transformed} tensors transformed, ${summary.passedThrough} passed through; ` +
-        `${humanBytes(summary.bytesIn)} -> ${humanBytes(summary.bytesOut)} in ${seconds} s; wrote ${output}`,
+        `${humanBytes(summary.bytesIn)} -> ${humanBytes(summary.bytesOut)} in ${seconds} s; wrote ${output}; ` +
+        describeKernels(handle.kernels),
     );
   }
 }

@@ -61,7 +61,7 @@ export function reduceMinMax(tensor: string, x: Float32Array, layout: Layout, op
  * torch's validate_qmin_qmax: qparams are only chosen for a range that includes 0 (the zero
  * point of every mode lies in it then). Given qparams may use any range inside the qdtype's.
  */
-function checkRangeForChoosing(spec: QuantSpec): void {
+export function checkRangeForChoosing(spec: QuantSpec): void {
   const { quantMin: qmin, quantMax: qmax } = spec;
   if (!(qmin <= 0 && 0 <= qmax)) {
     throw new QuantdError('QUANT_RANGE_INVALID', {

@@ -168,6 +168,31 @@ export const catalogue = {
   },
 
   // --- the service -------------------------------------------------------------------------
+  BACKEND_UNAVAILABLE: {
+    http: 500,
+    grpc: 'FAILED_PRECONDITION',
+    title: 'Kernel backend unavailable',
+    message: 'kernel backend {backend} is unavailable: {reason}',
+  },
+  OVERLOADED: {
+    http: 503,
+    grpc: 'UNAVAILABLE',
+    title: 'Overloaded',
+    message: 'the server is busy ({queued} jobs queued, limit {limit}); retry later',
+  },
+  CANCELLED: {
+    http: 499,
+    grpc: 'CANCELLED',
+    title: 'Cancelled',
+    message: 'the request was cancelled{detail}',
+    exit: 1,
+  },
+  WORKER_FAILED: {
+    http: 500,
+    grpc: 'INTERNAL',
+    title: 'Worker failed',
+    message: 'a worker died while processing tensor {tensor} ({detail}); it has been replaced',
+  },
   INTERNAL: {
     http: 500,
     grpc: 'INTERNAL',

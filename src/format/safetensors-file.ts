@@ -82,8 +82,9 @@ async function readExactly(
   length: number,
   path: string,
   what: string,
+  shared = false,
 ): Promise<Uint8Array> {
-  const buffer = new Uint8Array(length);
+  const buffer = new Uint8Array(shared ? new SharedArrayBuffer(length) : new ArrayBuffer(length));
   let done = 0;
   while (done < length) {
     let bytesRead: number;
@@ -160,7 +161,8 @@ export class SafetensorsFileReader {
   }
 
   /** Exactly the bytes of `entry`, in a fresh buffer the caller owns. */
-  async read(entry: TensorEntry): Promise<Uint8Array> {
+  /** The bytes of one tensor, in a fresh buffer (a SharedArrayBuffer when `shared`). */
+  async read(entry: TensorEntry, shared = false): Promise<Uint8Array> {
     if (this.handle === null) throw internal(`read of tensor ${JSON.stringify(entry.name)} after close`);
     if (entry.begin > entry.end || entry.end > this.header.dataLength) {
       throw internal(`tensor ${JSON.stringify(entry.name)} is not an entry of ${this.path}`);
@@ -172,6 +174,7 @@ export class SafetensorsFileReader {
       entry.end - entry.begin,
       this.path,
       what,
+      shared,
     );
   }
 

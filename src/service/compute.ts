@@ -20,15 +20,25 @@ import {
 export interface Compute {
   /** A short name for logs and /healthz: "js", "native", "wasm", "cuda". */
   readonly backend: string;
-  quantize(input: FloatInput, spec: QuantSpec, given?: QParams): Promise<QuantizeOutput>;
-  chooseQParams(input: FloatInput, spec: QuantSpec, given?: QParams): Promise<QParams>;
+  /** Whether inputs should come in SharedArrayBuffers (ops run on other threads). */
+  readonly sharedInputs?: boolean;
+  quantize(
+    input: FloatInput,
+    spec: QuantSpec,
+    given?: QParams,
+    signal?: AbortSignal,
+  ): Promise<QuantizeOutput>;
+  chooseQParams(input: FloatInput, spec: QuantSpec, given?: QParams, signal?: AbortSignal): Promise<QParams>;
   fakeQuantize(
     input: FloatInput,
     spec: QuantSpec,
     outDType: FloatDType,
     given?: QParams,
+    signal?: AbortSignal,
   ): Promise<FakeQuantizeOutput>;
-  dequantize(input: QuantizedInput, outDType: FloatDType): Promise<Uint8Array>;
+  dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array>;
+  /** Hands back an output once its bytes are written out, so later outputs can reuse its memory. */
+  release?(data: ArrayBufferView): void;
 }
 
 /** The TypeScript reference, run in the calling thread: the oracle every backend must match. */

@@ -10,7 +10,8 @@ import { toQParams, type GivenData, type GivenEntries } from './given-qparams.js
 import type { Plan, Step } from './plan.js';
 
 export interface TensorSource {
-  read(entry: TensorEntry): Promise<Uint8Array>;
+  /** The bytes of one tensor; in a SharedArrayBuffer when `shared` (the kernels' threads read them). */
+  read(entry: TensorEntry, shared?: boolean): Promise<Uint8Array>;
 }
 
 export interface TensorSink {
@@ -68,7 +69,8 @@ async function runStep(
   const name = step.entry.name;
   const givenData = await readGiven(source, step.given);
   const given = step.given ? toQParams(name, givenData, spec, step.layout) : undefined;
-  const input = { name, dtype: step.dtype, data: await source.read(step.entry), layout: step.layout };
+  const data = await source.read(step.entry, compute.sharedInputs);
+  const input = { name, dtype: step.dtype, data, layout: step.layout };
   switch (step.kind) {
     case 'quantize': {
       const out = await compute.quantize(input, spec, given);
@@ -91,12 +93,18 @@ function inputBytes(step: Step): number {
   return step.entry.end - step.entry.begin;
 }
 
+export interface ExecuteOptions {
+  readonly onStep?: (report: StepReport) => void;
+  /** The sink copies or writes out what it is given (a file): outputs go back to the compute. */
+  readonly releaseOutputs?: boolean;
+}
+
 export async function executePlan(
   plan: Plan,
   source: TensorSource,
   sink: TensorSink,
   compute: Compute,
-  onStep?: (report: StepReport) => void,
+  options: ExecuteOptions = {},
 ): Promise<RunSummary> {
   let transformed = 0;
   let passedThrough = 0;
@@ -108,6 +116,7 @@ export async function executePlan(
     for (let i = 0; i < outputs.length; i++) {
       await sink.write(step.outputs[i]!.name, outputs[i]!);
       written += outputs[i]!.byteLength;
+      if (options.releaseOutputs && step.kind !== 'copy') compute.release?.(outputs[i]!);
     }
     const read = inputBytes(step);
     if (step.kind === 'copy') passedThrough++;
@@ -115,7 +124,7 @@ export async function executePlan(
     bytesIn += read;
     bytesOut += written;
     const name = step.kind === 'dequantize' ? step.group.name : step.entry.name;
-    onStep?.({ name, kind: step.kind, bytesIn: read, bytesOut: written });
+    options.onStep?.({ name, kind: step.kind, bytesIn: read, bytesOut: written });
   }
   return { transformed, passedThrough, bytesIn, bytesOut };
 }

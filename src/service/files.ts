@@ -21,7 +21,7 @@ export async function runFileOperation(
     const plan = planOperation(reader.header, request, inputPath);
     const writer = await SafetensorsFileWriter.create(outputPath, plan.tensors, plan.metadata);
     try {
-      const summary = await executePlan(plan, reader, writer, compute, onStep);
+      const summary = await executePlan(plan, reader, writer, compute, { onStep, releaseOutputs: true });
       await writer.commit();
       return summary;
     } catch (err) {

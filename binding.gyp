@@ -1,0 +1,19 @@
+{
+  "targets": [
+    {
+      "target_name": "quantd",
+      "sources": [
+        "native/addon/addon.c",
+        "native/src/ref.c",
+        "native/src/dispatch.c",
+        "native/src/x86_avx2.c",
+        "native/src/x86_avx512.c"
+      ],
+      "cflags_c": ["-std=c11"],
+      "cflags": ["-O3", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+      "xcode_settings": {
+        "OTHER_CFLAGS": ["-O3", "-ffp-contract=off", "-fno-fast-math"]
+      }
+    }
+  ]
+}

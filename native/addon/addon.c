@@ -1,0 +1,282 @@
+/*
+ * The N-API addon: one JavaScript function per kernel op, each a thin wrapper that reads typed
+ * arrays (no copies: the kernels work in the arrays' own memory) and numbers, calls the selected
+ * dispatch table and returns the kernel's status. The index of a rejected element is kept per
+ * thread and read with lastBad(). Shapes of the arguments are checked in src/kernels/native.ts;
+ * here only what could corrupt memory is checked again (array lengths against the counts).
+ */
+#define NAPI_VERSION 8
+#include <node_api.h>
+#include <stdint.h>
+
+#include "../include/quantd.h"
+
+/* Per thread: each worker selects its table (tests may force different ones in parallel). */
+static _Thread_local const qd_kernels *kernels = &qd_kernels_ref;
+static _Thread_local double last_bad = -1;
+
+#define CHECK_NAPI(call)                                                                                          \
+  do {                                                                                                          \
+    if ((call) != napi_ok) return throw_error(env, "quantd addon: bad argument");                               \
+  } while (0)
+
+static napi_value throw_error(napi_env env, const char *message) {
+  napi_throw_type_error(env, NULL, message);
+  return NULL;
+}
+
+static napi_value number(napi_env env, double v) {
+  napi_value out;
+  napi_create_double(env, v, &out);
+  return out;
+}
+
+typedef struct {
+  void *data;
+  size_t bytes;
+} view;
+
+static int get_view(napi_env env, napi_value v, view *out) {
+  napi_typedarray_type type;
+  size_t length, offset;
+  napi_value buffer;
+  void *data;
+  if (napi_get_typedarray_info(env, v, &type, &length, &data, &buffer, &offset) != napi_ok) return 0;
+  size_t size = 1;
+  switch (type) {
+  case napi_int16_array:
+  case napi_uint16_array:
+    size = 2;
+    break;
+  case napi_int32_array:
+  case napi_uint32_array:
+  case napi_float32_array:
+    size = 4;
+    break;
+  case napi_float64_array:
+  case napi_bigint64_array:
+  case napi_biguint64_array:
+    size = 8;
+    break;
+  default:
+    size = 1;
+  }
+  out->data = data;
+  out->bytes = length * size;
+  return 1;
+}
+
+static int get_u64(napi_env env, napi_value v, uint64_t *out) {
+  double d;
+  if (napi_get_value_double(env, v, &d) != napi_ok || !(d >= 0) || d > 9007199254740992.0) return 0;
+  *out = (uint64_t)d;
+  return 1;
+}
+
+static int get_i32(napi_env env, napi_value v, int32_t *out) { return napi_get_value_int32(env, v, out) == napi_ok; }
+
+static int get_f32(napi_env env, napi_value v, float *out) {
+  double d;
+  if (napi_get_value_double(env, v, &d) != napi_ok) return 0;
+  *out = (float)d;
+  return 1;
+}
+
+#define ARGS(n)                                                                                                 \
+  size_t argc = n;                                                                                              \
+  napi_value argv[n];                                                                                           \
+  CHECK_NAPI(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));                                             \
+  if (argc != n) return throw_error(env, "quantd addon: wrong number of arguments")
+
+static int layout_of(napi_env env, napi_value *argv, qd_layout *l) {
+  return get_u64(env, argv[0], &l->outer) && get_u64(env, argv[1], &l->channels) &&
+         get_u64(env, argv[2], &l->inner);
+}
+
+static napi_value status_of(napi_env env, qd_status s, uint64_t bad) {
+  last_bad = s == QD_OK ? -1 : (double)bad;
+  return number(env, (double)s);
+}
+
+/* select(isa: string) -> the selected ISA name, or null when not supported */
+static napi_value js_select(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  char isa[32];
+  size_t len;
+  CHECK_NAPI(napi_get_value_string_utf8(env, argv[0], isa, sizeof isa, &len));
+  const qd_kernels *k = qd_select(isa);
+  if (k == NULL) {
+    napi_value nul;
+    napi_get_null(env, &nul);
+    return nul;
+  }
+  kernels = k;
+  napi_value name;
+  napi_create_string_utf8(env, k->isa, NAPI_AUTO_LENGTH, &name);
+  return name;
+}
+
+static napi_value js_last_bad(napi_env env, napi_callback_info info) {
+  (void)info;
+  return number(env, last_bad);
+}
+
+/* minmax(x, start, outer, channels, inner, mins, maxs) */
+static napi_value js_minmax(napi_env env, napi_callback_info info) {
+  ARGS(7);
+  view x, mins, maxs;
+  uint64_t start, bad = 0;
+  qd_layout l;
+  if (!get_view(env, argv[0], &x) || !get_u64(env, argv[1], &start) || !layout_of(env, argv + 2, &l) ||
+      !get_view(env, argv[5], &mins) || !get_view(env, argv[6], &maxs))
+    return throw_error(env, "quantd addon: minmax arguments");
+  if (mins.bytes < l.channels * 4 || maxs.bytes < l.channels * 4) return throw_error(env, "quantd addon: minmax sizes");
+  return status_of(env, kernels->minmax(x.data, start, x.bytes / 4, &l, mins.data, maxs.data, &bad), bad);
+}
+
+static int quant_of(napi_env env, napi_value *argv, qd_quant *q) {
+  return get_i32(env, argv[0], &q->codes) && get_i32(env, argv[1], &q->qmin) && get_i32(env, argv[2], &q->qmax) &&
+         get_i32(env, argv[3], &q->add_zero_point_first) && get_i32(env, argv[4], &q->reject_infinity);
+}
+
+static uint64_t code_bytes(int32_t kind, uint64_t n) {
+  switch (kind) {
+  case QD_CODES_I16:
+    return n * 2;
+  case QD_CODES_I32:
+    return n * 4;
+  case QD_CODES_I4:
+  case QD_CODES_U4:
+    return (n + 1) / 2;
+  case QD_CODES_I2:
+  case QD_CODES_U2:
+    return (n + 3) / 4;
+  default:
+    return n;
+  }
+}
+
+/* quantize(x, start, outer, channels, inner, scale, zp, codes, qmin, qmax, addFirst, rejectInf, out) */
+static napi_value js_quantize(napi_env env, napi_callback_info info) {
+  ARGS(13);
+  view x, scale, zp, out;
+  uint64_t start, bad = 0;
+  qd_layout l;
+  qd_quant q;
+  if (!get_view(env, argv[0], &x) || !get_u64(env, argv[1], &start) || !layout_of(env, argv + 2, &l) ||
+      !get_view(env, argv[5], &scale) || !get_view(env, argv[6], &zp) || !quant_of(env, argv + 7, &q) ||
+      !get_view(env, argv[12], &out))
+    return throw_error(env, "quantd addon: quantize arguments");
+  uint64_t count = x.bytes / 4;
+  if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || out.bytes < code_bytes(q.codes, count))
+    return throw_error(env, "quantd addon: quantize sizes");
+  return status_of(env, kernels->quantize(x.data, start, count, &l, scale.data, zp.data, &q, out.data, &bad), bad);
+}
+
+/* dequantize(codes, kind, start, count, outer, channels, inner, scale, zp, out) */
+static napi_value js_dequantize(napi_env env, napi_callback_info info) {
+  ARGS(10);
+  view codes, scale, zp, out;
+  int32_t kind;
+  uint64_t start, count;
+  qd_layout l;
+  if (!get_view(env, argv[0], &codes) || !get_i32(env, argv[1], &kind) || !get_u64(env, argv[2], &start) ||
+      !get_u64(env, argv[3], &count) || !layout_of(env, argv + 4, &l) || !get_view(env, argv[7], &scale) ||
+      !get_view(env, argv[8], &zp) || !get_view(env, argv[9], &out))
+    return throw_error(env, "quantd addon: dequantize arguments");
+  if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || out.bytes < count * 4 ||
+      codes.bytes < code_bytes(kind, count))
+    return throw_error(env, "quantd addon: dequantize sizes");
+  return status_of(env, kernels->dequantize(codes.data, kind, start, count, &l, scale.data, zp.data, out.data), 0);
+}
+
+/* fakeQuantize(x, start, outer, channels, inner, scale, zp, qmin, qmax, floatZp, out, mask) */
+static napi_value js_fake_quantize(napi_env env, napi_callback_info info) {
+  ARGS(12);
+  view x, scale, zp, out, mask;
+  uint64_t start, bad = 0;
+  int32_t qmin, qmax, float_zp;
+  qd_layout l;
+  if (!get_view(env, argv[0], &x) || !get_u64(env, argv[1], &start) || !layout_of(env, argv + 2, &l) ||
+      !get_view(env, argv[5], &scale) || !get_view(env, argv[6], &zp) || !get_i32(env, argv[7], &qmin) ||
+      !get_i32(env, argv[8], &qmax) || !get_i32(env, argv[9], &float_zp) || !get_view(env, argv[10], &out) ||
+      !get_view(env, argv[11], &mask))
+    return throw_error(env, "quantd addon: fakeQuantize arguments");
+  uint64_t count = x.bytes / 4;
+  if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || out.bytes < count * 4 || mask.bytes < count)
+    return throw_error(env, "quantd addon: fakeQuantize sizes");
+  return status_of(env,
+                   kernels->fake_quantize(x.data, start, count, &l, scale.data, zp.data, qmin, qmax, float_zp,
+                                          out.data, mask.data, &bad),
+                   bad);
+}
+
+static int choose_of(napi_env env, napi_value *argv, qd_choose *c) {
+  return get_i32(env, argv[0], &c->mode) && get_i32(env, argv[1], &c->qmin) && get_i32(env, argv[2], &c->qmax) &&
+         get_f32(env, argv[3], &c->eps) && get_i32(env, argv[4], &c->symmetric_zero_point);
+}
+
+/* chooseQuantize(x, first, unitSize, mode, qmin, qmax, eps, symZp, codes, qmin, qmax, addFirst, rejectInf,
+ *                scale, zp, out) */
+static napi_value js_choose_quantize(napi_env env, napi_callback_info info) {
+  ARGS(16);
+  view x, scale, zp, out;
+  uint64_t first, unit, bad = 0;
+  qd_choose c;
+  qd_quant q;
+  if (!get_view(env, argv[0], &x) || !get_u64(env, argv[1], &first) || !get_u64(env, argv[2], &unit) ||
+      !choose_of(env, argv + 3, &c) || !quant_of(env, argv + 8, &q) || !get_view(env, argv[13], &scale) ||
+      !get_view(env, argv[14], &zp) || !get_view(env, argv[15], &out) || unit == 0)
+    return throw_error(env, "quantd addon: chooseQuantize arguments");
+  uint64_t units = x.bytes / 4 / unit;
+  if (scale.bytes < units * 4 || zp.bytes < units * 8 || out.bytes < code_bytes(q.codes, units * unit))
+    return throw_error(env, "quantd addon: chooseQuantize sizes");
+  return status_of(env,
+                   kernels->choose_quantize(x.data, first, units, unit, &c, &q, scale.data, zp.data, out.data, &bad),
+                   bad);
+}
+
+/* determine(mins, maxs, mode, qmin, qmax, eps, symZp, scale, zp) */
+static napi_value js_determine(napi_env env, napi_callback_info info) {
+  ARGS(9);
+  view mins, maxs, scale, zp;
+  qd_choose c;
+  uint64_t bad = 0;
+  if (!get_view(env, argv[0], &mins) || !get_view(env, argv[1], &maxs) || !choose_of(env, argv + 2, &c) ||
+      !get_view(env, argv[7], &scale) || !get_view(env, argv[8], &zp))
+    return throw_error(env, "quantd addon: determine arguments");
+  uint64_t n = mins.bytes / 4;
+  if (maxs.bytes < n * 4 || scale.bytes < n * 4 || zp.bytes < n * 8) return throw_error(env, "quantd addon: determine sizes");
+  return status_of(env, qd_determine(mins.data, maxs.data, n, &c, scale.data, zp.data, &bad), bad);
+}
+
+/* convert(kind, in, out): 0 f16→f32, 1 bf16→f32, 2 f32→f16, 3 f32→bf16; n from the input */
+static napi_value js_convert(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  int32_t kind;
+  view in, out;
+  if (!get_i32(env, argv[0], &kind) || !get_view(env, argv[1], &in) || !get_view(env, argv[2], &out) || kind < 0 ||
+      kind > 3)
+    return throw_error(env, "quantd addon: convert arguments");
+  uint64_t n = kind < 2 ? in.bytes / 2 : in.bytes / 4;
+  if (out.bytes < (kind < 2 ? n * 4 : n * 2)) return throw_error(env, "quantd addon: convert sizes");
+  qd_convert_fn fns[4] = {kernels->f16_to_f32, kernels->bf16_to_f32, kernels->f32_to_f16, kernels->f32_to_bf16};
+  fns[kind](in.data, n, out.data);
+  return number(env, 0);
+}
+
+NAPI_MODULE_INIT() {
+  napi_property_descriptor props[] = {
+      {"select", NULL, js_select, NULL, NULL, NULL, napi_default, NULL},
+      {"lastBad", NULL, js_last_bad, NULL, NULL, NULL, napi_default, NULL},
+      {"minmax", NULL, js_minmax, NULL, NULL, NULL, napi_default, NULL},
+      {"quantize", NULL, js_quantize, NULL, NULL, NULL, napi_default, NULL},
+      {"dequantize", NULL, js_dequantize, NULL, NULL, NULL, napi_default, NULL},
+      {"fakeQuantize", NULL, js_fake_quantize, NULL, NULL, NULL, napi_default, NULL},
+      {"chooseQuantize", NULL, js_choose_quantize, NULL, NULL, NULL, napi_default, NULL},
+      {"determine", NULL, js_determine, NULL, NULL, NULL, napi_default, NULL},
+      {"convert", NULL, js_convert, NULL, NULL, NULL, napi_default, NULL},
+  };
+  napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  return exports;
+}

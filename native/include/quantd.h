@@ -1,0 +1,127 @@
+/*
+ * quantd kernels: the numerics of DESIGN.md §2 in C11, bit for bit equal to the TypeScript
+ * reference in src/core. One portable scalar implementation per op family (*_ref, ref.c) and
+ * SIMD variants beside it (x86 AVX2 and AVX-512, WebAssembly SIMD128), chosen through one
+ * dispatch table. Kernels never abort and never allocate: they return a status.
+ *
+ * Ranges: every kernel works on elements [start, start + count) of a tensor laid out as
+ * (outer, channels, inner) — element i uses qparam floor(i / inner) % channels — so a tensor can
+ * be split across threads or streamed through a small buffer. Pointers point at element `start`
+ * (for packed sub-byte codes, at the byte holding it: `start` must then be a multiple of the
+ * codes per byte).
+ */
+#ifndef QUANTD_H
+#define QUANTD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  QD_OK = 0,
+  /* NaN, or ±Infinity where the op rejects it; *bad is the element index. */
+  QD_NOT_FINITE = 1,
+  /* A chosen scale is not a finite positive float32; *bad is the unit index. */
+  QD_RANGE_OVERFLOW = 2,
+  /* A parameter outside its domain: a caller bug, never data. */
+  QD_BAD_ARGUMENT = 3,
+} qd_status;
+
+typedef enum {
+  QD_CODES_I8 = 0,
+  QD_CODES_U8 = 1,
+  QD_CODES_I16 = 2,
+  QD_CODES_I32 = 3,
+  QD_CODES_I4 = 4,
+  QD_CODES_U4 = 5,
+  QD_CODES_I2 = 6,
+  QD_CODES_U2 = 7,
+  QD_CODES_E4M3 = 8,
+  QD_CODES_E5M2 = 9,
+} qd_codes;
+
+typedef struct {
+  uint64_t outer, channels, inner;
+} qd_layout;
+
+typedef struct {
+  int32_t codes; /* qd_codes */
+  int32_t qmin, qmax;
+  /* round(x·inv + zp) (float_qparams, per_token, per_group) instead of round(x·inv) + zp. */
+  int32_t add_zero_point_first;
+  /* ±Infinity is an error (per_group) instead of saturating. */
+  int32_t reject_infinity;
+} qd_quant;
+
+typedef enum {
+  QD_AFFINE = 0,
+  QD_SYMMETRIC = 1,
+  QD_FLOAT_QPARAMS = 2,
+  QD_TOKEN_SYMMETRIC = 3,
+  QD_TOKEN_AFFINE = 4,
+} qd_mode;
+
+typedef struct {
+  int32_t mode; /* qd_mode */
+  int32_t qmin, qmax;
+  float eps;
+  int32_t symmetric_zero_point;
+} qd_choose;
+
+/* Per-unit minimum and maximum, accumulated into mins/maxs (length `channels`; start them at
+ * +Inf / -Inf). Zeros order -0 < +0. NaN and ±Infinity are QD_NOT_FINITE. */
+typedef qd_status (*qd_minmax_fn)(const float *x, uint64_t start, uint64_t count, const qd_layout *l,
+                                  float *mins, float *maxs, uint64_t *bad);
+/* Codes of x with per-unit scale and zero point (zero points as float32, as torch adds them). */
+typedef qd_status (*qd_quantize_fn)(const float *x, uint64_t start, uint64_t count, const qd_layout *l,
+                                    const float *scale, const float *zero_point, const qd_quant *q, void *out,
+                                    uint64_t *bad);
+/* (float32(code) - zp) · scale. */
+typedef qd_status (*qd_dequantize_fn)(const void *codes, int32_t kind, uint64_t start, uint64_t count,
+                                      const qd_layout *l, const float *scale, const float *zero_point,
+                                      float *out);
+/* Quantize-dequantize with its mask (1 = inside [qmin, qmax] before clamping). */
+typedef qd_status (*qd_fake_quantize_fn)(const float *x, uint64_t start, uint64_t count, const qd_layout *l,
+                                         const float *scale, const float *zero_point, int32_t qmin,
+                                         int32_t qmax, int32_t float_zero_point, float *out, uint8_t *mask,
+                                         uint64_t *bad);
+/* For contiguous units (outer = 1: per_tensor, per_token, per_group): choose each unit's qparams
+ * from its min/max and quantize it, in one pass. Units [first, first + units). */
+typedef qd_status (*qd_choose_quantize_fn)(const float *x, uint64_t first, uint64_t units, uint64_t unit_size,
+                                           const qd_choose *c, const qd_quant *q, float *scale,
+                                           double *zero_point, void *out, uint64_t *bad);
+typedef void (*qd_convert_fn)(const void *in, uint64_t n, void *out);
+
+typedef struct {
+  const char *isa;
+  qd_minmax_fn minmax;
+  qd_quantize_fn quantize;
+  qd_dequantize_fn dequantize;
+  qd_fake_quantize_fn fake_quantize;
+  qd_choose_quantize_fn choose_quantize;
+  qd_convert_fn f16_to_f32, bf16_to_f32, f32_to_f16, f32_to_bf16;
+} qd_kernels;
+
+/* Qparams of each unit from its min and max (torch determine_qparams and the per_token rules).
+ * Integer zero points come back exact in `zero_point` (double holds every int32). */
+qd_status qd_determine(const float *mins, const float *maxs, uint64_t n, const qd_choose *c, float *scale,
+                       double *zero_point, uint64_t *bad);
+
+/* The portable scalar reference of every op family. */
+extern const qd_kernels qd_kernels_ref;
+
+/* The best table this CPU supports, or the one named ("scalar", "avx2", "avx512", "simd128");
+ * NULL when the named one is not built in or not supported. */
+const qd_kernels *qd_select(const char *isa);
+
+/* Whether this build and CPU can run the named table. */
+int qd_supported(const char *isa);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

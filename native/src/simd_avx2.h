@@ -1,0 +1,158 @@
+/*
+ * The vector primitives of simd_kernels.h for x86 AVX2 (8 float32 lanes). Every function is
+ * compiled for AVX2 + F16C through a target attribute, so the library itself builds without
+ * global -mavx2 and runs on CPUs without it (dispatch.c only selects it when supported).
+ * No FMA: results must equal the scalar reference exactly.
+ */
+#ifndef QUANTD_SIMD_AVX2_H
+#define QUANTD_SIMD_AVX2_H
+
+#include <immintrin.h>
+
+#include "common.h"
+
+#define QD_TARGET __attribute__((target("avx2,f16c")))
+#define QD_V static inline __attribute__((always_inline, target("avx2,f16c")))
+#define QD_ISA avx2
+#define QD_ISA_NAME "avx2"
+#define VL 8
+#define QD_HAS_GATHER 1
+#define QD_HAS_F16C 1
+
+typedef __m256 vf;
+typedef __m256i vi;
+typedef __m256i vm; /* lane mask: all ones or all zeros per 32-bit lane */
+
+QD_V vf vf_load(const float *p) { return _mm256_loadu_ps(p); }
+QD_V void vf_store(float *p, vf v) { _mm256_storeu_ps(p, v); }
+QD_V vf vf_set(float x) { return _mm256_set1_ps(x); }
+QD_V vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+QD_V vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+QD_V vf vf_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+QD_V vf vf_div(vf a, vf b) { return _mm256_div_ps(a, b); }
+QD_V vf vf_round(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+QD_V vf vf_min(vf a, vf b) { return _mm256_min_ps(a, b); }
+QD_V vf vf_max(vf a, vf b) { return _mm256_max_ps(a, b); }
+
+QD_V vi vi_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+QD_V void vi_store(void *p, vi v) { _mm256_storeu_si256((__m256i *)p, v); }
+QD_V vi vi_set(int32_t x) { return _mm256_set1_epi32(x); }
+QD_V vi vi_and(vi a, vi b) { return _mm256_and_si256(a, b); }
+QD_V vi vi_or(vi a, vi b) { return _mm256_or_si256(a, b); }
+QD_V vi vi_xor(vi a, vi b) { return _mm256_xor_si256(a, b); }
+QD_V vi vi_add(vi a, vi b) { return _mm256_add_epi32(a, b); }
+QD_V vi vi_sub(vi a, vi b) { return _mm256_sub_epi32(a, b); }
+QD_V vi vi_min(vi a, vi b) { return _mm256_min_epi32(a, b); }
+QD_V vi vi_max(vi a, vi b) { return _mm256_max_epi32(a, b); }
+#define vi_sra(v, n) _mm256_srai_epi32((v), (n))
+#define vi_srl(v, n) _mm256_srli_epi32((v), (n))
+#define vi_sll(v, n) _mm256_slli_epi32((v), (n))
+QD_V vi vf_bits(vf v) { return _mm256_castps_si256(v); }
+QD_V vf vi_bits(vi v) { return _mm256_castsi256_ps(v); }
+QD_V vf vi_to_vf(vi v) { return _mm256_cvtepi32_ps(v); }
+
+/* Integral float32 lanes to int32, saturating: 2^31 and above (and +Inf) become INT32_MAX;
+ * cvtps already turns -2^31 and below (and -Inf) into INT32_MIN. */
+QD_V vi vf_to_vi_sat(vf u) {
+  vi c = _mm256_cvtps_epi32(u);
+  __m256 high = _mm256_cmp_ps(u, _mm256_set1_ps(2147483648.0f), _CMP_GE_OQ);
+  return _mm256_blendv_epi8(c, _mm256_set1_epi32(INT32_MAX), _mm256_castps_si256(high));
+}
+
+QD_V vm vm_none(void) { return _mm256_setzero_si256(); }
+QD_V vm vm_or(vm a, vm b) { return _mm256_or_si256(a, b); }
+QD_V vm vm_and(vm a, vm b) { return _mm256_and_si256(a, b); }
+QD_V int vm_any(vm m) { return !_mm256_testz_si256(m, m); }
+QD_V vm vf_unord(vf a) { return _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
+QD_V vm vf_ge(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GE_OQ)); }
+QD_V vm vf_le(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_LE_OQ)); }
+QD_V vm vf_lt(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
+QD_V vm vi_eq(vi a, vi b) { return _mm256_cmpeq_epi32(a, b); }
+QD_V vm vi_gt(vi a, vi b) { return _mm256_cmpgt_epi32(a, b); }
+QD_V vm vf_gt(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ)); }
+QD_V vi vi_select(vm m, vi yes, vi no) { return _mm256_blendv_epi8(no, yes, m); }
+QD_V vf vf_select(vm m, vf yes, vf no) { return _mm256_blendv_ps(no, yes, _mm256_castsi256_ps(m)); }
+/* The 0/1 bytes of a lane mask, for fake-quantize's mask output (VL bytes). */
+QD_V void vm_store_bytes(uint8_t *out, vm m) {
+  __m256i ones = _mm256_and_si256(m, _mm256_set1_epi32(1));
+  __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(ones), _mm256_extracti128_si256(ones, 1));
+  _mm_storel_epi64((__m128i *)out, _mm_packs_epi16(w, w));
+}
+
+QD_V int32_t vi_hmin(vi v) {
+  __m128i m = _mm_min_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_min_epi32(m, _mm_shuffle_epi32(m, 0x4e));
+  m = _mm_min_epi32(m, _mm_shuffle_epi32(m, 0xb1));
+  return _mm_cvtsi128_si32(m);
+}
+QD_V int32_t vi_hmax(vi v) {
+  __m128i m = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4e));
+  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xb1));
+  return _mm_cvtsi128_si32(m);
+}
+
+/* ---- codes in: VL codes to int32 lanes ---- */
+QD_V vi vi_load_i8(const void *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+QD_V vi vi_load_u8(const void *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+QD_V vi vi_load_i16(const void *p) { return _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)p)); }
+/* VL 4-bit codes from VL/2 bytes, LSB first. */
+QD_V vi vi_load_nibbles(const void *p, int is_signed) {
+  int32_t word;
+  __builtin_memcpy(&word, p, 4);
+  vi v = _mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+  v = _mm256_and_si256(v, _mm256_set1_epi32(15));
+  return is_signed ? _mm256_sub_epi32(_mm256_xor_si256(v, _mm256_set1_epi32(8)), _mm256_set1_epi32(8)) : v;
+}
+QD_V vf vf_gather(const float *table, vi idx) { return _mm256_i32gather_ps(table, idx, 4); }
+
+/* ---- codes out: 4·VL int32 lanes (already within the code range) ---- */
+QD_V __m256i pack4_bytes(vi a, vi b, vi c, vi d, int is_unsigned) {
+  __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+  __m256i bytes = is_unsigned ? _mm256_packus_epi16(ab, cd) : _mm256_packs_epi16(ab, cd);
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+QD_V void store4_i8(void *out, vi a, vi b, vi c, vi d) { vi_store(out, pack4_bytes(a, b, c, d, 0)); }
+QD_V void store4_u8(void *out, vi a, vi b, vi c, vi d) { vi_store(out, pack4_bytes(a, b, c, d, 1)); }
+QD_V void store4_i16(void *out, vi a, vi b, vi c, vi d) {
+  vi_store(out, _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8));
+  vi_store((uint8_t *)out + 32, _mm256_permute4x64_epi64(_mm256_packs_epi32(c, d), 0xd8));
+}
+QD_V void store4_i32(void *out, vi a, vi b, vi c, vi d) {
+  vi_store(out, a);
+  vi_store((uint8_t *)out + 32, b);
+  vi_store((uint8_t *)out + 64, c);
+  vi_store((uint8_t *)out + 96, d);
+}
+/* 4·VL 4-bit codes (two's complement fields) into 2·VL bytes. */
+QD_V void store4_nibbles(void *out, vi a, vi b, vi c, vi d) {
+  __m256i bytes = pack4_bytes(a, b, c, d, 0);
+  __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi16(0x000f));
+  __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi16(0x00f0));
+  __m256i words = _mm256_or_si256(lo, hi);
+  __m256i packed = _mm256_packus_epi16(words, words);
+  _mm_storeu_si128((__m128i *)out, _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08)));
+}
+
+/* ---- float16 / bfloat16 ---- */
+/* float16 to float32, NaN made canonical (0x7fc00000) as float16.ts decodes it. */
+QD_V vf vf_load_f16(const void *p) {
+  vf v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+/* Nearest-even float16, NaN made canonical (0x7e00 | sign) as float16.ts does. */
+QD_V void vf_store_f16(void *p, vf v) {
+  __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan), _mm256_extracti128_si256(nan, 1));
+  __m128i sign = _mm_and_si128(h, _mm_set1_epi16((short)0x8000));
+  __m128i canonical = _mm_or_si128(sign, _mm_set1_epi16(0x7e00));
+  _mm_storeu_si128((__m128i *)p, _mm_blendv_epi8(h, canonical, nan16));
+}
+QD_V vi vi_load_u16(const void *p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)); }
+QD_V void vi_store_u16(void *p, vi v) {
+  __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+  _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
+}
+
+#endif

@@ -1,0 +1,145 @@
+/*
+ * The vector primitives of simd_kernels.h for x86 AVX-512 (F, BW, VL, DQ; 16 float32 lanes,
+ * mask registers). Target attributes as in simd_avx2.h. AVX-512F has fused multiply-add
+ * instructions; -ffp-contract=off keeps the compiler from using them.
+ */
+#ifndef QUANTD_SIMD_AVX512_H
+#define QUANTD_SIMD_AVX512_H
+
+#include <immintrin.h>
+
+#include "common.h"
+
+#define QD_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+#define QD_V static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+#define QD_ISA avx512
+#define QD_ISA_NAME "avx512"
+#define VL 16
+#define QD_HAS_GATHER 1
+#define QD_HAS_F16C 1
+
+typedef __m512 vf;
+typedef __m512i vi;
+typedef __mmask16 vm;
+
+QD_V vf vf_load(const float *p) { return _mm512_loadu_ps(p); }
+QD_V void vf_store(float *p, vf v) { _mm512_storeu_ps(p, v); }
+QD_V vf vf_set(float x) { return _mm512_set1_ps(x); }
+QD_V vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+QD_V vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+QD_V vf vf_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+QD_V vf vf_div(vf a, vf b) { return _mm512_div_ps(a, b); }
+QD_V vf vf_round(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+QD_V vf vf_min(vf a, vf b) { return _mm512_min_ps(a, b); }
+QD_V vf vf_max(vf a, vf b) { return _mm512_max_ps(a, b); }
+
+QD_V vi vi_load(const void *p) { return _mm512_loadu_si512(p); }
+QD_V void vi_store(void *p, vi v) { _mm512_storeu_si512(p, v); }
+QD_V vi vi_set(int32_t x) { return _mm512_set1_epi32(x); }
+QD_V vi vi_and(vi a, vi b) { return _mm512_and_si512(a, b); }
+QD_V vi vi_or(vi a, vi b) { return _mm512_or_si512(a, b); }
+QD_V vi vi_xor(vi a, vi b) { return _mm512_xor_si512(a, b); }
+QD_V vi vi_add(vi a, vi b) { return _mm512_add_epi32(a, b); }
+QD_V vi vi_sub(vi a, vi b) { return _mm512_sub_epi32(a, b); }
+QD_V vi vi_min(vi a, vi b) { return _mm512_min_epi32(a, b); }
+QD_V vi vi_max(vi a, vi b) { return _mm512_max_epi32(a, b); }
+#define vi_sra(v, n) _mm512_srai_epi32((v), (n))
+#define vi_srl(v, n) _mm512_srli_epi32((v), (n))
+#define vi_sll(v, n) _mm512_slli_epi32((v), (n))
+QD_V vi vf_bits(vf v) { return _mm512_castps_si512(v); }
+QD_V vf vi_bits(vi v) { return _mm512_castsi512_ps(v); }
+QD_V vf vi_to_vf(vi v) { return _mm512_cvtepi32_ps(v); }
+
+/* Integral lanes to int32, saturating (see simd_avx2.h). */
+QD_V vi vf_to_vi_sat(vf u) {
+  vi c = _mm512_cvtps_epi32(u);
+  __mmask16 high = _mm512_cmp_ps_mask(u, _mm512_set1_ps(2147483648.0f), _CMP_GE_OQ);
+  return _mm512_mask_mov_epi32(c, high, _mm512_set1_epi32(INT32_MAX));
+}
+
+QD_V vm vm_none(void) { return 0; }
+QD_V vm vm_or(vm a, vm b) { return (vm)(a | b); }
+QD_V vm vm_and(vm a, vm b) { return (vm)(a & b); }
+QD_V int vm_any(vm m) { return m != 0; }
+QD_V vm vf_unord(vf a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+QD_V vm vf_ge(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+QD_V vm vf_le(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
+QD_V vm vf_lt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+QD_V vm vf_gt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+QD_V vm vi_eq(vi a, vi b) { return _mm512_cmpeq_epi32_mask(a, b); }
+QD_V vm vi_gt(vi a, vi b) { return _mm512_cmpgt_epi32_mask(a, b); }
+QD_V vi vi_select(vm m, vi yes, vi no) { return _mm512_mask_blend_epi32(m, no, yes); }
+QD_V vf vf_select(vm m, vf yes, vf no) { return _mm512_mask_blend_ps(m, no, yes); }
+QD_V void vm_store_bytes(uint8_t *out, vm m) {
+  _mm_storeu_si128((__m128i *)out, _mm512_cvtepi32_epi8(_mm512_maskz_set1_epi32(m, 1)));
+}
+QD_V int32_t vi_hmin(vi v) { return _mm512_reduce_min_epi32(v); }
+QD_V int32_t vi_hmax(vi v) { return _mm512_reduce_max_epi32(v); }
+
+/* ---- codes in ---- */
+QD_V vi vi_load_i8(const void *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+QD_V vi vi_load_u8(const void *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+QD_V vi vi_load_i16(const void *p) { return _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)p)); }
+QD_V vi vi_load_nibbles(const void *p, int is_signed) {
+  __m128i bytes = _mm_loadl_epi64((const __m128i *)p);
+  __m128i twice = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+  vi v = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(twice),
+                           _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4));
+  v = _mm512_and_si512(v, _mm512_set1_epi32(15));
+  return is_signed ? _mm512_sub_epi32(_mm512_xor_si512(v, _mm512_set1_epi32(8)), _mm512_set1_epi32(8)) : v;
+}
+QD_V vf vf_gather(const float *table, vi idx) { return _mm512_i32gather_ps(idx, table, 4); }
+
+/* ---- codes out ---- */
+QD_V void store4_i8(void *out, vi a, vi b, vi c, vi d) {
+  uint8_t *o = (uint8_t *)out;
+  _mm_storeu_si128((__m128i *)o, _mm512_cvtepi32_epi8(a));
+  _mm_storeu_si128((__m128i *)(o + 16), _mm512_cvtepi32_epi8(b));
+  _mm_storeu_si128((__m128i *)(o + 32), _mm512_cvtepi32_epi8(c));
+  _mm_storeu_si128((__m128i *)(o + 48), _mm512_cvtepi32_epi8(d));
+}
+QD_V void store4_u8(void *out, vi a, vi b, vi c, vi d) { store4_i8(out, a, b, c, d); }
+QD_V void store4_i16(void *out, vi a, vi b, vi c, vi d) {
+  uint8_t *o = (uint8_t *)out;
+  _mm256_storeu_si256((__m256i *)o, _mm512_cvtepi32_epi16(a));
+  _mm256_storeu_si256((__m256i *)(o + 32), _mm512_cvtepi32_epi16(b));
+  _mm256_storeu_si256((__m256i *)(o + 64), _mm512_cvtepi32_epi16(c));
+  _mm256_storeu_si256((__m256i *)(o + 96), _mm512_cvtepi32_epi16(d));
+}
+QD_V void store4_i32(void *out, vi a, vi b, vi c, vi d) {
+  uint8_t *o = (uint8_t *)out;
+  vi_store(o, a);
+  vi_store(o + 64, b);
+  vi_store(o + 128, c);
+  vi_store(o + 192, d);
+}
+/* 16 codes → 8 bytes of nibbles. */
+QD_V __m128i nibbles16(vi v) {
+  __m128i bytes = _mm512_cvtepi32_epi8(v);
+  __m128i lo = _mm_and_si128(bytes, _mm_set1_epi16(0x000f));
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0x00f0));
+  return _mm_packus_epi16(_mm_or_si128(lo, hi), _mm_setzero_si128());
+}
+QD_V void store4_nibbles(void *out, vi a, vi b, vi c, vi d) {
+  __m128i ab = _mm_unpacklo_epi64(nibbles16(a), nibbles16(b));
+  __m128i cd = _mm_unpacklo_epi64(nibbles16(c), nibbles16(d));
+  _mm_storeu_si128((__m128i *)out, ab);
+  _mm_storeu_si128((__m128i *)((uint8_t *)out + 16), cd);
+}
+
+/* ---- float16 / bfloat16 ---- */
+QD_V vf vf_load_f16(const void *p) {
+  vf v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v,
+                              _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+}
+QD_V void vf_store_f16(void *p, vf v) {
+  __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  __m256i canonical = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)), _mm256_set1_epi16(0x7e00));
+  _mm256_storeu_si256((__m256i *)p, _mm256_mask_blend_epi16(nan, h, canonical));
+}
+QD_V vi vi_load_u16(const void *p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)); }
+QD_V void vi_store_u16(void *p, vi v) { _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(v)); }
+
+#endif

@@ -1,0 +1,362 @@
+/*
+ * C-level tests: every SIMD variant against the scalar reference, byte for byte — outputs,
+ * statuses and reported indices — over lengths 1 … 2·block + 1, unaligned pointers and starts,
+ * every layout shape, every code kind, NaN / ±Infinity / halves / saturation, and exhaustive
+ * float16 / bfloat16 conversions. Run by `npm test` (test/native/c-kernels.test.ts), also under
+ * AddressSanitizer and UndefinedBehaviorSanitizer.
+ *
+ * Usage: kernels_test [isa ...]   (default: every ISA this CPU supports)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../include/quantd.h"
+#include "../src/common.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t next_u32(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (uint32_t)(rng >> 11);
+}
+static float uniform(void) { return (float)(next_u32() >> 8) / 16777216.0f; }
+
+static int failures = 0;
+static long checks = 0;
+#define CHECK(cond, ...)                                                                                        \
+  do {                                                                                                          \
+    checks++;                                                                                                   \
+    if (!(cond)) {                                                                                              \
+      if (failures < 30) {                                                                                      \
+        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                    \
+        fprintf(stderr, __VA_ARGS__);                                                                           \
+        fprintf(stderr, "\n");                                                                                  \
+      }                                                                                                         \
+      failures++;                                                                                               \
+    }                                                                                                           \
+  } while (0)
+
+/* Values that stress the numerics: exact halves after scaling, ±0, subnormals, huge, specials. */
+static float interesting(float scale, int allow_nan, int allow_inf) {
+  uint32_t r = next_u32() % 100;
+  if (r < 40) return (uniform() * 2 - 1) * 300 * scale;
+  if (r < 60) return ((float)((int32_t)(next_u32() % 600) - 300) + 0.5f) * scale; /* halves */
+  if (r < 65) return (next_u32() & 1) ? 0.0f : -0.0f;
+  if (r < 70) return qd_float(next_u32() & 0x807fffffu); /* subnormals */
+  if (r < 75) return (uniform() * 2 - 1) * 3e38f;
+  if (r < 80) return qd_float(next_u32()) * 0.0f + ((next_u32() & 1) ? 1e30f : -1e30f);
+  if (r < 83 && allow_inf) return (next_u32() & 1) ? INFINITY : -INFINITY;
+  if (r < 85 && allow_nan) return NAN;
+  if (r < 90) return (float)((int32_t)(next_u32() % 41) - 20);
+  return qd_float(next_u32() & 0xbfffffffu); /* any finite-ish bit pattern below 2 in exponent */
+}
+
+static const int32_t RANGES[][2] = {
+    [QD_CODES_I8] = {-128, 127}, [QD_CODES_U8] = {0, 255}, [QD_CODES_I16] = {-32768, 32767},
+    [QD_CODES_I32] = {INT32_MIN, INT32_MAX}, [QD_CODES_I4] = {-8, 7}, [QD_CODES_U4] = {0, 15},
+    [QD_CODES_I2] = {-2, 1}, [QD_CODES_U2] = {0, 3}, [QD_CODES_E4M3] = {-448, 448}, [QD_CODES_E5M2] = {-57344, 57344},
+};
+
+static size_t code_bytes(int32_t kind, uint64_t n) {
+  switch (kind) {
+  case QD_CODES_I16:
+    return n * 2;
+  case QD_CODES_I32:
+    return n * 4;
+  case QD_CODES_I4:
+  case QD_CODES_U4:
+    return (n + 1) / 2;
+  case QD_CODES_I2:
+  case QD_CODES_U2:
+    return (n + 3) / 4;
+  default:
+    return n;
+  }
+}
+
+typedef struct {
+  qd_layout l;
+  uint64_t numel;
+} shape;
+
+static shape random_shape(uint64_t max_numel) {
+  shape s;
+  uint32_t kind = next_u32() % 5;
+  uint64_t n = 1 + next_u32() % max_numel;
+  if (kind == 0) { /* per tensor */
+    s.l = (qd_layout){1, 1, n};
+  } else if (kind == 1) { /* per channel, last axis (inner 1) */
+    uint64_t c = 1 + next_u32() % 80;
+    s.l = (qd_layout){1 + n / c, c, 1};
+  } else if (kind == 2) { /* per channel / group / token, long runs */
+    uint64_t inner = 1 + next_u32() % 150;
+    s.l = (qd_layout){1 + next_u32() % 3, 1 + next_u32() % 5, inner};
+  } else if (kind == 3) { /* short runs */
+    s.l = (qd_layout){1 + next_u32() % 4, 1 + next_u32() % 9, 1 + next_u32() % 7};
+  } else {
+    s.l = (qd_layout){1, 1 + next_u32() % 6, 32 * (1 + next_u32() % 5)};
+  }
+  s.numel = s.l.outer * s.l.channels * s.l.inner;
+  return s;
+}
+
+static void random_qparams(uint64_t channels, int32_t kind, int float_zp, int32_t qmin, int32_t qmax, float *scale,
+                           float *zp) {
+  for (uint64_t c = 0; c < channels; c++) {
+    uint32_t r = next_u32() % 4;
+    scale[c] = r == 0 ? 0.125f : r == 1 ? 0.1f : r == 2 ? uniform() * 5 + 1e-3f : 1e-6f;
+    if (kind == QD_CODES_E4M3 || kind == QD_CODES_E5M2) {
+      zp[c] = 0;
+    } else if (float_zp) {
+      zp[c] = (uniform() * 2 - 1) * 300;
+    } else {
+      int64_t span = (int64_t)qmax - qmin;
+      zp[c] = (float)(qmin + (int64_t)(((uint64_t)next_u32() << 16 ^ next_u32()) % (uint64_t)(span + 1)));
+    }
+  }
+}
+
+/* ---- per op ---- */
+
+static void test_minmax(const qd_kernels *k) {
+  for (int iter = 0; iter < 3000; iter++) {
+    shape s = random_shape(600);
+    uint64_t start = next_u32() % s.numel, count = next_u32() % (s.numel - start + 1);
+    int specials = next_u32() % 4 == 0;
+    float *x = malloc(sizeof(float) * (s.numel + 1)) ;
+    float *xs = x + (next_u32() & 1); /* unaligned half the time */
+    for (uint64_t i = 0; i < s.numel; i++) {
+      uint32_t r = next_u32() % 10;
+      xs[i] = r < 2 ? ((next_u32() & 1) ? 0.0f : -0.0f) : interesting(1, specials, specials);
+    }
+    uint64_t c = s.l.channels;
+    float *m1 = malloc(4 * c), *M1 = malloc(4 * c), *m2 = malloc(4 * c), *M2 = malloc(4 * c);
+    for (uint64_t i = 0; i < c; i++) m1[i] = m2[i] = INFINITY, M1[i] = M2[i] = -INFINITY;
+    uint64_t b1 = 7, b2 = 7;
+    qd_status s1 = qd_kernels_ref.minmax(xs + start, start, count, &s.l, m1, M1, &b1);
+    qd_status s2 = k->minmax(xs + start, start, count, &s.l, m2, M2, &b2);
+    CHECK(s1 == s2, "%s minmax status %d vs %d", k->isa, s1, s2);
+    if (s1 == QD_OK) {
+      CHECK(!memcmp(m1, m2, 4 * c) && !memcmp(M1, M2, 4 * c), "%s minmax values (layout %llu %llu %llu)", k->isa,
+            (unsigned long long)s.l.outer, (unsigned long long)s.l.channels, (unsigned long long)s.l.inner);
+    } else {
+      CHECK(b1 == b2, "%s minmax bad index %llu vs %llu", k->isa, (unsigned long long)b1, (unsigned long long)b2);
+    }
+    free(x), free(m1), free(M1), free(m2), free(M2);
+  }
+}
+
+static void test_quantize(const qd_kernels *k) {
+  for (int iter = 0; iter < 20000; iter++) {
+    int32_t kind = (int32_t)(next_u32() % 10);
+    shape s = random_shape(iter % 10 == 0 ? 3000 : 300);
+    int per = qd_codes_per_byte(kind);
+    uint64_t start = (next_u32() % s.numel) / (uint64_t)per * (uint64_t)per;
+    uint64_t count = next_u32() % (s.numel - start + 1);
+    qd_quant q = {kind, RANGES[kind][0], RANGES[kind][1], (int32_t)(next_u32() & 1), (int32_t)(next_u32() % 3 == 0)};
+    if (next_u32() % 3 == 0 && kind != QD_CODES_I32) { /* a narrowed range */
+      int32_t lo = q.qmin + (int32_t)(next_u32() % 3), hi = q.qmax - (int32_t)(next_u32() % 3);
+      if (lo < hi) q.qmin = lo, q.qmax = hi;
+    }
+    int float_zp = q.add_zero_point_first && (next_u32() & 1);
+    int specials = next_u32() % 3 == 0;
+    float *scale = malloc(4 * s.l.channels), *zp = malloc(4 * s.l.channels);
+    random_qparams(s.l.channels, kind, float_zp, q.qmin, q.qmax, scale, zp);
+    float *x = malloc(sizeof(float) * (s.numel + 3));
+    float *xs = x + next_u32() % 4;
+    for (uint64_t i = 0; i < s.numel; i++) xs[i] = interesting(scale[(i / s.l.inner) % s.l.channels], specials, 1);
+    size_t nb = code_bytes(kind, count) + 8;
+    uint8_t *o1 = malloc(nb), *o2 = malloc(nb + 1);
+    uint8_t *o2s = o2 + (next_u32() & 1);
+    memset(o1, 0xa5, nb);
+    memset(o2s, 0xa5, nb);
+    uint64_t b1 = 7, b2 = 7;
+    qd_status s1 = qd_kernels_ref.quantize(xs + start, start, count, &s.l, scale, zp, &q, o1, &b1);
+    qd_status s2 = k->quantize(xs + start, start, count, &s.l, scale, zp, &q, o2s, &b2);
+    CHECK(s1 == s2, "%s quantize kind %d status %d vs %d", k->isa, kind, s1, s2);
+    if (s1 == QD_OK) {
+      size_t used = code_bytes(kind, count);
+      int same = !memcmp(o1, o2s, used);
+      CHECK(same, "%s quantize kind %d add_first %d layout %llu %llu %llu start %llu count %llu", k->isa, kind,
+            q.add_zero_point_first, (unsigned long long)s.l.outer, (unsigned long long)s.l.channels,
+            (unsigned long long)s.l.inner, (unsigned long long)start, (unsigned long long)count);
+      CHECK(o2s[used] == 0xa5, "%s quantize kind %d wrote past the end", k->isa, kind);
+    } else {
+      CHECK(b1 == b2, "%s quantize bad index %llu vs %llu", k->isa, (unsigned long long)b1, (unsigned long long)b2);
+    }
+    free(scale), free(zp), free(x), free(o1), free(o2);
+  }
+}
+
+static void test_dequantize(const qd_kernels *k) {
+  for (int iter = 0; iter < 10000; iter++) {
+    int32_t kind = (int32_t)(next_u32() % 10);
+    shape s = random_shape(iter % 10 == 0 ? 3000 : 300);
+    int per = qd_codes_per_byte(kind);
+    uint64_t start = (next_u32() % s.numel) / (uint64_t)per * (uint64_t)per;
+    uint64_t count = next_u32() % (s.numel - start + 1);
+    size_t nb = code_bytes(kind, s.numel) + 4;
+    uint8_t *codes = malloc(nb + 1);
+    uint8_t *cs = codes + (next_u32() & 1);
+    for (size_t i = 0; i < nb; i++) cs[i] = (uint8_t)next_u32();
+    float *scale = malloc(4 * s.l.channels), *zp = malloc(4 * s.l.channels);
+    random_qparams(s.l.channels, kind, next_u32() & 1, RANGES[kind][0], RANGES[kind][1], scale, zp);
+    float *o1 = malloc(4 * (count + 1)), *o2 = malloc(4 * (count + 2));
+    float *o2s = o2 + (next_u32() & 1);
+    const uint8_t *at = cs + code_bytes(kind, start) - (kind >= QD_CODES_I4 && kind <= QD_CODES_U2 ? 0 : 0);
+    qd_status s1 = qd_kernels_ref.dequantize(at, kind, start, count, &s.l, scale, zp, o1);
+    qd_status s2 = k->dequantize(at, kind, start, count, &s.l, scale, zp, o2s);
+    CHECK(s1 == s2 && !memcmp(o1, o2s, 4 * count), "%s dequantize kind %d layout %llu %llu %llu", k->isa, kind,
+          (unsigned long long)s.l.outer, (unsigned long long)s.l.channels, (unsigned long long)s.l.inner);
+    free(codes), free(scale), free(zp), free(o1), free(o2);
+  }
+}
+
+static void test_fake_quantize(const qd_kernels *k) {
+  for (int iter = 0; iter < 6000; iter++) {
+    int32_t kind = (int32_t)(next_u32() % 8); /* integer grids */
+    shape s = random_shape(400);
+    uint64_t start = next_u32() % s.numel, count = next_u32() % (s.numel - start + 1);
+    int float_zp = next_u32() % 4 == 0;
+    float *scale = malloc(4 * s.l.channels), *zp = malloc(4 * s.l.channels);
+    random_qparams(s.l.channels, kind, float_zp, RANGES[kind][0], RANGES[kind][1], scale, zp);
+    int specials = next_u32() % 3 == 0;
+    float *x = malloc(sizeof(float) * (s.numel + 1));
+    for (uint64_t i = 0; i < s.numel; i++) x[i] = interesting(scale[(i / s.l.inner) % s.l.channels], specials, 1);
+    float *o1 = malloc(4 * count + 4), *o2 = malloc(4 * count + 4);
+    uint8_t *m1 = malloc(count + 1), *m2 = malloc(count + 1);
+    uint64_t b1 = 7, b2 = 7;
+    qd_status s1 = qd_kernels_ref.fake_quantize(x + start, start, count, &s.l, scale, zp, RANGES[kind][0],
+                                                RANGES[kind][1], float_zp, o1, m1, &b1);
+    qd_status s2 = k->fake_quantize(x + start, start, count, &s.l, scale, zp, RANGES[kind][0], RANGES[kind][1],
+                                    float_zp, o2, m2, &b2);
+    CHECK(s1 == s2, "%s fake_quantize status", k->isa);
+    if (s1 == QD_OK)
+      CHECK(!memcmp(o1, o2, 4 * count) && !memcmp(m1, m2, count), "%s fake_quantize kind %d float_zp %d", k->isa,
+            kind, float_zp);
+    else
+      CHECK(b1 == b2, "%s fake_quantize bad index", k->isa);
+    free(scale), free(zp), free(x), free(o1), free(o2), free(m1), free(m2);
+  }
+}
+
+static void test_choose_quantize(const qd_kernels *k) {
+  for (int iter = 0; iter < 6000; iter++) {
+    int32_t kind = (int32_t)(next_u32() % 10);
+    int fp8 = kind == QD_CODES_E4M3 || kind == QD_CODES_E5M2;
+    qd_choose c = {0, RANGES[kind][0], RANGES[kind][1], 1.1920929e-7f, 0};
+    uint32_t m = next_u32() % 5;
+    c.mode = fp8 ? (m & 1 ? QD_SYMMETRIC : QD_TOKEN_SYMMETRIC) : (int32_t)m;
+    if (c.mode == QD_TOKEN_SYMMETRIC && RANGES[kind][0] >= 0) c.mode = QD_TOKEN_AFFINE;
+    c.symmetric_zero_point = RANGES[kind][0] < 0 ? 0 : (kind == QD_CODES_U8 ? 128 : kind == QD_CODES_U4 ? 8 : 2);
+    qd_quant q = {kind, c.qmin, c.qmax, c.mode != QD_AFFINE && c.mode != QD_SYMMETRIC, 1};
+    if (c.mode == QD_AFFINE || c.mode == QD_SYMMETRIC) q.add_zero_point_first = 1; /* per_group */
+    uint64_t unit = 1 + next_u32() % 200, units = 1 + next_u32() % 12;
+    int per = qd_codes_per_byte(kind);
+    uint64_t first = next_u32() % 4;
+    while ((first * unit) % (uint64_t)per) first++;
+    int specials = next_u32() % 5 == 0;
+    float *x = malloc(sizeof(float) * unit * units);
+    float span = (next_u32() & 1) ? 1.0f : 1e-30f;
+    for (uint64_t i = 0; i < unit * units; i++) x[i] = interesting(span, specials, specials);
+    if (next_u32() % 8 == 0)
+      for (uint64_t i = 0; i < unit; i++) x[i] = 2.5f; /* an all-equal unit */
+    float *s1v = malloc(4 * units), *s2v = malloc(4 * units);
+    double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
+    size_t nb = code_bytes(kind, unit * units) + 4;
+    uint8_t *o1 = calloc(nb, 1), *o2 = calloc(nb, 1);
+    uint64_t b1 = 7, b2 = 7;
+    qd_status r1 = qd_kernels_ref.choose_quantize(x, first, units, unit, &c, &q, s1v, z1, o1, &b1);
+    qd_status r2 = k->choose_quantize(x, first, units, unit, &c, &q, s2v, z2, o2, &b2);
+    CHECK(r1 == r2, "%s choose_quantize status %d vs %d", k->isa, r1, r2);
+    if (r1 == QD_OK) {
+      CHECK(!memcmp(s1v, s2v, 4 * units) && !memcmp(z1, z2, 8 * units) &&
+                !memcmp(o1, o2, code_bytes(kind, unit * units)),
+            "%s choose_quantize kind %d mode %d unit %llu", k->isa, kind, c.mode, (unsigned long long)unit);
+    } else {
+      CHECK(b1 == b2, "%s choose_quantize bad index", k->isa);
+    }
+    free(x), free(s1v), free(s2v), free(z1), free(z2), free(o1), free(o2);
+  }
+}
+
+static void test_conversions(const qd_kernels *k) {
+  uint16_t *h = malloc(2 * 65536 + 2);
+  float *f1 = malloc(4 * 65536), *f2 = malloc(4 * 65536 + 4);
+  for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+  for (int bf = 0; bf < 2; bf++) {
+    (bf ? qd_kernels_ref.bf16_to_f32 : qd_kernels_ref.f16_to_f32)(h, 65536, f1);
+    (bf ? k->bf16_to_f32 : k->f16_to_f32)(h, 65536, f2 + 1);
+    CHECK(!memcmp(f1, f2 + 1, 4 * 65536), "%s %s_to_f32 exhaustive", k->isa, bf ? "bf16" : "f16");
+  }
+  uint16_t *o1 = malloc(2 * 4099), *o2 = malloc(2 * 4099);
+  for (int iter = 0; iter < 400; iter++) {
+    uint64_t n = 1 + next_u32() % 4097;
+    for (uint64_t i = 0; i < n; i++) {
+      uint32_t r = next_u32() % 4;
+      f1[i] = r == 0 ? qd_float(next_u32()) : r == 1 ? qd_float((next_u32() & 0xffff0000u) | 0x8000u)
+                                        : r == 2 ? qd_float((next_u32() & 0xffffe000u) | 0x1000u)
+                                                 : (uniform() - 0.5f) * 131072.0f;
+    }
+    for (int bf = 0; bf < 2; bf++) {
+      (bf ? qd_kernels_ref.f32_to_bf16 : qd_kernels_ref.f32_to_f16)(f1, n, o1);
+      (bf ? k->f32_to_bf16 : k->f32_to_f16)(f1, n, o2);
+      CHECK(!memcmp(o1, o2, 2 * n), "%s f32_to_%s", k->isa, bf ? "bf16" : "f16");
+    }
+  }
+  free(h), free(f1), free(f2), free(o1), free(o2);
+}
+
+/* The reference's own arithmetic on a few hand-checked values (the TS side has the goldens). */
+static void test_reference_values(void) {
+  CHECK(qd_rint(2.5f) == 2.0f && qd_rint(3.5f) == 4.0f && qd_rint(-2.5f) == -2.0f, "rint ties to even");
+  CHECK(qd_bits(qd_rint(-0.3f)) == 0x80000000u, "rint keeps the sign of zero");
+  CHECK(qd_encode_fp8(448.0f, 0) == 0x7e && qd_encode_fp8(464.0f, 0) == 0x7e && qd_encode_fp8(465.0f, 0) == 0x7f,
+        "e4m3fn around its maximum");
+  CHECK(qd_encode_fp8(-0.0f, 1) == 0x80 && qd_encode_fp8(57344.0f, 1) == 0x7b, "e5m2 zero and maximum");
+  uint8_t packed[3] = {0};
+  for (int i = 0; i < 5; i++) qd_store_code(packed, QD_CODES_U4, (uint64_t)i, 3);
+  CHECK(packed[0] == 51 && packed[1] == 51 && packed[2] == 3, "five 4-bit 3s pack to [51, 51, 3]");
+  float mins[1] = {INFINITY}, maxs[1] = {-INFINITY};
+  float x[4] = {0.0f, -0.0f, 1.0f, 0.0f};
+  uint64_t bad;
+  qd_layout l = {1, 1, 4};
+  qd_kernels_ref.minmax(x, 0, 4, &l, mins, maxs, &bad);
+  CHECK(qd_bits(mins[0]) == 0x80000000u && maxs[0] == 1.0f, "minimum orders -0 below +0");
+  qd_choose c = {QD_AFFINE, 0, 255, 1.1920929e-7f, 128};
+  float lo = -1, hi = 3, s;
+  double z;
+  qd_determine(&lo, &hi, 1, &c, &s, &z, &bad);
+  CHECK(s == 4.0f / 255.0f && z == 64, "uint8 affine on [-1, 3]: scale 4/255, zero point 64");
+}
+
+int main(int argc, char **argv) {
+  const char *all[] = {"avx2", "avx512", "simd128"};
+  const char **isas = argc > 1 ? (const char **)argv + 1 : all;
+  int n = argc > 1 ? argc - 1 : 3;
+  test_reference_values();
+  int tested = 0;
+  for (int i = 0; i < n; i++) {
+    if (!qd_supported(isas[i])) {
+      if (argc > 1) {
+        fprintf(stderr, "FAIL: ISA %s is not supported here\n", isas[i]);
+        return 1;
+      }
+      continue;
+    }
+    const qd_kernels *k = qd_select(isas[i]);
+    test_minmax(k);
+    test_quantize(k);
+    test_dequantize(k);
+    test_fake_quantize(k);
+    test_choose_quantize(k);
+    test_conversions(k);
+    printf("%s: ok\n", k->isa);
+    tested++;
+  }
+  printf("%ld checks, %d failures, %d ISAs\n", checks, failures, tested);
+  return failures == 0 && tested > 0 ? 0 : 1;
+}

@@ -1,0 +1,84 @@
+/*
+ * The WebAssembly module's exports: the same kernels as the native addon, with pointers as
+ * offsets into the module's memory and 64-bit counts as float64 (exact below 2^53; JavaScript
+ * numbers, no BigInt). src/kernels/wasm.ts lays out the buffers in the memory.
+ */
+#include "../include/quantd.h"
+
+#define EXPORT(name) __attribute__((export_name(name), visibility("default")))
+
+extern unsigned char __heap_base;
+
+static const qd_kernels *kernels = &qd_kernels_ref;
+static uint64_t bad;
+
+EXPORT("heap_base") uint32_t qdw_heap_base(void) { return (uint32_t)(uintptr_t)&__heap_base; }
+
+/* 1: the SIMD128 kernels, 0: the scalar reference. */
+EXPORT("select") int32_t qdw_select(int32_t simd) {
+  kernels = qd_select(simd ? "simd128" : "scalar");
+  return kernels != 0;
+}
+
+EXPORT("last_bad") double qdw_last_bad(void) { return (double)bad; }
+
+static qd_layout layout(double outer, double channels, double inner) {
+  qd_layout l = {(uint64_t)outer, (uint64_t)channels, (uint64_t)inner};
+  return l;
+}
+
+EXPORT("minmax")
+int32_t qdw_minmax(const float *x, double start, double count, double outer, double channels, double inner,
+                   float *mins, float *maxs) {
+  qd_layout l = layout(outer, channels, inner);
+  return kernels->minmax(x, (uint64_t)start, (uint64_t)count, &l, mins, maxs, &bad);
+}
+
+EXPORT("quantize")
+int32_t qdw_quantize(const float *x, double start, double count, double outer, double channels, double inner,
+                     const float *scale, const float *zero_point, int32_t codes, int32_t qmin, int32_t qmax,
+                     int32_t add_first, int32_t reject_inf, void *out) {
+  qd_layout l = layout(outer, channels, inner);
+  qd_quant q = {codes, qmin, qmax, add_first, reject_inf};
+  return kernels->quantize(x, (uint64_t)start, (uint64_t)count, &l, scale, zero_point, &q, out, &bad);
+}
+
+EXPORT("dequantize")
+int32_t qdw_dequantize(const void *codes, int32_t kind, double start, double count, double outer, double channels,
+                       double inner, const float *scale, const float *zero_point, float *out) {
+  qd_layout l = layout(outer, channels, inner);
+  return kernels->dequantize(codes, kind, (uint64_t)start, (uint64_t)count, &l, scale, zero_point, out);
+}
+
+EXPORT("fake_quantize")
+int32_t qdw_fake_quantize(const float *x, double start, double count, double outer, double channels, double inner,
+                          const float *scale, const float *zero_point, int32_t qmin, int32_t qmax, int32_t float_zp,
+                          float *out, uint8_t *mask) {
+  qd_layout l = layout(outer, channels, inner);
+  return kernels->fake_quantize(x, (uint64_t)start, (uint64_t)count, &l, scale, zero_point, qmin, qmax, float_zp,
+                                out, mask, &bad);
+}
+
+EXPORT("choose_quantize")
+int32_t qdw_choose_quantize(const float *x, double first, double units, double unit_size, int32_t mode,
+                            int32_t cqmin, int32_t cqmax, float eps, int32_t symmetric_zero_point, int32_t codes,
+                            int32_t qmin, int32_t qmax, int32_t add_first, int32_t reject_inf, float *scale,
+                            double *zero_point, void *out) {
+  qd_choose c = {mode, cqmin, cqmax, eps, symmetric_zero_point};
+  qd_quant q = {codes, qmin, qmax, add_first, reject_inf};
+  return kernels->choose_quantize(x, (uint64_t)first, (uint64_t)units, (uint64_t)unit_size, &c, &q, scale,
+                                  zero_point, out, &bad);
+}
+
+EXPORT("determine")
+int32_t qdw_determine(const float *mins, const float *maxs, double n, int32_t mode, int32_t qmin, int32_t qmax,
+                      float eps, int32_t symmetric_zero_point, float *scale, double *zero_point) {
+  qd_choose c = {mode, qmin, qmax, eps, symmetric_zero_point};
+  return qd_determine(mins, maxs, (uint64_t)n, &c, scale, zero_point, &bad);
+}
+
+/* 0 f16→f32, 1 bf16→f32, 2 f32→f16, 3 f32→bf16 */
+EXPORT("convert") void qdw_convert(int32_t kind, const void *in, double n, void *out) {
+  qd_convert_fn fns[4] = {kernels->f16_to_f32, kernels->bf16_to_f32, kernels->f32_to_f16, kernels->f32_to_bf16};
+  if (kind >= 0 && kind < 4) fns[kind](in, (uint64_t)n, out);
+}

@@ -1,0 +1,116 @@
+/**
+ * The kernel module: the C kernels of native/ as JavaScript sees them, whether from the N-API
+ * addon (native.ts) or the WebAssembly build (wasm.ts). Array arguments are views; counts come
+ * from their lengths. Each call returns the kernel's status; the index of a rejected element is
+ * read with lastBad().
+ */
+
+/** qd_status in native/include/quantd.h */
+export const KernelStatus = { OK: 0, NOT_FINITE: 1, RANGE_OVERFLOW: 2, BAD_ARGUMENT: 3 } as const;
+
+/** qd_codes */
+export const CODES = {
+  int8: 0,
+  uint8: 1,
+  int16: 2,
+  int32: 3,
+  int4: 4,
+  uint4: 5,
+  int2: 6,
+  uint2: 7,
+  float8_e4m3fn: 8,
+  float8_e5m2: 9,
+} as const;
+
+/** qd_mode */
+export const CHOOSE_MODE = {
+  affine: 0,
+  symmetric: 1,
+  float_qparams: 2,
+  token_symmetric: 3,
+  token_affine: 4,
+} as const;
+
+/** Conversion kinds of convert(). */
+export const CONVERT = { f16ToF32: 0, bf16ToF32: 1, f32ToF16: 2, f32ToBf16: 3 } as const;
+
+export interface LayoutArgs {
+  readonly outer: number;
+  readonly channels: number;
+  readonly inner: number;
+}
+
+export interface QuantArgs {
+  readonly codes: number;
+  readonly qmin: number;
+  readonly qmax: number;
+  readonly addFirst: boolean;
+  readonly rejectInf: boolean;
+}
+
+export interface ChooseArgs {
+  readonly mode: number;
+  readonly qmin: number;
+  readonly qmax: number;
+  readonly eps: number;
+  readonly symmetricZeroPoint: number;
+}
+
+export interface KernelModule {
+  /** "native" or "wasm". */
+  readonly backend: 'native' | 'wasm';
+  /** The instruction set in use: avx512, avx2, simd128 or scalar. */
+  readonly isa: string;
+  lastBad(): number;
+  minmax(x: Float32Array, start: number, l: LayoutArgs, mins: Float32Array, maxs: Float32Array): number;
+  quantize(
+    x: Float32Array,
+    start: number,
+    l: LayoutArgs,
+    scale: Float32Array,
+    zeroPoint: Float32Array,
+    q: QuantArgs,
+    out: Uint8Array,
+  ): number;
+  dequantize(
+    codes: Uint8Array,
+    kind: number,
+    start: number,
+    count: number,
+    l: LayoutArgs,
+    scale: Float32Array,
+    zeroPoint: Float32Array,
+    out: Float32Array,
+  ): number;
+  fakeQuantize(
+    x: Float32Array,
+    start: number,
+    l: LayoutArgs,
+    scale: Float32Array,
+    zeroPoint: Float32Array,
+    qmin: number,
+    qmax: number,
+    floatZeroPoint: boolean,
+    out: Float32Array,
+    mask: Uint8Array,
+  ): number;
+  /** Units of `unitSize` elements: x holds whole units, the first being unit `first`. */
+  chooseQuantize(
+    x: Float32Array,
+    first: number,
+    unitSize: number,
+    c: ChooseArgs,
+    q: QuantArgs,
+    scale: Float32Array,
+    zeroPoint: Float64Array,
+    out: Uint8Array,
+  ): number;
+  determine(
+    mins: Float32Array,
+    maxs: Float32Array,
+    c: ChooseArgs,
+    scale: Float32Array,
+    zeroPoint: Float64Array,
+  ): number;
+  convert(kind: number, input: Uint16Array | Float32Array, out: Float32Array | Uint16Array): void;
+}

@@ -1,0 +1,96 @@
+/**
+ * The native addon (build/Release/quantd.node, built by `npm ci` through node-gyp). Loading
+ * fails with one line that says why: not built (and where the build log is), or not loadable.
+ */
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import type { KernelModule } from './module.js';
+
+/** The package root whether running from src/ (tests) or dist/src/ (built). */
+function packageRoot(): string {
+  const here = new URL('.', import.meta.url).pathname;
+  const marker = here.includes('/dist/src/') ? '/dist/src/' : '/src/';
+  return here.slice(0, here.lastIndexOf(marker) + 1);
+}
+
+export const ADDON_PATH = join(packageRoot(), 'build', 'Release', 'quantd.node');
+const BUILD_LOG = join(packageRoot(), 'build', 'native-build.log');
+
+interface Addon {
+  select(isa: string): string | null;
+  lastBad(): number;
+  minmax(...args: unknown[]): number;
+  quantize(...args: unknown[]): number;
+  dequantize(...args: unknown[]): number;
+  fakeQuantize(...args: unknown[]): number;
+  chooseQuantize(...args: unknown[]): number;
+  determine(...args: unknown[]): number;
+  convert(...args: unknown[]): number;
+}
+
+export class KernelLoadError extends Error {}
+
+/** The native kernels with the requested ISA (default: the best this CPU supports). */
+export function loadNative(isa = ''): KernelModule {
+  if (!existsSync(ADDON_PATH)) {
+    const hint = existsSync(BUILD_LOG) ? `the build failed, see ${BUILD_LOG}` : 'run `npm run build:native`';
+    throw new KernelLoadError(`native addon not built (${hint})`);
+  }
+  let addon: Addon;
+  try {
+    addon = createRequire(import.meta.url)(ADDON_PATH) as Addon;
+  } catch (err) {
+    throw new KernelLoadError(`native addon failed to load: ${(err as Error).message.split('\n')[0]}`);
+  }
+  const selected = addon.select(isa);
+  if (selected === null) throw new KernelLoadError(`native kernels for ${isa} are not supported on this CPU`);
+  return {
+    backend: 'native',
+    isa: selected,
+    lastBad: () => addon.lastBad(),
+    minmax: (x, start, l, mins, maxs) => addon.minmax(x, start, l.outer, l.channels, l.inner, mins, maxs),
+    quantize: (x, start, l, scale, zp, q, out) =>
+      addon.quantize(
+        x,
+        start,
+        l.outer,
+        l.channels,
+        l.inner,
+        scale,
+        zp,
+        q.codes,
+        q.qmin,
+        q.qmax,
+        +q.addFirst,
+        +q.rejectInf,
+        out,
+      ),
+    dequantize: (codes, kind, start, count, l, scale, zp, out) =>
+      addon.dequantize(codes, kind, start, count, l.outer, l.channels, l.inner, scale, zp, out),
+    fakeQuantize: (x, start, l, scale, zp, qmin, qmax, floatZp, out, mask) =>
+      addon.fakeQuantize(x, start, l.outer, l.channels, l.inner, scale, zp, qmin, qmax, +floatZp, out, mask),
+    chooseQuantize: (x, first, unitSize, c, q, scale, zp, out) =>
+      addon.chooseQuantize(
+        x,
+        first,
+        unitSize,
+        c.mode,
+        c.qmin,
+        c.qmax,
+        c.eps,
+        c.symmetricZeroPoint,
+        q.codes,
+        q.qmin,
+        q.qmax,
+        +q.addFirst,
+        +q.rejectInf,
+        scale,
+        zp,
+        out,
+      ),
+    determine: (mins, maxs, c, scale, zp) =>
+      addon.determine(mins, maxs, c.mode, c.qmin, c.qmax, c.eps, c.symmetricZeroPoint, scale, zp),
+    convert: (kind, input, out) => void addon.convert(kind, input, out),
+  };
+}

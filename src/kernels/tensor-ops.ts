@@ -1,0 +1,491 @@
+/**
+ * The tensor-level operations of src/core/ops.ts, carried out by kernel tasks: a tensor is split
+ * into ranges (as many as the executor runs at once, none smaller than MIN_PART elements), each
+ * range is one task, and the results are put together. Elementwise ops and order-independent
+ * reductions make the output bit-identical however the tensor is split.
+ *
+ * The TypeScript reference stays the oracle: ops the kernels do not cover (greedy range search,
+ * empty tensors) run on it, and when a kernel rejects an input the op is run again on it, so
+ * that the error — code, message, index — is exactly the reference's.
+ */
+import {
+  addsZeroPointBeforeRounding,
+  checkFakeQuantizable,
+  checkRangeForChoosing,
+  dequantizeTensor,
+  fakeQuantizeTensor,
+  hasFloatZeroPoint,
+  quantizeTensor,
+  chooseTensorQParams,
+  quantizedByteLength,
+  symmetricZeroPoint,
+  typedView,
+  validateQParams,
+  type FakeQuantizeOutput,
+  type FloatDType,
+  type FloatInput,
+  type Layout,
+  type QParams,
+  type QuantSpec,
+  type QuantizeOutput,
+  type QuantizedInput,
+} from '../core/index.js';
+import { QuantdError } from '../errors/index.js';
+import type { Compute } from '../service/compute.js';
+import { CHOOSE_MODE, CODES, CONVERT, type ChooseArgs, type LayoutArgs, type QuantArgs } from './module.js';
+import { BufferArena } from './arena.js';
+import type { KernelTask, TaskResult } from './tasks.js';
+
+/** Runs kernel tasks: in this thread, or on a worker pool. */
+export interface Executor {
+  /** How many tasks run at once. */
+  readonly parallelism: number;
+  /** Whether buffers must be SharedArrayBuffers (tasks run in other threads). */
+  readonly shared: boolean;
+  run(tasks: readonly KernelTask[], tensor: string, signal?: AbortSignal): Promise<TaskResult[]>;
+}
+
+/** Smallest range worth a task of its own (4 MiB of float32). */
+export const MIN_PART = 1 << 20;
+/** Range boundaries fall on multiples of this many elements, so packed codes split on bytes. */
+const ALIGN = 64;
+
+type ViewConstructor<T> = { new (buffer: ArrayBufferLike): T; BYTES_PER_ELEMENT: number };
+
+function allocate<T extends Float32Array | Uint8Array | Uint16Array | Float64Array>(
+  ctor: ViewConstructor<T>,
+  length: number,
+  shared: boolean,
+  arena?: BufferArena,
+): T {
+  const bytes = length * ctor.BYTES_PER_ELEMENT;
+  if (arena) return new ctor(arena.take(bytes, shared));
+  return new ctor(shared ? new SharedArrayBuffer(bytes) : new ArrayBuffer(bytes));
+}
+
+/** [start, end) element ranges: `parallelism` of them at most, aligned, none below minPart. */
+export function splitRanges(
+  numel: number,
+  parallelism: number,
+  align = ALIGN,
+  minPart = MIN_PART,
+): Array<[number, number]> {
+  const parts = Math.max(1, Math.min(parallelism, Math.floor(numel / Math.max(minPart, 1))));
+  const ranges: Array<[number, number]> = [];
+  let start = 0;
+  for (let p = 0; p < parts; p++) {
+    let end = p === parts - 1 ? numel : Math.round((numel * (p + 1)) / parts / align) * align;
+    end = Math.min(Math.max(end, start), numel);
+    if (end > start) ranges.push([start, end]);
+    start = end;
+  }
+  return ranges.length > 0 ? ranges : [[0, numel]];
+}
+
+const layoutArgs = (l: Layout): LayoutArgs => ({ outer: l.outer, channels: l.channels, inner: l.inner });
+
+function quantArgs(spec: QuantSpec): QuantArgs {
+  return {
+    codes: CODES[spec.qdtype],
+    qmin: spec.quantMin,
+    qmax: spec.quantMax,
+    addFirst: addsZeroPointBeforeRounding(spec),
+    rejectInf: spec.scheme === 'per_group',
+  };
+}
+
+function chooseArgs(spec: QuantSpec): ChooseArgs {
+  const mode =
+    spec.scheme === 'per_token'
+      ? spec.mode === 'symmetric'
+        ? CHOOSE_MODE.token_symmetric
+        : CHOOSE_MODE.token_affine
+      : CHOOSE_MODE[spec.mode];
+  return {
+    mode,
+    qmin: spec.quantMin,
+    qmax: spec.quantMax,
+    eps: spec.eps,
+    symmetricZeroPoint: symmetricZeroPoint(spec),
+  };
+}
+
+/** Zero points as the qparams carry them (int32, or float32) from the kernels' float64. */
+function zeroPointsOf(spec: QuantSpec, zp: Float64Array): Int32Array | Float32Array {
+  return hasFloatZeroPoint(spec) ? Float32Array.from(zp) : Int32Array.from(zp);
+}
+
+/** The reference decides: it throws the error the kernels met, or we have a kernel bug. */
+function referenceVerdict(run: () => unknown, what: string): never {
+  run();
+  throw new QuantdError('INTERNAL', {
+    detail: `${what}: the kernels rejected an input the reference accepts`,
+  });
+}
+
+export interface KernelComputeOptions {
+  /** Smallest range given a task of its own (default MIN_PART); tests lower it to split small tensors. */
+  readonly minPart?: number;
+  /** Where output buffers come from and go back to (see release()). */
+  readonly arena?: BufferArena;
+}
+
+export class KernelCompute implements Compute {
+  private readonly minPart: number;
+  private readonly arena: BufferArena;
+
+  constructor(
+    private readonly exec: Executor,
+    readonly backend: string,
+    options: KernelComputeOptions = {},
+  ) {
+    this.minPart = options.minPart ?? MIN_PART;
+    this.arena = options.arena ?? new BufferArena();
+  }
+
+  /** An output buffer, recycled when possible. */
+  private output<T extends Float32Array | Uint8Array | Uint16Array | Float64Array>(
+    ctor: ViewConstructor<T>,
+    length: number,
+  ): T {
+    return allocate(ctor, length, this.exec.shared, this.arena);
+  }
+
+  /** Hands back an output whose bytes have been written out; later outputs may reuse it. */
+  release(data: ArrayBufferView): void {
+    this.arena.give(data);
+  }
+
+  /**
+   * `view`, or a copy of it in shared memory when the executor runs tasks in other threads and
+   * the view is not shared already (sources hand large tensors over in SharedArrayBuffers, so
+   * this copy is the exception). Copies go in `scratch`, released when the op ends.
+   */
+  private sharable<T extends Float32Array | Uint8Array | Uint16Array>(
+    view: T,
+    scratch: ArrayBufferView[],
+  ): T {
+    if (!this.exec.shared || view.buffer instanceof SharedArrayBuffer) return view;
+    const copy = this.output(view.constructor as ViewConstructor<T>, view.length);
+    copy.set(view as never);
+    scratch.push(copy);
+    return copy;
+  }
+
+  /** Runs `op` with a scratch list whose buffers are released when it ends, however it ends. */
+  private async withScratch<T>(op: (scratch: ArrayBufferView[]) => Promise<T>): Promise<T> {
+    const scratch: ArrayBufferView[] = [];
+    try {
+      return await op(scratch);
+    } finally {
+      for (const b of scratch) this.release(b);
+    }
+  }
+
+  private ranges(numel: number, align = ALIGN): Array<[number, number]> {
+    return splitRanges(numel, this.exec.parallelism, align, this.minPart);
+  }
+
+  private async tasks(tasks: KernelTask[], tensor: string, signal?: AbortSignal): Promise<TaskResult[]> {
+    return this.exec.run(tasks, tensor, signal);
+  }
+
+  /** float32 values of the input (converted by the kernels from float16 / bfloat16). */
+  private async float32Of(
+    input: FloatInput,
+    scratch: ArrayBufferView[],
+    signal?: AbortSignal,
+  ): Promise<Float32Array> {
+    if (input.dtype === 'float32') return this.sharable(typedView(Float32Array, input.data), scratch);
+    const halves = this.sharable(typedView(Uint16Array, input.data), scratch);
+    const out = this.output(Float32Array, halves.length);
+    scratch.push(out);
+    const kind = input.dtype === 'float16' ? CONVERT.f16ToF32 : CONVERT.bf16ToF32;
+    await this.convert(kind, halves, out, input.name, signal);
+    return out;
+  }
+
+  private async convert(
+    kind: number,
+    input: Uint16Array | Float32Array,
+    out: Float32Array | Uint16Array,
+    tensor: string,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    await this.tasks(
+      this.ranges(input.length).map(([s, e]) => ({
+        op: 'convert',
+        kind,
+        input: input.subarray(s, e),
+        out: out.subarray(s, e),
+      })),
+      tensor,
+      signal,
+    );
+  }
+
+  /** Output bytes in `dtype`: the float32 values themselves, or their float16 / bfloat16 rounding. */
+  private async toDtype(
+    values: Float32Array,
+    dtype: FloatDType,
+    scratch: ArrayBufferView[],
+    tensor: string,
+    signal?: AbortSignal,
+  ): Promise<Uint8Array> {
+    if (dtype === 'float32') return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+    scratch.push(values); // the float32 intermediate
+    const out = this.output(Uint16Array, values.length);
+    await this.convert(
+      dtype === 'float16' ? CONVERT.f32ToF16 : CONVERT.f32ToBf16,
+      values,
+      out,
+      tensor,
+      signal,
+    );
+    return new Uint8Array(out.buffer, out.byteOffset, out.byteLength);
+  }
+
+  /** Scales and float32 zero points as the kernels take them. */
+  private qparamArrays(
+    qp: QParams,
+    scratch: ArrayBufferView[],
+  ): { scale: Float32Array; zeroPoint: Float32Array } {
+    return {
+      scale: this.sharable(Float32Array.from(qp.scale), scratch),
+      zeroPoint: this.sharable(Float32Array.from(qp.zeroPoint), scratch),
+    };
+  }
+
+  /** min/max per unit over ranges of the tensor, combined with -0 < +0 (Math.min / Math.max). */
+  private async minmax(x: Float32Array, layout: Layout, tensor: string, signal?: AbortSignal) {
+    const l = layoutArgs(layout);
+    const results = await this.tasks(
+      this.ranges(x.length).map(([s, e]) => ({ op: 'minmax', x: x.subarray(s, e), start: s, layout: l })),
+      tensor,
+      signal,
+    );
+    if (results.some((r) => r.status !== 0)) return null;
+    const mins = results[0]!.mins!;
+    const maxs = results[0]!.maxs!;
+    for (const r of results.slice(1)) {
+      for (let c = 0; c < mins.length; c++) {
+        mins[c] = Math.min(mins[c]!, r.mins![c]!);
+        maxs[c] = Math.max(maxs[c]!, r.maxs![c]!);
+      }
+    }
+    return { mins, maxs };
+  }
+
+  /** Chosen qparams (minmax + determine), or null when a kernel rejected the input. */
+  private async choose(
+    x: Float32Array,
+    input: FloatInput,
+    spec: QuantSpec,
+    signal?: AbortSignal,
+  ): Promise<QParams | null> {
+    checkRangeForChoosing(spec);
+    const range = await this.minmax(x, input.layout, input.name, signal);
+    if (!range) return null;
+    const [r] = await this.tasks(
+      [{ op: 'determine', ...range, choose: chooseArgs(spec) }],
+      input.name,
+      signal,
+    );
+    if (r!.status !== 0) return null;
+    return { scale: r!.scale!, zeroPoint: zeroPointsOf(spec, r!.zeroPoint!) };
+  }
+
+  private usesReference(input: FloatInput, spec: QuantSpec): boolean {
+    return input.layout.numel === 0 || spec.rangeSearch === 'greedy';
+  }
+
+  async chooseQParams(
+    input: FloatInput,
+    spec: QuantSpec,
+    given?: QParams,
+    signal?: AbortSignal,
+  ): Promise<QParams> {
+    if (given || this.usesReference(input, spec)) return chooseTensorQParams(input, spec, given);
+    return this.withScratch(async (scratch) => {
+      const x = await this.float32Of(input, scratch, signal);
+      return (
+        (await this.choose(x, input, spec, signal)) ??
+        referenceVerdict(() => chooseTensorQParams(input, spec), `choose_qparams of ${input.name}`)
+      );
+    });
+  }
+
+  async quantize(
+    input: FloatInput,
+    spec: QuantSpec,
+    given?: QParams,
+    signal?: AbortSignal,
+  ): Promise<QuantizeOutput> {
+    if (this.usesReference(input, spec)) return quantizeTensor(input, spec, given);
+    if (given) validateQParams(input.name, given, spec);
+    const fused =
+      !given && input.layout.outer === 1 && (spec.scheme === 'per_group' || spec.scheme === 'per_token');
+    if (fused) checkRangeForChoosing(spec);
+    return this.withScratch(async (scratch) => {
+      const x = await this.float32Of(input, scratch, signal);
+      const out = this.output(Uint8Array, quantizedByteLength(spec.qdtype, input.layout.numel));
+      const reject = (): never =>
+        referenceVerdict(() => quantizeTensor(input, spec, given), `quantize ${input.name}`);
+      const result = fused
+        ? await this.chooseQuantize(x, input, spec, out, signal)
+        : await this.quantizeRanges(
+            x,
+            input,
+            spec,
+            given ?? (await this.choose(x, input, spec, signal)),
+            out,
+            scratch,
+            signal,
+          );
+      if (!result) {
+        this.release(out);
+        reject();
+      }
+      return result!;
+    });
+  }
+
+  private async quantizeRanges(
+    x: Float32Array,
+    input: FloatInput,
+    spec: QuantSpec,
+    qparams: QParams | null,
+    out: Uint8Array,
+    scratch: ArrayBufferView[],
+    signal?: AbortSignal,
+  ): Promise<QuantizeOutput | null> {
+    if (!qparams) return null;
+    const { scale, zeroPoint } = this.qparamArrays(qparams, scratch);
+    const quant = quantArgs(spec);
+    const l = layoutArgs(input.layout);
+    const bytes = (n: number): number => quantizedByteLength(spec.qdtype, n);
+    const results = await this.tasks(
+      this.ranges(input.layout.numel).map(([s, e]) => ({
+        op: 'quantize',
+        x: x.subarray(s, e),
+        start: s,
+        layout: l,
+        scale,
+        zeroPoint,
+        quant,
+        out: out.subarray(bytes(s), bytes(e)),
+      })),
+      input.name,
+      signal,
+    );
+    return results.some((r) => r.status !== 0) ? null : { data: out, qparams };
+  }
+
+  /** Contiguous units (per_token rows, per_group groups): choose and quantize in one pass. */
+  private async chooseQuantize(
+    x: Float32Array,
+    input: FloatInput,
+    spec: QuantSpec,
+    out: Uint8Array,
+    signal?: AbortSignal,
+  ): Promise<QuantizeOutput | null> {
+    const layout = input.layout;
+    const scale = allocate(Float32Array, layout.channels, this.exec.shared);
+    const zp = allocate(Float64Array, layout.channels, this.exec.shared);
+    const bytes = (n: number): number => quantizedByteLength(spec.qdtype, n);
+    const results = await this.tasks(
+      // whole units, ALIGN of them at a time, so that packed codes split on byte boundaries
+      this.ranges(layout.numel, ALIGN * layout.inner).map(([s, e]) => ({
+        op: 'chooseQuantize',
+        x: x.subarray(s, e),
+        first: s / layout.inner,
+        unitSize: layout.inner,
+        choose: chooseArgs(spec),
+        quant: quantArgs(spec),
+        scale: scale.subarray(s / layout.inner, e / layout.inner),
+        zeroPoint: zp.subarray(s / layout.inner, e / layout.inner),
+        out: out.subarray(bytes(s), bytes(e)),
+      })),
+      input.name,
+      signal,
+    );
+    if (results.some((r) => r.status !== 0)) return null;
+    return { data: out, qparams: { scale: Float32Array.from(scale), zeroPoint: zeroPointsOf(spec, zp) } };
+  }
+
+  async fakeQuantize(
+    input: FloatInput,
+    spec: QuantSpec,
+    outDType: FloatDType,
+    given?: QParams,
+    signal?: AbortSignal,
+  ): Promise<FakeQuantizeOutput> {
+    checkFakeQuantizable(spec);
+    if (this.usesReference(input, spec)) return fakeQuantizeTensor(input, spec, outDType, given);
+    if (given) validateQParams(input.name, given, spec);
+    const reject = (): never =>
+      referenceVerdict(() => fakeQuantizeTensor(input, spec, outDType, given), `fake-quantize ${input.name}`);
+    return this.withScratch(async (scratch) => {
+      const x = await this.float32Of(input, scratch, signal);
+      const qparams = given ?? (await this.choose(x, input, spec, signal)) ?? reject();
+      const layout = input.layout;
+      const out = this.output(Float32Array, layout.numel);
+      const mask = this.output(Uint8Array, layout.numel);
+      const { scale, zeroPoint } = this.qparamArrays(qparams, scratch);
+      const l = layoutArgs(layout);
+      const results = await this.tasks(
+        this.ranges(layout.numel).map(([s, e]) => ({
+          op: 'fakeQuantize',
+          x: x.subarray(s, e),
+          start: s,
+          layout: l,
+          scale,
+          zeroPoint,
+          qmin: spec.quantMin,
+          qmax: spec.quantMax,
+          floatZeroPoint: spec.mode === 'float_qparams',
+          out: out.subarray(s, e),
+          mask: mask.subarray(s, e),
+        })),
+        input.name,
+        signal,
+      );
+      if (results.some((r) => r.status !== 0)) {
+        this.release(out);
+        this.release(mask);
+        reject();
+      }
+      return { data: await this.toDtype(out, outDType, scratch, input.name, signal), mask, qparams };
+    });
+  }
+
+  async dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array> {
+    const layout = input.layout;
+    if (layout.numel === 0) return dequantizeTensor(input, outDType);
+    validateQParams(input.name, input.qparams, input.spec);
+    return this.withScratch(async (scratch) => {
+      const codes = this.sharable(input.data, scratch);
+      const out = this.output(Float32Array, layout.numel);
+      const { scale, zeroPoint } = this.qparamArrays(input.qparams, scratch);
+      const kind = CODES[input.spec.qdtype];
+      const l = layoutArgs(layout);
+      const bytes = (n: number): number => quantizedByteLength(input.spec.qdtype, n);
+      await this.tasks(
+        this.ranges(layout.numel).map(([s, e]) => ({
+          op: 'dequantize',
+          codes: codes.subarray(bytes(s), bytes(e)),
+          kind,
+          start: s,
+          count: e - s,
+          layout: l,
+          scale,
+          zeroPoint,
+          out: out.subarray(s, e),
+        })),
+        input.name,
+        signal,
+      );
+      return this.toDtype(out, outDType, scratch, input.name, signal);
+    });
+  }
+}

@@ -1,0 +1,326 @@
+/**
+ * The WebAssembly kernels (native/wasm/quantd.wasm: the same C sources, clang --target=wasm32
+ * -msimd128). The module has its own linear memory, so data streams through it in chunks that
+ * stay in cache: copy a chunk in, run the kernel on it, copy its output out. Main memory then
+ * sees about the traffic the native kernels cause. One instance per thread.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { KernelLoadError } from './native.js';
+import type { ChooseArgs, KernelModule, LayoutArgs, QuantArgs } from './module.js';
+
+function packageRoot(): string {
+  const here = new URL('.', import.meta.url).pathname;
+  const marker = here.includes('/dist/src/') ? '/dist/src/' : '/src/';
+  return here.slice(0, here.lastIndexOf(marker) + 1);
+}
+
+export const WASM_PATH = join(packageRoot(), 'native', 'wasm', 'quantd.wasm');
+
+/** Elements per chunk: 256 KiB of float32, a multiple of every codes-per-byte. */
+const CHUNK = 65536;
+const PAGE = 65536;
+
+interface Exports {
+  memory: WebAssembly.Memory;
+  heap_base(): number;
+  select(simd: number): number;
+  last_bad(): number;
+  minmax(...args: number[]): number;
+  quantize(...args: number[]): number;
+  dequantize(...args: number[]): number;
+  fake_quantize(...args: number[]): number;
+  choose_quantize(...args: number[]): number;
+  determine(...args: number[]): number;
+  convert(...args: number[]): void;
+}
+
+const CODE_BITS = [8, 8, 16, 32, 4, 4, 2, 2, 8, 8];
+const codeBytes = (kind: number, n: number): number => Math.ceil((n * CODE_BITS[kind]!) / 8);
+
+let compiled: WebAssembly.Module | undefined;
+
+class WasmKernels implements KernelModule {
+  readonly backend = 'wasm' as const;
+  readonly isa: string;
+  private readonly e: Exports;
+  private readonly base: number;
+  private top = 0;
+  private bad = -1;
+
+  constructor(simd: boolean) {
+    compiled ??= new WebAssembly.Module(readFileSync(WASM_PATH));
+    this.e = new WebAssembly.Instance(compiled, {}).exports as unknown as Exports;
+    if (!this.e.select(simd ? 1 : 0)) throw new KernelLoadError('wasm SIMD128 kernels not available');
+    this.isa = simd ? 'simd128' : 'scalar';
+    this.base = (this.e.heap_base() + 15) & ~15;
+  }
+
+  lastBad(): number {
+    return this.bad;
+  }
+
+  /** Arena of the current call: reset, then carve aligned regions, growing the memory. */
+  private reset(): void {
+    this.top = this.base;
+  }
+  private alloc(bytes: number): number {
+    const ptr = this.top;
+    this.top = (ptr + bytes + 15) & ~15;
+    const need = this.top - this.e.memory.buffer.byteLength;
+    if (need > 0) this.e.memory.grow(Math.ceil(need / PAGE));
+    return ptr;
+  }
+  private put(ptr: number, src: ArrayBufferView): void {
+    new Uint8Array(this.e.memory.buffer, ptr, src.byteLength).set(
+      new Uint8Array(src.buffer, src.byteOffset, src.byteLength),
+    );
+  }
+  private take(ptr: number, dst: ArrayBufferView, dstByteOffset = 0, bytes = dst.byteLength): void {
+    new Uint8Array(dst.buffer, dst.byteOffset + dstByteOffset, bytes).set(
+      new Uint8Array(this.e.memory.buffer, ptr, bytes),
+    );
+  }
+  private status(s: number): number {
+    this.bad = s === 0 ? -1 : this.e.last_bad();
+    return s;
+  }
+  private copyIn(src: ArrayBufferView): number {
+    const ptr = this.alloc(src.byteLength);
+    this.put(ptr, src);
+    return ptr;
+  }
+
+  minmax(x: Float32Array, start: number, l: LayoutArgs, mins: Float32Array, maxs: Float32Array): number {
+    this.reset();
+    const pMin = this.copyIn(mins.subarray(0, l.channels));
+    const pMax = this.copyIn(maxs.subarray(0, l.channels));
+    const pX = this.alloc(Math.min(CHUNK, x.length) * 4);
+    let s = 0;
+    for (let off = 0; off < x.length && s === 0; off += CHUNK) {
+      const part = x.subarray(off, off + CHUNK);
+      this.put(pX, part);
+      s = this.e.minmax(pX, start + off, part.length, l.outer, l.channels, l.inner, pMin, pMax);
+    }
+    this.take(pMin, mins, 0, l.channels * 4);
+    this.take(pMax, maxs, 0, l.channels * 4);
+    return this.status(s);
+  }
+
+  quantize(
+    x: Float32Array,
+    start: number,
+    l: LayoutArgs,
+    scale: Float32Array,
+    zp: Float32Array,
+    q: QuantArgs,
+    out: Uint8Array,
+  ): number {
+    this.reset();
+    const pScale = this.copyIn(scale.subarray(0, l.channels));
+    const pZp = this.copyIn(zp.subarray(0, l.channels));
+    const n = Math.min(CHUNK, x.length);
+    const pX = this.alloc(n * 4);
+    const pOut = this.alloc(codeBytes(q.codes, n));
+    let s = 0;
+    for (let off = 0; off < x.length && s === 0; off += CHUNK) {
+      const part = x.subarray(off, off + CHUNK);
+      this.put(pX, part);
+      s = this.e.quantize(
+        pX,
+        start + off,
+        part.length,
+        l.outer,
+        l.channels,
+        l.inner,
+        pScale,
+        pZp,
+        q.codes,
+        q.qmin,
+        q.qmax,
+        +q.addFirst,
+        +q.rejectInf,
+        pOut,
+      );
+      if (s === 0) this.take(pOut, out, codeBytes(q.codes, off), codeBytes(q.codes, part.length));
+    }
+    return this.status(s);
+  }
+
+  dequantize(
+    codes: Uint8Array,
+    kind: number,
+    start: number,
+    count: number,
+    l: LayoutArgs,
+    scale: Float32Array,
+    zp: Float32Array,
+    out: Float32Array,
+  ): number {
+    this.reset();
+    const pScale = this.copyIn(scale.subarray(0, l.channels));
+    const pZp = this.copyIn(zp.subarray(0, l.channels));
+    const n = Math.min(CHUNK, count);
+    const pCodes = this.alloc(codeBytes(kind, n));
+    const pOut = this.alloc(n * 4);
+    let s = 0;
+    for (let off = 0; off < count && s === 0; off += CHUNK) {
+      const m = Math.min(CHUNK, count - off);
+      this.put(pCodes, codes.subarray(codeBytes(kind, off), codeBytes(kind, off + m)));
+      s = this.e.dequantize(pCodes, kind, start + off, m, l.outer, l.channels, l.inner, pScale, pZp, pOut);
+      this.take(pOut, out, off * 4, m * 4);
+    }
+    return this.status(s);
+  }
+
+  fakeQuantize(
+    x: Float32Array,
+    start: number,
+    l: LayoutArgs,
+    scale: Float32Array,
+    zp: Float32Array,
+    qmin: number,
+    qmax: number,
+    floatZp: boolean,
+    out: Float32Array,
+    mask: Uint8Array,
+  ): number {
+    this.reset();
+    const pScale = this.copyIn(scale.subarray(0, l.channels));
+    const pZp = this.copyIn(zp.subarray(0, l.channels));
+    const n = Math.min(CHUNK, x.length);
+    const pX = this.alloc(n * 4);
+    const pOut = this.alloc(n * 4);
+    const pMask = this.alloc(n);
+    let s = 0;
+    for (let off = 0; off < x.length && s === 0; off += CHUNK) {
+      const part = x.subarray(off, off + CHUNK);
+      this.put(pX, part);
+      s = this.e.fake_quantize(
+        pX,
+        start + off,
+        part.length,
+        l.outer,
+        l.channels,
+        l.inner,
+        pScale,
+        pZp,
+        qmin,
+        qmax,
+        +floatZp,
+        pOut,
+        pMask,
+      );
+      this.take(pOut, out, off * 4, part.length * 4);
+      this.take(pMask, mask, off, part.length);
+    }
+    return this.status(s);
+  }
+
+  chooseQuantize(
+    x: Float32Array,
+    first: number,
+    unitSize: number,
+    c: ChooseArgs,
+    q: QuantArgs,
+    scale: Float32Array,
+    zp: Float64Array,
+    out: Uint8Array,
+  ): number {
+    this.reset();
+    const units = Math.floor(x.length / unitSize);
+    // whole units per chunk, a multiple of 4 elements so that packed codes stay byte-aligned
+    let per = Math.max(1, Math.floor(CHUNK / unitSize));
+    while ((per * unitSize) % 4 !== 0) per++;
+    const pX = this.alloc(per * unitSize * 4);
+    const pScale = this.alloc(per * 4);
+    const pZp = this.alloc(per * 8);
+    const pOut = this.alloc(codeBytes(q.codes, per * unitSize));
+    let s = 0;
+    for (let u = 0; u < units && s === 0; u += per) {
+      const m = Math.min(per, units - u);
+      this.put(pX, x.subarray(u * unitSize, (u + m) * unitSize));
+      s = this.e.choose_quantize(
+        pX,
+        first + u,
+        m,
+        unitSize,
+        c.mode,
+        c.qmin,
+        c.qmax,
+        c.eps,
+        c.symmetricZeroPoint,
+        q.codes,
+        q.qmin,
+        q.qmax,
+        +q.addFirst,
+        +q.rejectInf,
+        pScale,
+        pZp,
+        pOut,
+      );
+      if (s !== 0) break;
+      this.take(pScale, scale, u * 4, m * 4);
+      this.take(pZp, zp, u * 8, m * 8);
+      this.take(pOut, out, codeBytes(q.codes, u * unitSize), codeBytes(q.codes, m * unitSize));
+    }
+    return this.status(s); // the kernel reports absolute indices: it was given first + u
+  }
+
+  determine(
+    mins: Float32Array,
+    maxs: Float32Array,
+    c: ChooseArgs,
+    scale: Float32Array,
+    zp: Float64Array,
+  ): number {
+    this.reset();
+    const pMin = this.copyIn(mins);
+    const pMax = this.copyIn(maxs);
+    const pScale = this.alloc(mins.length * 4);
+    const pZp = this.alloc(mins.length * 8);
+    const s = this.e.determine(
+      pMin,
+      pMax,
+      mins.length,
+      c.mode,
+      c.qmin,
+      c.qmax,
+      c.eps,
+      c.symmetricZeroPoint,
+      pScale,
+      pZp,
+    );
+    this.take(pScale, scale, 0, mins.length * 4);
+    this.take(pZp, zp, 0, mins.length * 8);
+    return this.status(s);
+  }
+
+  convert(kind: number, input: Uint16Array | Float32Array, out: Float32Array | Uint16Array): void {
+    this.reset();
+    const inSize = kind < 2 ? 2 : 4;
+    const outSize = kind < 2 ? 4 : 2;
+    const n = Math.min(CHUNK, input.length);
+    const pIn = this.alloc(n * inSize);
+    const pOut = this.alloc(n * outSize);
+    for (let off = 0; off < input.length; off += CHUNK) {
+      const part = input.subarray(off, off + CHUNK);
+      this.put(pIn, part);
+      this.e.convert(kind, pIn, part.length, pOut);
+      this.take(pOut, out, off * outSize, part.length * outSize);
+    }
+  }
+}
+
+/** WebAssembly kernels: SIMD128 by default, or the scalar reference build ("scalar"). */
+export function loadWasm(isa = ''): KernelModule {
+  if (isa !== '' && isa !== 'simd128' && isa !== 'scalar') {
+    throw new KernelLoadError(`wasm kernels have no ISA ${isa} (simd128 or scalar)`);
+  }
+  try {
+    return new WasmKernels(isa !== 'scalar');
+  } catch (err) {
+    if (err instanceof KernelLoadError) throw err;
+    throw new KernelLoadError(`wasm kernels failed to load: ${(err as Error).message.split('\n')[0]}`);
+  }
+}

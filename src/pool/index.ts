@@ -1,0 +1,3 @@
+export * from './pool.js';
+export * from './pool-compute.js';
+export * from './create.js';

@@ -1,0 +1,113 @@
+/**
+ * The Compute the CLI and the servers use: kernel ops in this thread for small tensors (a pool
+ * round trip costs more than the work), on the worker pool, split across its threads, for large
+ * ones. The pool starts on first use. Either way the bytes are the same (test/pool).
+ */
+import type {
+  FakeQuantizeOutput,
+  FloatDType,
+  FloatInput,
+  QParams,
+  QuantSpec,
+  QuantizeOutput,
+  QuantizedInput,
+} from '../core/index.js';
+import { BufferArena } from '../kernels/arena.js';
+import { InlineExecutor } from '../kernels/executors.js';
+import type { LoadedKernels } from '../kernels/loader.js';
+import type { KernelModule } from '../kernels/module.js';
+import { KernelCompute, type KernelComputeOptions } from '../kernels/tensor-ops.js';
+import type { Compute } from '../service/compute.js';
+import { KernelPool, type PoolOptions } from './pool.js';
+
+/** Below this many elements an op runs in the calling thread (see `npm run bench`: pool overhead). */
+export const INLINE_LIMIT = 1 << 18;
+
+export interface PoolComputeOptions extends Omit<PoolOptions, 'backend' | 'isa'>, KernelComputeOptions {
+  readonly inlineLimit?: number;
+}
+
+export class PoolCompute implements Compute {
+  readonly backend: string;
+  readonly sharedInputs = true;
+  private readonly inline: KernelCompute;
+  private pool: KernelPool | undefined;
+  private pooled: KernelCompute | undefined;
+  private readonly inlineLimit: number;
+  /** One arena for both paths: outputs of either are recycled for either. */
+  private readonly arena: BufferArena;
+
+  constructor(
+    private readonly kernels: LoadedKernels & { module: KernelModule },
+    private readonly options: PoolComputeOptions = {},
+  ) {
+    this.backend = kernels.backend;
+    this.arena = options.arena ?? new BufferArena();
+    this.inline = new KernelCompute(new InlineExecutor(kernels.module), kernels.backend, {
+      ...options,
+      arena: this.arena,
+    });
+    this.inlineLimit = options.inlineLimit ?? INLINE_LIMIT;
+  }
+
+  release(data: ArrayBufferView): void {
+    this.arena.give(data);
+  }
+
+  /** The pool, started on first use. */
+  workers(): KernelPool {
+    if (!this.pool) {
+      this.pool = new KernelPool({ ...this.options, backend: this.kernels.backend, isa: this.kernels.isa });
+      this.pooled = new KernelCompute(this.pool, this.kernels.backend, {
+        ...this.options,
+        arena: this.arena,
+      });
+    }
+    return this.pool;
+  }
+
+  get started(): boolean {
+    return this.pool !== undefined;
+  }
+
+  private async on<T>(numel: number, op: (c: KernelCompute) => Promise<T>): Promise<T> {
+    if (numel < this.inlineLimit) return op(this.inline);
+    const release = this.workers().admit();
+    try {
+      return await op(this.pooled!);
+    } finally {
+      release();
+    }
+  }
+
+  quantize(
+    input: FloatInput,
+    spec: QuantSpec,
+    given?: QParams,
+    signal?: AbortSignal,
+  ): Promise<QuantizeOutput> {
+    return this.on(input.layout.numel, (c) => c.quantize(input, spec, given, signal));
+  }
+
+  chooseQParams(input: FloatInput, spec: QuantSpec, given?: QParams, signal?: AbortSignal): Promise<QParams> {
+    return this.on(input.layout.numel, (c) => c.chooseQParams(input, spec, given, signal));
+  }
+
+  fakeQuantize(
+    input: FloatInput,
+    spec: QuantSpec,
+    outDType: FloatDType,
+    given?: QParams,
+    signal?: AbortSignal,
+  ): Promise<FakeQuantizeOutput> {
+    return this.on(input.layout.numel, (c) => c.fakeQuantize(input, spec, outDType, given, signal));
+  }
+
+  dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array> {
+    return this.on(input.layout.numel, (c) => c.dequantize(input, outDType, signal));
+  }
+
+  async close(): Promise<void> {
+    await this.pool?.close();
+  }
+}

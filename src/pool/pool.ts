@@ -1,0 +1,134 @@
+/**
+ * The worker pool: Piscina threads that each load the kernels once and run kernel tasks.
+ * Admission is ours, not Piscina's: at most `threads + maxQueue` tensor operations are in
+ * flight, beyond that callers get OVERLOADED at once (bounded memory, never an unbounded queue).
+ * A task aborted by its signal terminates the worker running it; a worker that dies (exit, out of
+ * memory) fails only its own task with WORKER_FAILED, and Piscina starts a replacement.
+ */
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
+import { Piscina } from 'piscina';
+import { QuantdError } from '../errors/index.js';
+import type { KernelTask, TaskResult } from '../kernels/tasks.js';
+import type { Executor } from '../kernels/tensor-ops.js';
+
+export interface PoolOptions {
+  /** Worker threads (default: available cores). */
+  readonly threads?: number;
+  /** Tensor operations that may wait beyond the running ones (default 64). */
+  readonly maxQueue?: number;
+  /** Backend and ISA the workers load (the main thread's choice). */
+  readonly backend: string;
+  readonly isa: string;
+  /** Heap limit of a worker in MiB (resourceLimits.maxOldGenerationSizeMb). */
+  readonly workerHeapMb?: number;
+}
+
+function packageRoot(): string {
+  const here = new URL('.', import.meta.url).pathname;
+  const marker = here.includes('/dist/src/') ? '/dist/src/' : '/src/';
+  return here.slice(0, here.lastIndexOf(marker) + 1);
+}
+
+export const WORKER_PATH = join(packageRoot(), 'dist', 'workers', 'kernel-worker.js');
+
+type Reply = TaskResult | { ok: false; code: string; message: string };
+
+export class KernelPool implements Executor {
+  readonly parallelism: number;
+  readonly shared = true;
+  readonly maxQueue: number;
+  private readonly piscina: Piscina;
+  private inFlight = 0;
+  private closed = false;
+
+  constructor(options: PoolOptions) {
+    this.parallelism = Math.max(1, options.threads ?? availableParallelism());
+    this.maxQueue = options.maxQueue ?? 64;
+    this.piscina = new Piscina({
+      filename: WORKER_PATH,
+      minThreads: this.parallelism,
+      maxThreads: this.parallelism,
+      idleTimeout: 60_000,
+      workerData: {
+        backend: options.backend,
+        isa: options.isa,
+        testHooks: process.env['QUANTD_TEST_HOOKS'] === '1',
+      },
+      ...(options.workerHeapMb ? { resourceLimits: { maxOldGenerationSizeMb: options.workerHeapMb } } : {}),
+    });
+  }
+
+  /** Operations admitted and not finished. */
+  get pending(): number {
+    return this.inFlight;
+  }
+
+  /** Tasks waiting in Piscina's queue (for /metrics). */
+  get queueSize(): number {
+    return this.piscina.queueSize;
+  }
+
+  /**
+   * Admits one tensor operation, or throws OVERLOADED. The returned release() must be called
+   * when the operation ends, however it ends.
+   */
+  admit(): () => void {
+    if (this.closed) throw new QuantdError('CANCELLED', { detail: ': the server is shutting down' });
+    if (this.inFlight >= this.parallelism + this.maxQueue) {
+      throw new QuantdError('OVERLOADED', { queued: this.inFlight, limit: this.parallelism + this.maxQueue });
+    }
+    this.inFlight++;
+    let released = false;
+    return () => {
+      if (!released) {
+        released = true;
+        this.inFlight--;
+      }
+    };
+  }
+
+  async run(tasks: readonly KernelTask[], tensor: string, signal?: AbortSignal): Promise<TaskResult[]> {
+    const replies = await Promise.allSettled(tasks.map((task) => this.runOne(task, signal)));
+    const results: TaskResult[] = [];
+    for (const r of replies) {
+      if (r.status === 'rejected') throw this.failure(r.reason, tensor, signal);
+      const reply = r.value;
+      if ('ok' in reply)
+        throw new QuantdError('INTERNAL', { detail: `worker: ${reply.code}: ${reply.message}` });
+      results.push(reply);
+    }
+    return results;
+  }
+
+  /** A test-only task (QUANTD_TEST_HOOKS=1 workers): `__exit` kills its worker, `__spin` holds it. */
+  async runTestTask(
+    task: { op: '__exit' } | { op: '__spin'; ms: number },
+    signal?: AbortSignal,
+  ): Promise<unknown> {
+    return this.piscina.run(task, signal ? { signal } : {});
+  }
+
+  private runOne(task: KernelTask, signal?: AbortSignal): Promise<Reply> {
+    return this.piscina.run(task, signal ? { signal } : {}) as Promise<Reply>;
+  }
+
+  private failure(reason: unknown, tensor: string, signal?: AbortSignal): QuantdError {
+    if (reason instanceof QuantdError) return reason;
+    if (signal?.aborted) return new QuantdError('CANCELLED', { detail: '' });
+    const message = reason instanceof Error ? reason.message : String(reason);
+    return new QuantdError('WORKER_FAILED', { tensor, detail: message.split('\n')[0] });
+  }
+
+  /** Stops admitting, lets running tasks finish, then ends the workers. */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.piscina.close();
+  }
+
+  /** Ends the workers at once, failing whatever runs. */
+  async destroy(): Promise<void> {
+    this.closed = true;
+    await this.piscina.destroy();
+  }
+}

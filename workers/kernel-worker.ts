@@ -1,0 +1,48 @@
+/**
+ * The Piscina worker: loads the kernels the pool chose (workerData) once, then runs kernel tasks.
+ * Its arrays are views of SharedArrayBuffers, so results land in place; what it returns is the
+ * status (and, for reductions, small arrays). It never throws across the boundary: a task it
+ * cannot run comes back as { ok: false, code, message }.
+ */
+import { workerData } from 'node:worker_threads';
+import { loadKernels } from '../src/kernels/loader.js';
+import { runKernelTask, type KernelTask, type TaskResult } from '../src/kernels/tasks.js';
+
+interface WorkerConfig {
+  readonly backend: string;
+  readonly isa: string;
+  readonly testHooks: boolean;
+}
+
+const config = workerData as WorkerConfig;
+const kernels = loadKernels(config.backend, config.isa);
+
+/** Tasks only the pool's own tests send (QUANTD_TEST_HOOKS=1): a worker dying, a slow task. */
+type TestTask = { readonly op: '__exit' } | { readonly op: '__spin'; readonly ms: number };
+
+export type WorkerReply =
+  TaskResult | { readonly ok: false; readonly code: string; readonly message: string };
+
+export default function run(task: KernelTask | TestTask): WorkerReply {
+  if (task.op === '__exit' || task.op === '__spin') {
+    if (!config.testHooks) return { ok: false, code: 'INTERNAL', message: `unknown task ${task.op}` };
+    if (task.op === '__exit') process.exit(7);
+    const until = Date.now() + task.ms;
+    while (Date.now() < until) {
+      // busy: a task that holds its worker, for cancellation tests
+    }
+    return { status: 0, bad: -1 };
+  }
+  if (kernels.module === null) {
+    return {
+      ok: false,
+      code: 'BACKEND_UNAVAILABLE',
+      message: 'the worker has no kernel module (js backend)',
+    };
+  }
+  try {
+    return runKernelTask(kernels.module, task);
+  } catch (err) {
+    return { ok: false, code: 'INTERNAL', message: (err as Error).message };
+  }
+}
