@@ -12,6 +12,15 @@ interface WorkerConfig {
   readonly backend: string;
   readonly isa: string;
   readonly testHooks: boolean;
+  /** Test hooks only: hold every task this long first (slow requests for cancellation tests). */
+  readonly taskDelayMs: number;
+}
+
+function spin(ms: number): void {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    // busy: the worker is occupied, as by a long kernel
+  }
 }
 
 const config = workerData as WorkerConfig;
@@ -27,12 +36,10 @@ export default function run(task: KernelTask | TestTask): WorkerReply {
   if (task.op === '__exit' || task.op === '__spin') {
     if (!config.testHooks) return { ok: false, code: 'INTERNAL', message: `unknown task ${task.op}` };
     if (task.op === '__exit') process.exit(7);
-    const until = Date.now() + task.ms;
-    while (Date.now() < until) {
-      // busy: a task that holds its worker, for cancellation tests
-    }
+    spin(task.ms);
     return { status: 0, bad: -1 };
   }
+  if (config.testHooks && config.taskDelayMs > 0) spin(config.taskDelayMs);
   if (kernels.module === null) {
     return {
       ok: false,

@@ -11,8 +11,8 @@
 
 #include "../include/quantd.h"
 
-/* Per thread: each worker selects its table (tests may force different ones in parallel). */
-static _Thread_local const qd_kernels *kernels = &qd_kernels_ref;
+/* Each bound object carries its own table (the functions' data pointer), so modules of
+ * different ISAs can live side by side in one thread; the rejected index is per thread. */
 static _Thread_local double last_bad = -1;
 
 #define CHECK_NAPI(call)                                                                                          \
@@ -85,8 +85,11 @@ static int get_f32(napi_env env, napi_value v, float *out) {
 #define ARGS(n)                                                                                                 \
   size_t argc = n;                                                                                              \
   napi_value argv[n];                                                                                           \
-  CHECK_NAPI(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));                                             \
-  if (argc != n) return throw_error(env, "quantd addon: wrong number of arguments")
+  void *data = NULL;                                                                                            \
+  CHECK_NAPI(napi_get_cb_info(env, info, &argc, argv, NULL, &data));                                            \
+  if (argc != n) return throw_error(env, "quantd addon: wrong number of arguments");                            \
+  const qd_kernels *kernels = data ? (const qd_kernels *)data : &qd_kernels_ref;                                \
+  (void)kernels
 
 static int layout_of(napi_env env, napi_value *argv, qd_layout *l) {
   return get_u64(env, argv[0], &l->outer) && get_u64(env, argv[1], &l->channels) &&
@@ -96,24 +99,6 @@ static int layout_of(napi_env env, napi_value *argv, qd_layout *l) {
 static napi_value status_of(napi_env env, qd_status s, uint64_t bad) {
   last_bad = s == QD_OK ? -1 : (double)bad;
   return number(env, (double)s);
-}
-
-/* select(isa: string) -> the selected ISA name, or null when not supported */
-static napi_value js_select(napi_env env, napi_callback_info info) {
-  ARGS(1);
-  char isa[32];
-  size_t len;
-  CHECK_NAPI(napi_get_value_string_utf8(env, argv[0], isa, sizeof isa, &len));
-  const qd_kernels *k = qd_select(isa);
-  if (k == NULL) {
-    napi_value nul;
-    napi_get_null(env, &nul);
-    return nul;
-  }
-  kernels = k;
-  napi_value name;
-  napi_create_string_utf8(env, k->isa, NAPI_AUTO_LENGTH, &name);
-  return name;
 }
 
 static napi_value js_last_bad(napi_env env, napi_callback_info info) {
@@ -265,17 +250,47 @@ static napi_value js_convert(napi_env env, napi_callback_info info) {
   return number(env, 0);
 }
 
+typedef napi_value (*js_fn)(napi_env, napi_callback_info);
+
+/* bind(isa: string) -> an object of kernel functions on that ISA's table, or null when the CPU
+ * lacks it ("" = the best one); its `isa` property names the table. */
+static napi_value js_bind(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  CHECK_NAPI(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  char isa[32] = "";
+  size_t len;
+  if (argc >= 1) CHECK_NAPI(napi_get_value_string_utf8(env, argv[0], isa, sizeof isa, &len));
+  const qd_kernels *k = qd_select(isa);
+  napi_value out;
+  if (k == NULL) {
+    napi_get_null(env, &out);
+    return out;
+  }
+  static const struct {
+    const char *name;
+    js_fn fn;
+  } fns[] = {
+      {"minmax", js_minmax},       {"quantize", js_quantize},     {"dequantize", js_dequantize},
+      {"fakeQuantize", js_fake_quantize}, {"chooseQuantize", js_choose_quantize}, {"determine", js_determine},
+      {"convert", js_convert},
+  };
+  napi_create_object(env, &out);
+  for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+    napi_value f;
+    napi_create_function(env, fns[i].name, NAPI_AUTO_LENGTH, fns[i].fn, (void *)k, &f);
+    napi_set_named_property(env, out, fns[i].name, f);
+  }
+  napi_value name;
+  napi_create_string_utf8(env, k->isa, NAPI_AUTO_LENGTH, &name);
+  napi_set_named_property(env, out, "isa", name);
+  return out;
+}
+
 NAPI_MODULE_INIT() {
   napi_property_descriptor props[] = {
-      {"select", NULL, js_select, NULL, NULL, NULL, napi_default, NULL},
+      {"bind", NULL, js_bind, NULL, NULL, NULL, napi_default, NULL},
       {"lastBad", NULL, js_last_bad, NULL, NULL, NULL, napi_default, NULL},
-      {"minmax", NULL, js_minmax, NULL, NULL, NULL, napi_default, NULL},
-      {"quantize", NULL, js_quantize, NULL, NULL, NULL, napi_default, NULL},
-      {"dequantize", NULL, js_dequantize, NULL, NULL, NULL, napi_default, NULL},
-      {"fakeQuantize", NULL, js_fake_quantize, NULL, NULL, NULL, napi_default, NULL},
-      {"chooseQuantize", NULL, js_choose_quantize, NULL, NULL, NULL, napi_default, NULL},
-      {"determine", NULL, js_determine, NULL, NULL, NULL, napi_default, NULL},
-      {"convert", NULL, js_convert, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -9,6 +9,7 @@ import { QuantdError, exitCodeFor, isQuantdError } from '../errors/index.js';
 import { SafetensorsFileReader } from '../format/index.js';
 import { describeKernels } from '../kernels/index.js';
 import { createCompute } from '../pool/index.js';
+import { packageVersion, startServer } from '../server/serve.js';
 import { runFileOperation, summarizeFile, type Operation } from '../service/index.js';
 import { USAGE, parseCommand, specOptionsOf, type ParsedCommand } from './args.js';
 import { humanBytes, renderSummary } from './output.js';
@@ -98,6 +99,20 @@ async function inspect(parsed: ParsedCommand, io: Io): Promise<void> {
   }
 }
 
+/** Runs the servers until SIGTERM / SIGINT, then drains and returns. */
+async function serveUntilSignalled(io: Io): Promise<void> {
+  const server = await startServer();
+  io.stdout(
+    `quantd ${packageVersion()} listening: http://${server.config.host}:${server.httpPort} ` +
+      `(${describeKernels(server.handle.kernels)})`,
+  );
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string): void => void server.shutdown(signal).then(resolve);
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+}
+
 async function dispatch(argv: readonly string[], io: Io): Promise<void> {
   const [command, ...rest] = argv;
   if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
@@ -117,9 +132,7 @@ async function dispatch(argv: readonly string[], io: Io): Promise<void> {
     case 'inspect':
       return inspect(parsed, io);
     case 'serve':
-      throw new QuantdError('FEATURE_UNSUPPORTED', {
-        detail: 'quantd serve arrives with the HTTP service; this build has the offline CLI only',
-      });
+      return serveUntilSignalled(io);
     default:
       return transform(parsed, io);
   }

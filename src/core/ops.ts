@@ -4,7 +4,8 @@
  * reference the native, WebAssembly and CUDA kernels are tested against.
  */
 import type { FloatDType } from './dtypes.js';
-import { QDTYPE_INFO } from './dtypes.js';
+import { QDTYPE_INFO, quantizedByteLength } from './dtypes.js';
+import { QuantdError } from '../errors/index.js';
 import { dequantize } from './dequantize.js';
 import { checkFakeQuantizable, fakeQuantize } from './fake-quantize.js';
 import type { Layout } from './layout.js';
@@ -79,8 +80,22 @@ export interface QuantizedInput {
   readonly qparams: QParams;
 }
 
+/**
+ * The codes must fill their tensor exactly. Containers are checked by the format layer; this
+ * guards direct callers, for whom a short buffer would otherwise read past the view.
+ */
+export function checkCodesLength(input: QuantizedInput): void {
+  const expected = quantizedByteLength(input.spec.qdtype, input.layout.numel);
+  if (input.data.byteLength !== expected) {
+    throw new QuantdError('INTERNAL', {
+      detail: `tensor ${input.name}: ${input.data.byteLength} bytes of codes, its shape needs ${expected}`,
+    });
+  }
+}
+
 export function dequantizeTensor(input: QuantizedInput, outDType: FloatDType): Uint8Array {
   validateQParams(input.name, input.qparams, input.spec);
+  checkCodesLength(input);
   return fromFloat32(dequantize(input.data, input.spec.qdtype, input.layout, input.qparams), outDType);
 }
 

@@ -168,6 +168,51 @@ export const catalogue = {
   },
 
   // --- the service -------------------------------------------------------------------------
+  UNAUTHORIZED: {
+    http: 401,
+    grpc: 'UNAUTHENTICATED',
+    title: 'Unauthorized',
+    message: '{detail}; send Authorization: Bearer <key> with a key from QUANTD_API_KEYS',
+  },
+  PAYLOAD_TOO_LARGE: {
+    http: 413,
+    grpc: 'RESOURCE_EXHAUSTED',
+    title: 'Payload too large',
+    message: 'the request body of {size} bytes exceeds the limit of {limit} bytes (QUANTD_BODY_LIMIT)',
+  },
+  UNSUPPORTED_MEDIA_TYPE: {
+    http: 415,
+    grpc: 'INVALID_ARGUMENT',
+    title: 'Unsupported media type',
+    message:
+      'content type {type} is not accepted; send application/x-safetensors or application/octet-stream',
+  },
+  NOT_ACCEPTABLE: {
+    http: 406,
+    grpc: 'INVALID_ARGUMENT',
+    title: 'Not acceptable',
+    message: 'cannot respond with {type}; quantd responds with application/x-safetensors or application/json',
+  },
+  NOT_FOUND: {
+    http: 404,
+    grpc: 'NOT_FOUND',
+    title: 'Not found',
+    message: '{detail}',
+  },
+  BODY_INCOMPLETE: bad('Incomplete body', 'the request body ended after {received} of {expected} bytes'),
+  HEADER_INVALID: bad('Invalid header', 'header {header} {detail} (got {value})'),
+  REQUEST_TIMEOUT: {
+    http: 504,
+    grpc: 'DEADLINE_EXCEEDED',
+    title: 'Request timed out',
+    message: 'the request did not finish within {ms} ms',
+  },
+  CONFIG_INVALID: {
+    http: 500,
+    grpc: 'FAILED_PRECONDITION',
+    title: 'Invalid configuration',
+    message: 'configuration {key} {detail} (got {value})',
+  },
   BACKEND_UNAVAILABLE: {
     http: 500,
     grpc: 'FAILED_PRECONDITION',

@@ -17,9 +17,9 @@ function packageRoot(): string {
 export const ADDON_PATH = join(packageRoot(), 'build', 'Release', 'quantd.node');
 const BUILD_LOG = join(packageRoot(), 'build', 'native-build.log');
 
-interface Addon {
-  select(isa: string): string | null;
-  lastBad(): number;
+/** Kernel functions bound to one ISA's dispatch table (addon.c js_bind). */
+interface BoundKernels {
+  readonly isa: string;
   minmax(...args: unknown[]): number;
   quantize(...args: unknown[]): number;
   dequantize(...args: unknown[]): number;
@@ -27,6 +27,11 @@ interface Addon {
   chooseQuantize(...args: unknown[]): number;
   determine(...args: unknown[]): number;
   convert(...args: unknown[]): number;
+}
+
+interface Addon {
+  bind(isa: string): BoundKernels | null;
+  lastBad(): number;
 }
 
 export class KernelLoadError extends Error {}
@@ -43,15 +48,15 @@ export function loadNative(isa = ''): KernelModule {
   } catch (err) {
     throw new KernelLoadError(`native addon failed to load: ${(err as Error).message.split('\n')[0]}`);
   }
-  const selected = addon.select(isa);
-  if (selected === null) throw new KernelLoadError(`native kernels for ${isa} are not supported on this CPU`);
+  const k = addon.bind(isa);
+  if (k === null) throw new KernelLoadError(`native kernels for ${isa} are not supported on this CPU`);
   return {
     backend: 'native',
-    isa: selected,
+    isa: k.isa,
     lastBad: () => addon.lastBad(),
-    minmax: (x, start, l, mins, maxs) => addon.minmax(x, start, l.outer, l.channels, l.inner, mins, maxs),
+    minmax: (x, start, l, mins, maxs) => k.minmax(x, start, l.outer, l.channels, l.inner, mins, maxs),
     quantize: (x, start, l, scale, zp, q, out) =>
-      addon.quantize(
+      k.quantize(
         x,
         start,
         l.outer,
@@ -67,11 +72,11 @@ export function loadNative(isa = ''): KernelModule {
         out,
       ),
     dequantize: (codes, kind, start, count, l, scale, zp, out) =>
-      addon.dequantize(codes, kind, start, count, l.outer, l.channels, l.inner, scale, zp, out),
+      k.dequantize(codes, kind, start, count, l.outer, l.channels, l.inner, scale, zp, out),
     fakeQuantize: (x, start, l, scale, zp, qmin, qmax, floatZp, out, mask) =>
-      addon.fakeQuantize(x, start, l.outer, l.channels, l.inner, scale, zp, qmin, qmax, +floatZp, out, mask),
+      k.fakeQuantize(x, start, l.outer, l.channels, l.inner, scale, zp, qmin, qmax, +floatZp, out, mask),
     chooseQuantize: (x, first, unitSize, c, q, scale, zp, out) =>
-      addon.chooseQuantize(
+      k.chooseQuantize(
         x,
         first,
         unitSize,
@@ -90,7 +95,7 @@ export function loadNative(isa = ''): KernelModule {
         out,
       ),
     determine: (mins, maxs, c, scale, zp) =>
-      addon.determine(mins, maxs, c.mode, c.qmin, c.qmax, c.eps, c.symmetricZeroPoint, scale, zp),
-    convert: (kind, input, out) => void addon.convert(kind, input, out),
+      k.determine(mins, maxs, c.mode, c.qmin, c.qmax, c.eps, c.symmetricZeroPoint, scale, zp),
+    convert: (kind, input, out) => void k.convert(kind, input, out),
   };
 }

@@ -21,6 +21,7 @@ import {
   symmetricZeroPoint,
   typedView,
   validateQParams,
+  checkCodesLength,
   type FakeQuantizeOutput,
   type FloatDType,
   type FloatInput,
@@ -463,6 +464,7 @@ export class KernelCompute implements Compute {
     const layout = input.layout;
     if (layout.numel === 0) return dequantizeTensor(input, outDType);
     validateQParams(input.name, input.qparams, input.spec);
+    checkCodesLength(input);
     return this.withScratch(async (scratch) => {
       const codes = this.sharable(input.data, scratch);
       const out = this.output(Float32Array, layout.numel);
@@ -470,7 +472,7 @@ export class KernelCompute implements Compute {
       const kind = CODES[input.spec.qdtype];
       const l = layoutArgs(layout);
       const bytes = (n: number): number => quantizedByteLength(input.spec.qdtype, n);
-      await this.tasks(
+      const results = await this.tasks(
         this.ranges(layout.numel).map(([s, e]) => ({
           op: 'dequantize',
           codes: codes.subarray(bytes(s), bytes(e)),
@@ -485,6 +487,10 @@ export class KernelCompute implements Compute {
         input.name,
         signal,
       );
+      if (results.some((r) => r.status !== 0)) {
+        this.release(out);
+        referenceVerdict(() => dequantizeTensor(input, outDType), `dequantize ${input.name}`);
+      }
       return this.toDtype(out, outDType, scratch, input.name, signal);
     });
   }

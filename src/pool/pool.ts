@@ -69,6 +69,15 @@ export class KernelPool implements Executor {
     return this.piscina.queueSize;
   }
 
+  /** Task wait and run time summaries in milliseconds (for /metrics). */
+  timings(): {
+    wait: { p50: number; p90: number; p99: number };
+    run: { p50: number; p90: number; p99: number };
+  } {
+    const h = this.piscina.histogram;
+    return { wait: h.waitTime, run: h.runTime };
+  }
+
   /**
    * Admits one tensor operation, or throws OVERLOADED. The returned release() must be called
    * when the operation ends, however it ends.

@@ -4,6 +4,7 @@
  * largest tensor whatever the file size.
  */
 import { bytesOf, typedView, type QParams } from '../core/index.js';
+import { QuantdError } from '../errors/index.js';
 import type { TensorEntry } from '../format/index.js';
 import type { Compute } from './compute.js';
 import { toQParams, type GivenData, type GivenEntries } from './given-qparams.js';
@@ -50,6 +51,7 @@ async function runStep(
   source: TensorSource,
   compute: Compute,
   plan: Plan,
+  signal?: AbortSignal,
 ): Promise<Uint8Array[]> {
   const { spec, outDType } = plan.request;
   if (step.kind === 'copy') return [await source.read(step.entry)];
@@ -61,9 +63,13 @@ async function runStep(
       zeroPoint:
         g.zeroPoint.dtype === 'F32' ? typedView(Float32Array, zpData) : typedView(Int32Array, zpData),
     };
-    const data = await source.read(g.codes);
+    const data = await source.read(g.codes, compute.sharedInputs);
     return [
-      await compute.dequantize({ name: g.name, data, spec: g.spec, layout: g.layout, qparams }, outDType),
+      await compute.dequantize(
+        { name: g.name, data, spec: g.spec, layout: g.layout, qparams },
+        outDType,
+        signal,
+      ),
     ];
   }
   const name = step.entry.name;
@@ -73,13 +79,13 @@ async function runStep(
   const input = { name, dtype: step.dtype, data, layout: step.layout };
   switch (step.kind) {
     case 'quantize': {
-      const out = await compute.quantize(input, spec, given);
+      const out = await compute.quantize(input, spec, given, signal);
       return [out.data, ...qparamBytes(out.qparams)];
     }
     case 'qparams':
-      return qparamBytes(await compute.chooseQParams(input, spec, given));
+      return qparamBytes(await compute.chooseQParams(input, spec, given, signal));
     case 'fake-quantize': {
-      const out = await compute.fakeQuantize(input, spec, outDType, given);
+      const out = await compute.fakeQuantize(input, spec, outDType, given, signal);
       return [out.data, out.mask];
     }
   }
@@ -95,8 +101,17 @@ function inputBytes(step: Step): number {
 
 export interface ExecuteOptions {
   readonly onStep?: (report: StepReport) => void;
+  /** Aborts the run between steps and inside kernel tasks (client gone, timeout, shutdown). */
+  readonly signal?: AbortSignal | undefined;
   /** The sink copies or writes out what it is given (a file): outputs go back to the compute. */
   readonly releaseOutputs?: boolean;
+}
+
+/** A signal's reason when it is a QuantdError (timeout, cancellation), else CANCELLED. */
+export function throwIfAborted(signal: AbortSignal | undefined): void {
+  if (!signal?.aborted) return;
+  const reason: unknown = signal.reason;
+  throw reason instanceof QuantdError ? reason : new QuantdError('CANCELLED', { detail: '' });
 }
 
 export async function executePlan(
@@ -111,7 +126,8 @@ export async function executePlan(
   let bytesIn = 0;
   let bytesOut = 0;
   for (const step of plan.steps) {
-    const outputs = await runStep(step, source, compute, plan);
+    throwIfAborted(options.signal);
+    const outputs = await runStep(step, source, compute, plan, options.signal);
     let written = 0;
     for (let i = 0; i < outputs.length; i++) {
       await sink.write(step.outputs[i]!.name, outputs[i]!);

@@ -2,12 +2,13 @@
 import {
   SafetensorsFileReader,
   SafetensorsFileWriter,
-  parseSafetensors,
   serializeSafetensors,
+  type SafetensorsHeader,
+  type TensorEntry,
 } from '../format/index.js';
 import type { Compute } from './compute.js';
 import { executePlan, type RunSummary, type StepReport } from './execute.js';
-import { planOperation, type OperationRequest } from './plan.js';
+import { planOperation, type OperationRequest, type Plan } from './plan.js';
 
 export async function runFileOperation(
   inputPath: string,
@@ -33,14 +34,25 @@ export async function runFileOperation(
   }
 }
 
-/** The same operation on a file held in memory (request bodies); returns the output file. */
+/** The outputs of an operation on a file held in memory, one per planned output tensor. */
+export interface BufferResult {
+  readonly plan: Plan;
+  readonly outputs: readonly Uint8Array[];
+  readonly summary: RunSummary;
+}
+
+/**
+ * The same operation on a safetensors file held in memory (a request body). Every output is
+ * computed before any is returned, so a rejected input fails the whole request cleanly; the
+ * caller streams `outputs` after `encodeHeader(plan.tensors, plan.metadata)`.
+ */
 export async function runBufferOperation(
-  input: Uint8Array,
+  file: { readonly header: SafetensorsHeader; tensorBytes(entry: TensorEntry): Uint8Array },
   source: string,
   request: OperationRequest,
   compute: Compute,
-): Promise<{ output: Uint8Array; summary: RunSummary }> {
-  const file = parseSafetensors(input, source);
+  signal?: AbortSignal,
+): Promise<BufferResult> {
   const plan = planOperation(file.header, request, source);
   const written = new Map<string, Uint8Array>();
   const summary = await executePlan(
@@ -48,10 +60,15 @@ export async function runBufferOperation(
     { read: async (entry) => file.tensorBytes(entry) },
     { write: async (name, data) => void written.set(name, data) },
     compute,
+    { signal },
   );
-  const output = serializeSafetensors(
-    plan.tensors.map((t) => ({ ...t, data: written.get(t.name)! })),
-    plan.metadata,
+  return { plan, outputs: plan.tensors.map((t) => written.get(t.name)!), summary };
+}
+
+/** A whole output file in one buffer (small results, tests). */
+export function serializeResult(result: BufferResult): Uint8Array {
+  return serializeSafetensors(
+    result.plan.tensors.map((t, i) => ({ ...t, data: result.outputs[i]! })),
+    result.plan.metadata,
   );
-  return { output, summary };
 }

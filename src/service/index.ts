@@ -5,3 +5,4 @@ export * from './plan.js';
 export * from './selection.js';
 export * from './files.js';
 export * from './inspect.js';
+export * from './request.js';

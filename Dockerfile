@@ -1,0 +1,46 @@
+# syntax=docker/dockerfile:1
+# quantd: two stages. The build stage compiles the TypeScript, the native addon (node-gyp) and
+# the WebAssembly module (clang; it must equal the committed native/wasm/quantd.wasm); the runtime
+# stage carries only what `quantd serve` needs and runs as the unprivileged `node` user.
+
+FROM node:20-bookworm AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 make g++ clang lld \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY package.json package-lock.json binding.gyp tsconfig.json tsconfig.build.json ./
+COPY scripts ./scripts
+COPY native ./native
+COPY src ./src
+COPY workers ./workers
+COPY bin ./bin
+COPY proto ./proto
+# npm ci runs the install script (native addon) and prepare (TypeScript → dist/)
+RUN npm ci --no-audit --no-fund \
+ && test -f build/Release/quantd.node \
+ && scripts/build-wasm.sh build/quantd.wasm \
+ && cmp build/quantd.wasm native/wasm/quantd.wasm \
+ && npm prune --omit=dev
+
+FROM node:20-bookworm-slim AS runtime
+ENV NODE_ENV=production \
+    QUANTD_HOST=0.0.0.0 \
+    QUANTD_HTTP_PORT=8080 \
+    QUANTD_GRPC_PORT=50051 \
+    QUANTD_DATA_DIR=/data \
+    QUANTD_LOG_LEVEL=info
+WORKDIR /app
+COPY --from=build /app/package.json ./
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY --from=build /app/bin ./bin
+COPY --from=build /app/proto ./proto
+COPY --from=build /app/build/Release/quantd.node ./build/Release/quantd.node
+COPY --from=build /app/native/wasm/quantd.wasm ./native/wasm/quantd.wasm
+RUN mkdir -p /data && chown node:node /data
+USER node
+EXPOSE 8080 50051
+VOLUME ["/data"]
+HEALTHCHECK --interval=10s --timeout=4s --start-period=10s --retries=3 CMD ["node", "bin/healthcheck.js"]
+STOPSIGNAL SIGTERM
+CMD ["node", "bin/quantd.js", "serve"]

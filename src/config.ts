@@ -1,0 +1,120 @@
+/**
+ * Server configuration from the environment, validated once at start-up: every variable has a
+ * type, a default and a range, and a bad value stops the server with CONFIG_INVALID naming it.
+ */
+import { availableParallelism } from 'node:os';
+import { QuantdError } from './errors/index.js';
+
+export interface Config {
+  readonly host: string;
+  readonly httpPort: number;
+  readonly grpcPort: number;
+  /** Largest request body, and largest gRPC message / streamed tensor, in bytes. */
+  readonly bodyLimit: number;
+  readonly poolSize: number;
+  /** Tensors below this many elements are computed in the server thread (pool round trip costs more). */
+  readonly inlineLimit: number;
+  /** Tensor operations that may wait beyond the running ones before requests get 503. */
+  readonly queueLimit: number;
+  readonly requestTimeoutMs: number;
+  readonly shutdownTimeoutMs: number;
+  /** Bearer tokens; empty: authentication off. */
+  readonly apiKeys: readonly string[];
+  readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  readonly backend: string;
+  readonly isa: string;
+  readonly dataDir: string;
+  readonly tlsCert: string | null;
+  readonly tlsKey: string | null;
+}
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+const GiB = 1024 ** 3;
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+function integer(env: Env, key: string, fallback: number, min: number, max: number): number {
+  const raw = env[key];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const value = /^\d+$/.test(raw.trim()) ? Number(raw) : NaN;
+  if (!Number.isSafeInteger(value) || value < min || value > max) {
+    throw new QuantdError('CONFIG_INVALID', {
+      key,
+      detail: `must be an integer in [${min}, ${max}]`,
+      value: raw,
+    });
+  }
+  return value;
+}
+
+/** Sizes accept a plain byte count or a suffix: 512k, 64m, 2g (binary multiples). */
+function size(env: Env, key: string, fallback: number): number {
+  const raw = env[key];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const m = /^(\d+)\s*([kmg]?)i?b?$/i.exec(raw.trim());
+  const value = m ? Number(m[1]) * 1024 ** ' kmg'.indexOf((m[2] || ' ').toLowerCase()) : NaN;
+  if (!Number.isSafeInteger(value) || value < 1024) {
+    throw new QuantdError('CONFIG_INVALID', {
+      key,
+      detail: 'must be a size of at least 1024 bytes (e.g. 2g, 512m)',
+      value: raw,
+    });
+  }
+  return value;
+}
+
+function choice<T extends string>(env: Env, key: string, fallback: T, allowed: readonly T[]): T {
+  const raw = env[key]?.trim();
+  if (!raw) return fallback;
+  if (!(allowed as readonly string[]).includes(raw)) {
+    throw new QuantdError('CONFIG_INVALID', {
+      key,
+      detail: `must be one of ${allowed.join(', ')}`,
+      value: raw,
+    });
+  }
+  return raw as T;
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const apiKeys = (env['QUANTD_API_KEYS'] ?? '')
+    .split(',')
+    .map((k) => k.trim())
+    .filter((k) => k.length > 0);
+  for (const key of apiKeys) {
+    if (key.length < 16) {
+      throw new QuantdError('CONFIG_INVALID', {
+        key: 'QUANTD_API_KEYS',
+        detail: 'keys must be at least 16 characters',
+        value: `${key.slice(0, 2)}…`,
+      });
+    }
+  }
+  const tlsCert = env['QUANTD_TLS_CERT']?.trim() || null;
+  const tlsKey = env['QUANTD_TLS_KEY']?.trim() || null;
+  if ((tlsCert === null) !== (tlsKey === null)) {
+    throw new QuantdError('CONFIG_INVALID', {
+      key: 'QUANTD_TLS_CERT/QUANTD_TLS_KEY',
+      detail: 'must be set together',
+      value: tlsCert ?? tlsKey ?? '',
+    });
+  }
+  return {
+    host: env['QUANTD_HOST']?.trim() || '0.0.0.0',
+    httpPort: integer(env, 'QUANTD_HTTP_PORT', 8080, 0, 65535),
+    grpcPort: integer(env, 'QUANTD_GRPC_PORT', 50051, 0, 65535),
+    bodyLimit: size(env, 'QUANTD_BODY_LIMIT', 2 * GiB),
+    poolSize: integer(env, 'QUANTD_POOL_SIZE', availableParallelism(), 1, 1024),
+    inlineLimit: integer(env, 'QUANTD_INLINE_LIMIT', 1 << 18, 0, Number.MAX_SAFE_INTEGER),
+    queueLimit: integer(env, 'QUANTD_QUEUE_LIMIT', 64, 0, 1_000_000),
+    requestTimeoutMs: integer(env, 'QUANTD_REQUEST_TIMEOUT_MS', 300_000, 100, 86_400_000),
+    shutdownTimeoutMs: integer(env, 'QUANTD_SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000),
+    apiKeys,
+    logLevel: choice(env, 'QUANTD_LOG_LEVEL', 'info', LOG_LEVELS),
+    backend: choice(env, 'QUANTD_BACKEND', 'auto', ['auto', 'native', 'wasm', 'js']),
+    isa: env['QUANTD_ISA']?.trim() ?? '',
+    dataDir: env['QUANTD_DATA_DIR']?.trim() || './data',
+    tlsCert,
+    tlsKey,
+  };
+}

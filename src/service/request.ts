@@ -1,0 +1,78 @@
+/**
+ * A request as transports receive it — operation name plus options in the snake_case of DESIGN
+ * §5 (HTTP query parameters, gRPC fields) — turned into an OperationRequest. Unknown options are
+ * rejected rather than ignored: a misspelt `qdtpye=int4` must not quietly give int8.
+ */
+import { isFloatDType, parseSpec, type FloatDType, type SpecOptions } from '../core/index.js';
+import { QuantdError } from '../errors/index.js';
+import type { Operation, OperationRequest } from './plan.js';
+
+export type RequestParams = Readonly<Record<string, string | number | readonly string[] | undefined>>;
+
+const SPEC_KEYS = [
+  'qdtype',
+  'scheme',
+  'mode',
+  'axis',
+  'group_size',
+  'quant_min',
+  'quant_max',
+  'eps',
+  'range_search',
+] as const;
+const OPTIONS_OF: Readonly<Record<Operation, readonly string[]>> = {
+  quantize: [...SPEC_KEYS, 'include', 'exclude'],
+  qparams: [...SPEC_KEYS, 'include', 'exclude'],
+  'fake-quantize': [...SPEC_KEYS, 'include', 'exclude', 'dtype'],
+  dequantize: ['dtype'],
+};
+
+/** One value of a parameter; repeated parameters are an error except include/exclude. */
+function single(params: RequestParams, key: string): string | number | undefined {
+  const value = params[key];
+  if (Array.isArray(value)) {
+    if (value.length > 1) {
+      throw new QuantdError('OPTION_INVALID', {
+        option: key,
+        detail: 'is given more than once',
+        value: value.join(', '),
+      });
+    }
+    return value[0];
+  }
+  return value as string | number | undefined;
+}
+
+function list(params: RequestParams, key: string): string[] {
+  const value = params[key];
+  if (value === undefined || value === '') return [];
+  const items = Array.isArray(value) ? value : [String(value)];
+  return items.filter((v) => v !== '');
+}
+
+export function operationRequest(op: Operation, params: RequestParams): OperationRequest {
+  const allowed = OPTIONS_OF[op];
+  for (const key of Object.keys(params)) {
+    if (params[key] !== undefined && !allowed.includes(key)) {
+      throw new QuantdError('OPTION_INVALID', {
+        option: key,
+        detail: `is not an option of ${op} (options: ${allowed.join(', ')})`,
+        value: String(params[key]),
+      });
+    }
+  }
+  const specOptions: SpecOptions = {};
+  for (const key of SPEC_KEYS) {
+    const value = single(params, key);
+    if (value !== undefined && value !== '') (specOptions as Record<string, string | number>)[key] = value;
+  }
+  const dtype = String(single(params, 'dtype') ?? 'float32');
+  if (!isFloatDType(dtype)) throw new QuantdError('UNKNOWN_DTYPE', { value: dtype });
+  return {
+    op,
+    spec: parseSpec(op === 'dequantize' ? {} : specOptions),
+    outDType: dtype as FloatDType,
+    include: list(params, 'include'),
+    exclude: list(params, 'exclude'),
+  };
+}
