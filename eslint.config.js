@@ -7,7 +7,28 @@ export default tseslint.config(
   ...tseslint.configs.recommended,
   {
     languageOptions: {
-      globals: { process: 'readonly', console: 'readonly', Buffer: 'readonly' },
+      globals: Object.fromEntries(
+        [
+          'process',
+          'console',
+          'Buffer',
+          'URL',
+          'URLSearchParams',
+          'AbortController',
+          'AbortSignal',
+          'performance',
+          'fetch',
+          'setTimeout',
+          'clearTimeout',
+          'setInterval',
+          'clearInterval',
+          'SharedArrayBuffer',
+          'WebAssembly',
+          'TextEncoder',
+          'TextDecoder',
+          'structuredClone',
+        ].map((name) => [name, 'readonly']),
+      ),
     },
     rules: {
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
