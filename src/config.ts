@@ -9,8 +9,10 @@ export interface Config {
   readonly host: string;
   readonly httpPort: number;
   readonly grpcPort: number;
-  /** Largest request body, and largest gRPC message / streamed tensor, in bytes. */
+  /** Largest request body and largest unary gRPC message, in bytes. */
   readonly bodyLimit: number;
+  /** Largest input of a gRPC QuantizeStream (its chunks together), in bytes. */
+  readonly streamLimit: number;
   readonly poolSize: number;
   /** Tensors below this many elements are computed in the server thread (pool round trip costs more). */
   readonly inlineLimit: number;
@@ -31,6 +33,8 @@ export interface Config {
 type Env = Readonly<Record<string, string | undefined>>;
 
 const GiB = 1024 ** 3;
+/** The largest byte array V8 allocates (2^32 bytes). */
+const MAX_BUFFER = 4 * GiB;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 function integer(env: Env, key: string, fallback: number, min: number, max: number): number {
@@ -104,6 +108,7 @@ export function loadConfig(env: Env = process.env): Config {
     httpPort: integer(env, 'QUANTD_HTTP_PORT', 8080, 0, 65535),
     grpcPort: integer(env, 'QUANTD_GRPC_PORT', 50051, 0, 65535),
     bodyLimit: size(env, 'QUANTD_BODY_LIMIT', 2 * GiB),
+    streamLimit: Math.min(size(env, 'QUANTD_STREAM_LIMIT', 4 * GiB), MAX_BUFFER),
     poolSize: integer(env, 'QUANTD_POOL_SIZE', availableParallelism(), 1, 1024),
     inlineLimit: integer(env, 'QUANTD_INLINE_LIMIT', 1 << 18, 0, Number.MAX_SAFE_INTEGER),
     queueLimit: integer(env, 'QUANTD_QUEUE_LIMIT', 64, 0, 1_000_000),

@@ -250,6 +250,33 @@ static napi_value js_convert(napi_env env, napi_callback_info info) {
   return number(env, 0);
 }
 
+/* quality(x, codes, start, outer, channels, inner, scale, zp, codes, qmin, qmax, addFirst, rejectInf, stats)
+ * stats: Float64Array(5) [sum_sq_error, sum_sq_value, max_abs_error, clipped, count], accumulated */
+static napi_value js_quality(napi_env env, napi_callback_info info) {
+  ARGS(14);
+  view x, codes, scale, zp, stats;
+  uint64_t start;
+  qd_layout l;
+  qd_quant q;
+  if (!get_view(env, argv[0], &x) || !get_view(env, argv[1], &codes) || !get_u64(env, argv[2], &start) ||
+      !layout_of(env, argv + 3, &l) || !get_view(env, argv[6], &scale) || !get_view(env, argv[7], &zp) ||
+      !quant_of(env, argv + 8, &q) || !get_view(env, argv[13], &stats))
+    return throw_error(env, "quantd addon: quality arguments");
+  uint64_t count = x.bytes / 4;
+  if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || codes.bytes < code_bytes(q.codes, count) ||
+      stats.bytes < 5 * 8)
+    return throw_error(env, "quantd addon: quality sizes");
+  double *st = stats.data;
+  qd_quality acc = {st[0], st[1], st[2], (uint64_t)st[3], (uint64_t)st[4]};
+  qd_status s = kernels->quality(x.data, codes.data, start, count, &l, scale.data, zp.data, &q, &acc);
+  st[0] = acc.sum_sq_error;
+  st[1] = acc.sum_sq_value;
+  st[2] = acc.max_abs_error;
+  st[3] = (double)acc.clipped;
+  st[4] = (double)acc.count;
+  return status_of(env, s, 0);
+}
+
 typedef napi_value (*js_fn)(napi_env, napi_callback_info);
 
 /* bind(isa: string) -> an object of kernel functions on that ISA's table, or null when the CPU
@@ -273,7 +300,7 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
   } fns[] = {
       {"minmax", js_minmax},       {"quantize", js_quantize},     {"dequantize", js_dequantize},
       {"fakeQuantize", js_fake_quantize}, {"chooseQuantize", js_choose_quantize}, {"determine", js_determine},
-      {"convert", js_convert},
+      {"convert", js_convert}, {"quality", js_quality},
   };
   napi_create_object(env, &out);
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {

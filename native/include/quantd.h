@@ -95,6 +95,22 @@ typedef qd_status (*qd_choose_quantize_fn)(const float *x, uint64_t first, uint6
                                            double *zero_point, void *out, uint64_t *bad);
 typedef void (*qd_convert_fn)(const void *in, uint64_t n, void *out);
 
+/* How far codes are from the values they stand for, accumulated over calls. */
+typedef struct {
+  double sum_sq_error; /* Σ (x - dequantized)^2 */
+  double sum_sq_value; /* Σ x^2 */
+  double max_abs_error;
+  uint64_t clipped; /* elements whose unclamped code fell outside [qmin, qmax] */
+  uint64_t count;
+} qd_quality;
+
+/* Adds the error statistics of codes (of x, with these qparams) to `stats`. Sums are float64;
+ * their order differs between variants, so they agree to rounding, not bit for bit (they are
+ * statistics for people, not outputs). */
+typedef qd_status (*qd_quality_fn)(const float *x, const void *codes, uint64_t start, uint64_t count,
+                                   const qd_layout *l, const float *scale, const float *zero_point, const qd_quant *q,
+                                   qd_quality *stats);
+
 typedef struct {
   const char *isa;
   qd_minmax_fn minmax;
@@ -103,6 +119,7 @@ typedef struct {
   qd_fake_quantize_fn fake_quantize;
   qd_choose_quantize_fn choose_quantize;
   qd_convert_fn f16_to_f32, bf16_to_f32, f32_to_f16, f32_to_bf16;
+  qd_quality_fn quality;
 } qd_kernels;
 
 /* Qparams of each unit from its min and max (torch determine_qparams and the per_token rules).

@@ -234,4 +234,25 @@ QD_INLINE int32_t qd_quantize_one(float v, float inv, float zp, const qd_quant *
   return d < (double)q->qmin ? q->qmin : (d > (double)q->qmax ? q->qmax : (int32_t)d);
 }
 
+/* Whether a value's code was clamped: its unclamped code (quantize.ts, before the clamp) lies
+ * outside [qmin, qmax]; for fp8, |x · inv| beyond the range. */
+QD_INLINE int qd_was_clipped(float v, float inv, float zp, const qd_quant *q) {
+  float t = v * inv;
+  if (q->codes == QD_CODES_E4M3 || q->codes == QD_CODES_E5M2) return t < (float)q->qmin || t > (float)q->qmax;
+  float u = q->add_zero_point_first ? qd_rint(t + zp) : qd_rint(t) + zp;
+  return (double)u < (double)q->qmin || (double)u > (double)q->qmax;
+}
+
+/* One element's contribution to the quality statistics (code_value: what its code stands for). */
+QD_INLINE void qd_quality_one(float v, float code_value, float s, float inv, float zp, const qd_quant *q,
+                              qd_quality *stats) {
+  const float back = (code_value - zp) * s;
+  const double err = (double)v - (double)back;
+  stats->sum_sq_error += err * err;
+  stats->sum_sq_value += (double)v * (double)v;
+  const double a = err < 0 ? -err : err;
+  if (a > stats->max_abs_error) stats->max_abs_error = a;
+  stats->clipped += (uint64_t)qd_was_clipped(v, inv, zp, q);
+}
+
 #endif

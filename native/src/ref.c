@@ -225,6 +225,28 @@ void qd_f32_to_bf16_ref(const void *in, uint64_t n, void *out) {
   for (uint64_t i = 0; i < n; i++) h[i] = qd_f32_to_bf16(f[i]);
 }
 
+/* ---- quality ---- */
+
+qd_status qd_quality_ref(const float *x, const void *codes, uint64_t start, uint64_t count, const qd_layout *l,
+                         const float *scale, const float *zero_point, const qd_quant *q, qd_quality *stats) {
+  if (!layout_ok(l) || !qd_codes_valid(q->codes)) return count ? QD_BAD_ARGUMENT : QD_OK;
+  if (start % (uint64_t)qd_codes_per_byte(q->codes)) return QD_BAD_ARGUMENT;
+  uint64_t unit = (start / l->inner) % l->channels, left = l->inner - start % l->inner;
+  float s = scale[unit], inv = 1.0f / s, zp = zero_point[unit];
+  for (uint64_t i = 0; i < count; i++) {
+    qd_quality_one(x[i], qd_load_code(codes, q->codes, i), s, inv, zp, q, stats);
+    if (--left == 0) {
+      unit = unit + 1 == l->channels ? 0 : unit + 1;
+      left = l->inner;
+      s = scale[unit];
+      inv = 1.0f / s;
+      zp = zero_point[unit];
+    }
+  }
+  stats->count += count;
+  return QD_OK;
+}
+
 const qd_kernels qd_kernels_ref = {
     "scalar",
     qd_minmax_ref,
@@ -236,4 +258,5 @@ const qd_kernels qd_kernels_ref = {
     qd_bf16_to_f32_ref,
     qd_f32_to_f16_ref,
     qd_f32_to_bf16_ref,
+    qd_quality_ref,
 };

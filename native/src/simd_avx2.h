@@ -62,6 +62,7 @@ QD_V vi vf_to_vi_sat(vf u) {
 QD_V vm vm_none(void) { return _mm256_setzero_si256(); }
 QD_V vm vm_or(vm a, vm b) { return _mm256_or_si256(a, b); }
 QD_V vm vm_and(vm a, vm b) { return _mm256_and_si256(a, b); }
+QD_V int vm_count(vm m) { return __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(m))); }
 QD_V int vm_any(vm m) { return !_mm256_testz_si256(m, m); }
 QD_V vm vf_unord(vf a) { return _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
 QD_V vm vf_ge(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GE_OQ)); }

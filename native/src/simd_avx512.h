@@ -60,6 +60,7 @@ QD_V vi vf_to_vi_sat(vf u) {
 QD_V vm vm_none(void) { return 0; }
 QD_V vm vm_or(vm a, vm b) { return (vm)(a | b); }
 QD_V vm vm_and(vm a, vm b) { return (vm)(a & b); }
+QD_V int vm_count(vm m) { return __builtin_popcount((unsigned)m); }
 QD_V int vm_any(vm m) { return m != 0; }
 QD_V vm vf_unord(vf a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
 QD_V vm vf_ge(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }

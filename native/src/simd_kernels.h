@@ -498,6 +498,62 @@ QD_TARGET static qd_status QD_NAME(fake_quantize)(const float *x, uint64_t start
   return QD_OK;
 }
 
+/* ---- quality ----
+ * Errors are squared and summed in float32 over blocks of up to 64 elements, each block then added
+ * to float64 totals: the statistics agree with the reference to rounding (not bit for bit). */
+
+QD_TARGET static qd_status QD_NAME(quality)(const float *x, const void *codes, uint64_t start, uint64_t count,
+                                            const qd_layout *l, const float *scale, const float *zero_point,
+                                            const qd_quant *q, qd_quality *stats) {
+  const int32_t kind = q->codes;
+  if (l->channels == 0 || l->inner < VL || !qd_codes_valid(kind) || !vector_dequantizable(kind) ||
+      kind == QD_CODES_I32 || start % (uint64_t)qd_codes_per_byte(kind))
+    return qd_quality_ref(x, codes, start, count, l, scale, zero_point, q, stats);
+  const uint64_t per = (uint64_t)qd_codes_per_byte(kind);
+  const int fp8 = kind == QD_CODES_E4M3 || kind == QD_CODES_E5M2;
+  const vf lo = vf_set((float)q->qmin), hi = vf_set((float)q->qmax);
+  for (uint64_t i = 0; i < count;) {
+    uint64_t pos = start + i, unit = (pos / l->inner) % l->channels;
+    uint64_t n = l->inner - pos % l->inner;
+    if (n > count - i) n = count - i;
+    const float s = scale[unit], inv = 1.0f / s, zp = zero_point[unit];
+    uint64_t j = 0;
+    for (; j < n && (i + j) % per; j++)
+      qd_quality_one(x[i + j], qd_load_code(codes, kind, i + j), s, inv, zp, q, stats);
+    const vf vs = vf_set(s), vinv = vf_set(inv), vzp = vf_set(zp);
+    while (j + VL <= n) {
+      vf err_sq = vf_set(0.0f), val_sq = vf_set(0.0f), err_max = vf_set(0.0f);
+      uint64_t clipped = 0;
+      for (int b = 0; b < 64 / VL && j + VL <= n; b++, j += VL) {
+        vf v = vf_load(x + i + j);
+        vf back = vf_mul(vf_sub(code_values(codes, kind, i + j), vzp), vs);
+        vf err = vf_sub(v, back);
+        err_sq = vf_add(err_sq, vf_mul(err, err));
+        val_sq = vf_add(val_sq, vf_mul(v, v));
+        vf abs_err = vi_bits(vi_and(vf_bits(err), vi_set(0x7fffffff)));
+        err_max = vf_select(vf_gt(abs_err, err_max), abs_err, err_max);
+        vf t = vf_mul(v, vinv);
+        vf u = fp8 ? t : (q->add_zero_point_first ? vf_round(vf_add(t, vzp)) : vf_add(vf_round(t), vzp));
+        clipped += (uint64_t)vm_count(vm_or(vf_lt(u, lo), vf_gt(u, hi)));
+      }
+      float sums[3][VL];
+      vf_store(sums[0], err_sq);
+      vf_store(sums[1], val_sq);
+      vf_store(sums[2], err_max);
+      for (int k = 0; k < VL; k++) {
+        stats->sum_sq_error += (double)sums[0][k];
+        stats->sum_sq_value += (double)sums[1][k];
+        if ((double)sums[2][k] > stats->max_abs_error) stats->max_abs_error = (double)sums[2][k];
+      }
+      stats->clipped += clipped;
+    }
+    for (; j < n; j++) qd_quality_one(x[i + j], qd_load_code(codes, kind, i + j), s, inv, zp, q, stats);
+    i += n;
+  }
+  stats->count += count;
+  return QD_OK;
+}
+
 /* ---- conversions ---- */
 
 QD_TARGET static void QD_NAME(bf16_to_f32)(const void *in, uint64_t n, void *out) {
@@ -556,4 +612,5 @@ const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_NAME(bf16_to_f32),
     QD_F32_TO_F16,
     QD_NAME(f32_to_bf16),
+    QD_NAME(quality),
 };

@@ -56,6 +56,7 @@ QD_V vi vf_to_vi_sat(vf u) { return wasm_i32x4_trunc_sat_f32x4(u); }
 QD_V vm vm_none(void) { return wasm_i32x4_splat(0); }
 QD_V vm vm_or(vm a, vm b) { return wasm_v128_or(a, b); }
 QD_V vm vm_and(vm a, vm b) { return wasm_v128_and(a, b); }
+QD_V int vm_count(vm m) { return __builtin_popcount((unsigned)wasm_i32x4_bitmask(m)); }
 QD_V int vm_any(vm m) { return wasm_v128_any_true(m); }
 QD_V vm vf_unord(vf a) { return wasm_f32x4_ne(a, a); }
 QD_V vm vf_ge(vf a, vf b) { return wasm_f32x4_ge(a, b); }

@@ -283,6 +283,40 @@ static void test_choose_quantize(const qd_kernels *k) {
   }
 }
 
+static int close_to(double a, double b, double rel) {
+  double d = a > b ? a - b : b - a;
+  double m = (a > b ? a : b) > 0 ? (a > b ? a : b) : -(a < b ? a : b);
+  return d <= rel * m + 1e-30;
+}
+
+static void test_quality(const qd_kernels *k) {
+  for (int iter = 0; iter < 4000; iter++) {
+    int32_t kind = (int32_t)(next_u32() % 10);
+    shape s = random_shape(iter % 10 == 0 ? 3000 : 400);
+    int per = qd_codes_per_byte(kind);
+    uint64_t start = (next_u32() % s.numel) / (uint64_t)per * (uint64_t)per;
+    uint64_t count = next_u32() % (s.numel - start + 1);
+    qd_quant q = {kind, RANGES[kind][0], RANGES[kind][1], (int32_t)(next_u32() & 1), 0};
+    float *scale = malloc(4 * s.l.channels), *zp = malloc(4 * s.l.channels);
+    random_qparams(s.l.channels, kind, 0, q.qmin, q.qmax, scale, zp);
+    float *x = malloc(sizeof(float) * s.numel);
+    for (uint64_t i = 0; i < s.numel; i++) x[i] = interesting(scale[(i / s.l.inner) % s.l.channels], 0, 0);
+    uint8_t *codes = malloc(code_bytes(kind, count) + 8);
+    uint64_t bad;
+    if (qd_kernels_ref.quantize(x + start, start, count, &s.l, scale, zp, &q, codes, &bad) != QD_OK) continue;
+    qd_quality a = {0}, b = {0};
+    qd_status s1 = qd_kernels_ref.quality(x + start, codes, start, count, &s.l, scale, zp, &q, &a);
+    qd_status s2 = k->quality(x + start, codes, start, count, &s.l, scale, zp, &q, &b);
+    CHECK(s1 == s2 && a.count == b.count && a.clipped == b.clipped, "%s quality counts kind %d: clipped %llu vs %llu",
+          k->isa, kind, (unsigned long long)a.clipped, (unsigned long long)b.clipped);
+    CHECK(close_to(a.sum_sq_error, b.sum_sq_error, 1e-5) && close_to(a.sum_sq_value, b.sum_sq_value, 1e-5) &&
+              close_to(a.max_abs_error, b.max_abs_error, 1e-6),
+          "%s quality sums kind %d: %g/%g %g/%g %g/%g", k->isa, kind, a.sum_sq_error, b.sum_sq_error, a.sum_sq_value,
+          b.sum_sq_value, a.max_abs_error, b.max_abs_error);
+    free(scale), free(zp), free(x), free(codes);
+  }
+}
+
 static void test_conversions(const qd_kernels *k) {
   uint16_t *h = malloc(2 * 65536 + 2);
   float *f1 = malloc(4 * 65536), *f2 = malloc(4 * 65536 + 4);
@@ -354,6 +388,7 @@ int main(int argc, char **argv) {
     test_fake_quantize(k);
     test_choose_quantize(k);
     test_conversions(k);
+    test_quality(k);
     printf("%s: ok\n", k->isa);
     tested++;
   }

@@ -82,3 +82,20 @@ EXPORT("convert") void qdw_convert(int32_t kind, const void *in, double n, void 
   qd_convert_fn fns[4] = {kernels->f16_to_f32, kernels->bf16_to_f32, kernels->f32_to_f16, kernels->f32_to_bf16};
   if (kind >= 0 && kind < 4) fns[kind](in, (uint64_t)n, out);
 }
+
+/* stats: 5 float64 [sum_sq_error, sum_sq_value, max_abs_error, clipped, count], accumulated */
+EXPORT("quality")
+int32_t qdw_quality(const float *x, const void *codes, double start, double count, double outer, double channels,
+                    double inner, const float *scale, const float *zero_point, int32_t kind, int32_t qmin, int32_t qmax,
+                    int32_t add_first, int32_t reject_inf, double *stats) {
+  qd_layout l = layout(outer, channels, inner);
+  qd_quant q = {kind, qmin, qmax, add_first, reject_inf};
+  qd_quality acc = {stats[0], stats[1], stats[2], (uint64_t)stats[3], (uint64_t)stats[4]};
+  qd_status s = kernels->quality(x, codes, (uint64_t)start, (uint64_t)count, &l, scale, zero_point, &q, &acc);
+  stats[0] = acc.sum_sq_error;
+  stats[1] = acc.sum_sq_value;
+  stats[2] = acc.max_abs_error;
+  stats[3] = (double)acc.clipped;
+  stats[4] = (double)acc.count;
+  return s;
+}

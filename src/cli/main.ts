@@ -104,7 +104,7 @@ async function serveUntilSignalled(io: Io): Promise<void> {
   const server = await startServer();
   io.stdout(
     `quantd ${packageVersion()} listening: http://${server.config.host}:${server.httpPort} ` +
-      `(${describeKernels(server.handle.kernels)})`,
+      `grpc ${server.config.host}:${server.grpcPort} (${describeKernels(server.handle.kernels)})`,
   );
   await new Promise<void>((resolve) => {
     const stop = (signal: string): void => void server.shutdown(signal).then(resolve);

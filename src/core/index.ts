@@ -13,3 +13,4 @@ export * from './rounding.js';
 export * from './spec.js';
 export * from './tensor.js';
 export * from './validate-qparams.js';
+export * from './quality.js';

@@ -200,6 +200,7 @@ export const catalogue = {
     message: '{detail}',
   },
   BODY_INCOMPLETE: bad('Incomplete body', 'the request body ended after {received} of {expected} bytes'),
+  STREAM_INVALID: bad('Invalid stream', 'QuantizeStream: {detail}'),
   HEADER_INVALID: bad('Invalid header', 'header {header} {detail} (got {value})'),
   REQUEST_TIMEOUT: {
     http: 504,

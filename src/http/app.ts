@@ -9,6 +9,7 @@ import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
 import { QuantdError } from '../errors/index.js';
 import { describeKernels } from '../kernels/index.js';
+import { Admission } from '../service/index.js';
 import type { ComputeHandle } from '../pool/index.js';
 import { makeAuthenticator } from './auth.js';
 import { declaredLength, readBody } from './body.js';
@@ -23,6 +24,8 @@ export interface AppOptions {
   readonly version: string;
   /** False while draining for shutdown: /readyz answers 503 and new requests are refused. */
   readonly isReady: () => boolean;
+  /** Shared with the gRPC server (default: one of poolSize + queueLimit for this app alone). */
+  readonly admission?: Admission;
 }
 
 const OP_PREFIX = '/v1/';
@@ -41,8 +44,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   const metrics = createMetrics(handle);
   const authenticate = makeAuthenticator(config.apiKeys);
-  const capacity = config.poolSize + config.queueLimit;
-  let inFlight = 0;
+  const admission = options.admission ?? new Admission(config.poolSize + config.queueLimit);
 
   app.addContentTypeParser(
     [SAFETENSORS_TYPE, OCTET_TYPE],
@@ -54,7 +56,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   app.addHook('onRequest', async (request, reply) => {
     const started = process.hrtime.bigint();
-    reply.raw.on('close', () => {
+    let release: (() => void) | undefined;
+    // One listener does the bookkeeping of every request: metrics, and the admission slot.
+    reply.raw.once('close', () => {
+      release?.();
       const route = request.routeOptions.url ?? 'unmatched';
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       const bytesIn = Number(request.headers['content-length'] ?? 0) || 0;
@@ -65,9 +70,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     authenticate?.(request.headers.authorization);
     if (!options.isReady()) throw new QuantdError('CANCELLED', { detail: ': the server is shutting down' });
     declaredLength(request.headers['content-length'], config.bodyLimit);
-    if (inFlight >= capacity) throw new QuantdError('OVERLOADED', { queued: inFlight, limit: capacity });
-    inFlight++;
-    reply.raw.once('close', () => inFlight--);
+    release = admission.acquire();
   });
 
   app.setErrorHandler((err, request, reply) => sendProblem(asQuantdError(err), request, reply));

@@ -8,11 +8,13 @@
  */
 import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { FLOAT_TO_ST, ST_DTYPE_SIZE, isFloatDType, numelOf, type StDType } from '../core/index.js';
-import { QuantdError, shapeText } from '../errors/index.js';
-import { encodeHeader, parseSafetensors, type SafetensorsHeader, type TensorEntry } from '../format/index.js';
+import { QuantdError } from '../errors/index.js';
+import { encodeHeader, parseSafetensors } from '../format/index.js';
 import {
   OPERATIONS,
+  floatStDType,
+  singleTensorFile,
+  type InMemoryFile,
   operationRequest,
   runBufferOperation,
   type BufferResult,
@@ -24,6 +26,8 @@ import { opRouteSchema } from './openapi.js';
 
 export const SAFETENSORS_TYPE = 'application/x-safetensors';
 export const OCTET_TYPE = 'application/octet-stream';
+/** Bodies from this size on get a cancellation signal (client gone, timeout). */
+const SIGNAL_THRESHOLD = 256 * 1024;
 /** Results up to this size are sent as one buffer. */
 const SMALL_RESPONSE = 1024 * 1024;
 /** Largest result sent as JSON (base64 inflates it by a third; big results want the container). */
@@ -35,16 +39,11 @@ export interface OpRouteDeps {
 }
 
 /** The body as the file it stands for: a safetensors file, or one raw tensor named "tensor". */
-function bodyFile(
-  request: FastifyRequest,
-  body: Uint8Array,
-): { header: SafetensorsHeader; tensorBytes(entry: TensorEntry): Uint8Array } {
+function bodyFile(request: FastifyRequest, body: Uint8Array): InMemoryFile {
   const type = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
   if (type === SAFETENSORS_TYPE) return parseSafetensors(body, 'request body');
   const dtypeHeader = String(request.headers['x-tensor-dtype'] ?? '');
-  const dtype: StDType | undefined = isFloatDType(dtypeHeader)
-    ? FLOAT_TO_ST[dtypeHeader]
-    : (['F32', 'F16', 'BF16'] as const).find((d) => d === dtypeHeader.toUpperCase());
+  const dtype = floatStDType(dtypeHeader);
   if (!dtype) {
     throw new QuantdError('HEADER_INVALID', {
       header: 'X-Tensor-Dtype',
@@ -62,22 +61,7 @@ function bodyFile(
       value: shapeHeader || '(missing)',
     });
   }
-  const expected = numelOf(shape) * ST_DTYPE_SIZE[dtype];
-  if (expected !== body.byteLength) {
-    throw new QuantdError('SAFETENSORS_SIZE_MISMATCH', {
-      source: 'request body',
-      tensor: 'tensor',
-      dtype,
-      shape: shapeText(shape),
-      expected,
-      actual: body.byteLength,
-    });
-  }
-  const entry: TensorEntry = { name: 'tensor', dtype, shape, begin: 0, end: body.byteLength };
-  return {
-    header: { entries: [entry], metadata: null, dataOffset: 0, dataLength: body.byteLength },
-    tensorBytes: () => body,
-  };
+  return singleTensorFile('tensor', dtype, shape, body, 'request body');
 }
 
 /** How the client wants the result: the container (default) or JSON. */
@@ -134,7 +118,11 @@ async function handle(
   }
   const params = request.query as RequestParams;
   const opRequest = operationRequest(op, params);
-  const signal = requestSignal(request, reply, deps.requestTimeoutMs);
+  // Small bodies are computed in this thread in one go: nothing could be aborted part-way.
+  const signal =
+    request.body.byteLength >= SIGNAL_THRESHOLD
+      ? requestSignal(request, reply, deps.requestTimeoutMs)
+      : undefined;
   const result = await runBufferOperation(
     bodyFile(request, request.body),
     'request body',

@@ -113,4 +113,15 @@ export interface KernelModule {
     zeroPoint: Float64Array,
   ): number;
   convert(kind: number, input: Uint16Array | Float32Array, out: Float32Array | Uint16Array): void;
+  /** Adds the error statistics of `codes` (of x) to stats: [Σerr², Σx², max|err|, clipped, count]. */
+  quality(
+    x: Float32Array,
+    codes: Uint8Array,
+    start: number,
+    l: LayoutArgs,
+    scale: Float32Array,
+    zeroPoint: Float32Array,
+    q: QuantArgs,
+    stats: Float64Array,
+  ): number;
 }

@@ -27,6 +27,7 @@ interface BoundKernels {
   chooseQuantize(...args: unknown[]): number;
   determine(...args: unknown[]): number;
   convert(...args: unknown[]): number;
+  quality(...args: unknown[]): number;
 }
 
 interface Addon {
@@ -97,5 +98,22 @@ export function loadNative(isa = ''): KernelModule {
     determine: (mins, maxs, c, scale, zp) =>
       k.determine(mins, maxs, c.mode, c.qmin, c.qmax, c.eps, c.symmetricZeroPoint, scale, zp),
     convert: (kind, input, out) => void k.convert(kind, input, out),
+    quality: (x, codes, start, l, scale, zp, q, stats) =>
+      k.quality(
+        x,
+        codes,
+        start,
+        l.outer,
+        l.channels,
+        l.inner,
+        scale,
+        zp,
+        q.codes,
+        q.qmin,
+        q.qmax,
+        +q.addFirst,
+        +q.rejectInf,
+        stats,
+      ),
   };
 }

@@ -59,6 +59,16 @@ export type KernelTask =
       readonly mask: Uint8Array;
     }
   | {
+      readonly op: 'quality';
+      readonly x: Float32Array;
+      readonly codes: Uint8Array;
+      readonly start: number;
+      readonly layout: LayoutArgs;
+      readonly scale: Float32Array;
+      readonly zeroPoint: Float32Array;
+      readonly quant: QuantArgs;
+    }
+  | {
       readonly op: 'chooseQuantize';
       readonly x: Float32Array;
       readonly first: number;
@@ -80,6 +90,8 @@ export interface TaskResult {
   readonly maxs?: Float32Array;
   readonly scale?: Float32Array;
   readonly zeroPoint?: Float64Array;
+  /** quality: [Σerr², Σx², max|err|, clipped, count] of the range. */
+  readonly stats?: Float64Array;
 }
 
 const ok: TaskResult = { status: 0, bad: -1 };
@@ -134,6 +146,11 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
           task.mask,
         ),
       );
+    case 'quality': {
+      const stats = new Float64Array(5);
+      const status = k.quality(task.x, task.codes, task.start, task.layout, task.scale, task.zeroPoint, task.quant, stats);
+      return { ...done(status), stats };
+    }
     case 'chooseQuantize':
       return done(
         k.chooseQuantize(

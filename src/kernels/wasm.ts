@@ -33,6 +33,7 @@ interface Exports {
   choose_quantize(...args: number[]): number;
   determine(...args: number[]): number;
   convert(...args: number[]): void;
+  quality(...args: number[]): number;
 }
 
 const CODE_BITS = [8, 8, 16, 32, 4, 4, 2, 2, 8, 8];
@@ -293,6 +294,34 @@ class WasmKernels implements KernelModule {
     );
     this.take(pScale, scale, 0, mins.length * 4);
     this.take(pZp, zp, 0, mins.length * 8);
+    return this.status(s);
+  }
+
+  quality(
+    x: Float32Array,
+    codes: Uint8Array,
+    start: number,
+    l: LayoutArgs,
+    scale: Float32Array,
+    zp: Float32Array,
+    q: QuantArgs,
+    stats: Float64Array,
+  ): number {
+    this.reset();
+    const pScale = this.copyIn(scale.subarray(0, l.channels));
+    const pZp = this.copyIn(zp.subarray(0, l.channels));
+    const pStats = this.copyIn(stats.subarray(0, 5));
+    const n = Math.min(CHUNK, x.length);
+    const pX = this.alloc(n * 4);
+    const pCodes = this.alloc(codeBytes(q.codes, n));
+    let s = 0;
+    for (let off = 0; off < x.length && s === 0; off += CHUNK) {
+      const part = x.subarray(off, off + CHUNK);
+      this.put(pX, part);
+      this.put(pCodes, codes.subarray(codeBytes(q.codes, off), codeBytes(q.codes, off + part.length)));
+      s = this.e.quality(pX, pCodes, start + off, part.length, l.outer, l.channels, l.inner, pScale, pZp, q.codes, q.qmin, q.qmax, +q.addFirst, +q.rejectInf, pStats);
+    }
+    this.take(pStats, stats, 0, 40);
     return this.status(s);
   }
 

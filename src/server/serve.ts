@@ -9,13 +9,17 @@ import type { FastifyInstance } from 'fastify';
 import { loadConfig, type Config } from '../config.js';
 import { buildApp } from '../http/app.js';
 import { describeKernels } from '../kernels/index.js';
+import { startGrpc, type RunningGrpc } from '../grpc/server.js';
 import { createCompute, type ComputeHandle } from '../pool/index.js';
+import { Admission } from '../service/index.js';
 
 export interface RunningServer {
   readonly config: Config;
   readonly handle: ComputeHandle;
   readonly http: FastifyInstance;
   readonly httpPort: number;
+  readonly grpc: RunningGrpc;
+  readonly grpcPort: number;
   /** Drains and stops everything; resolves when done. */
   shutdown(reason: string): Promise<void>;
 }
@@ -36,8 +40,18 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
   });
   handle.pool?.workers(); // start the workers now, so that ready means warm
   let draining = false;
-  const http = await buildApp({ config, handle, version: packageVersion(), isReady: () => !draining });
-  await http.listen({ host: config.host, port: config.httpPort });
+  const isReady = (): boolean => !draining;
+  const admission = new Admission(config.poolSize + config.queueLimit);
+  const http = await buildApp({ config, handle, version: packageVersion(), isReady, admission });
+  let grpc: RunningGrpc;
+  try {
+    await http.listen({ host: config.host, port: config.httpPort });
+    grpc = await startGrpc({ config, handle, admission, isReady, log: http.log });
+  } catch (err) {
+    await http.close();
+    await handle.close();
+    throw err;
+  }
   const httpPort = (http.server.address() as AddressInfo).port;
   http.log.info(
     { backend: handle.kernels.backend, isa: handle.kernels.isa },
@@ -50,11 +64,11 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
       draining = true;
       http.log.info({ reason }, 'shutting down: draining in-flight requests');
       const timeout = new Promise<void>((resolve) => setTimeout(resolve, config.shutdownTimeoutMs).unref());
-      await Promise.race([http.close(), timeout]);
+      await Promise.race([Promise.all([http.close(), grpc.shutdown(config.shutdownTimeoutMs)]), timeout]);
       await handle.close();
       http.log.info('shut down');
     })();
     return stopping;
   };
-  return { config, handle, http, httpPort, shutdown };
+  return { config, handle, http, httpPort, grpc, grpcPort: grpc.port, shutdown };
 }

@@ -6,3 +6,5 @@ export * from './selection.js';
 export * from './files.js';
 export * from './inspect.js';
 export * from './request.js';
+export * from './single-tensor.js';
+export * from './admission.js';

@@ -1,0 +1,12 @@
+/** The HTTP bearer-token check (src/http/auth.ts) applied to gRPC call metadata. */
+import type { Metadata } from '@grpc/grpc-js';
+import { makeAuthenticator } from '../http/auth.js';
+
+export function makeMetadataAuthenticator(keys: readonly string[]): ((metadata: Metadata) => void) | null {
+  const check = makeAuthenticator(keys);
+  if (!check) return null;
+  return (metadata) => {
+    const value = metadata.get('authorization')[0];
+    check(typeof value === 'string' ? value : value?.toString('utf8'));
+  };
+}

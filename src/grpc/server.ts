@@ -1,0 +1,169 @@
+/**
+ * The gRPC server (quantd.v1.Quantizer, proto/quantd/v1/quantd.proto) beside HTTP, on the same
+ * compute, admission and error catalogue. Unary RPCs carry a whole input and result per message;
+ * QuantizeStream carries inputs and results of any size in chunks. grpc.health.v1 and server
+ * reflection are served too, so grpcurl works without the proto file.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { ReflectionService } from '@grpc/reflection';
+import { HealthImplementation } from 'grpc-health-check';
+import type { Config } from '../config.js';
+import { QuantdError } from '../errors/index.js';
+import type { ComputeHandle } from '../pool/index.js';
+import type { Admission } from '../service/index.js';
+import { errorForGrpc, type GrpcError } from './errors.js';
+import { makeMetadataAuthenticator } from './auth.js';
+import { handleStream } from './stream.js';
+import { runUnary, type UnaryRequest, type UnaryResponse } from './unary.js';
+
+function packageRoot(): string {
+  const here = new URL('.', import.meta.url).pathname;
+  const marker = here.includes('/dist/src/') ? '/dist/src/' : '/src/';
+  return here.slice(0, here.lastIndexOf(marker) + 1);
+}
+
+export const PROTO_ROOT = join(packageRoot(), 'proto');
+export const PROTO_FILE = 'quantd/v1/quantd.proto';
+export const SERVICE_NAME = 'quantd.v1.Quantizer';
+
+/** grpc-js caps messages at 2^31 - 1 bytes. */
+const MAX_MESSAGE = 2 ** 31 - 1;
+
+export const LOADER_OPTIONS: protoLoader.Options = {
+  keepCase: true,
+  longs: Number,
+  enums: String,
+  defaults: false,
+  oneofs: true,
+  includeDirs: [PROTO_ROOT],
+};
+
+export interface GrpcServerOptions {
+  readonly config: Config;
+  readonly handle: ComputeHandle;
+  readonly admission: Admission;
+  readonly isReady: () => boolean;
+  readonly log: { info(obj: object, msg: string): void; error(obj: object, msg: string): void };
+}
+
+export interface RunningGrpc {
+  readonly server: grpc.Server;
+  readonly port: number;
+  /** Stops accepting calls, lets running ones finish (up to `timeoutMs`), then stops. */
+  shutdown(timeoutMs: number): Promise<void>;
+}
+
+const UNARY = {
+  Quantize: 'quantize',
+  Dequantize: 'dequantize',
+  FakeQuantize: 'fake-quantize',
+  ChooseQParams: 'qparams',
+} as const;
+
+export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc> {
+  const { config, handle, admission } = options;
+  const definition = protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS);
+  const proto = grpc.loadPackageDefinition(definition) as unknown as {
+    quantd: { v1: { Quantizer: grpc.ServiceClientConstructor } };
+  };
+  const limit = Math.min(config.bodyLimit, MAX_MESSAGE);
+  const server = new grpc.Server({
+    'grpc.max_receive_message_length': limit,
+    'grpc.max_send_message_length': limit,
+  });
+  const authenticate = makeMetadataAuthenticator(config.apiKeys);
+
+  /** Admission, auth and readiness for one call; returns the release of its admission slot. */
+  const admit = (metadata: grpc.Metadata): (() => void) => {
+    authenticate?.(metadata);
+    if (!options.isReady()) throw new QuantdError('CANCELLED', { detail: ': the server is shutting down' });
+    return admission.acquire();
+  };
+
+  const implementation: grpc.UntypedServiceImplementation = {};
+  for (const [rpc, op] of Object.entries(UNARY)) {
+    implementation[rpc] = (
+      call: grpc.ServerUnaryCall<UnaryRequest, UnaryResponse>,
+      callback: grpc.sendUnaryData<UnaryResponse>,
+    ) => {
+      const controller = new AbortController();
+      call.on('cancelled', () =>
+        controller.abort(new QuantdError('CANCELLED', { detail: ': the client cancelled the call' })),
+      );
+      let release: (() => void) | undefined;
+      Promise.resolve()
+        .then(() => {
+          release = admit(call.metadata);
+          return runUnary(op, call.request, handle.compute, controller.signal);
+        })
+        .then(
+          (response) => callback(null, response),
+          (err: unknown) => callback(reportError(err, options, rpc)),
+        )
+        .finally(() => release?.());
+    };
+  }
+  implementation['QuantizeStream'] = (call: grpc.ServerDuplexStream<unknown, unknown>) => {
+    let release: (() => void) | undefined;
+    try {
+      release = admit(call.metadata);
+    } catch (err) {
+      call.emit('error', reportError(err, options, 'QuantizeStream'));
+      return;
+    }
+    handleStream(call, { compute: handle.compute, limit: config.streamLimit })
+      .catch((err: unknown) => call.emit('error', reportError(err, options, 'QuantizeStream')))
+      .finally(() => release?.());
+  };
+  server.addService(proto.quantd.v1.Quantizer.service, implementation);
+
+  const health = new HealthImplementation({ '': 'SERVING', [SERVICE_NAME]: 'SERVING' });
+  health.addToServer(server);
+  new ReflectionService(definition).addToServer(server);
+
+  const credentials =
+    config.tlsCert && config.tlsKey
+      ? grpc.ServerCredentials.createSsl(null, [
+          { cert_chain: readFileSync(config.tlsCert), private_key: readFileSync(config.tlsKey) },
+        ])
+      : grpc.ServerCredentials.createInsecure();
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync(`${config.host}:${config.grpcPort}`, credentials, (err, bound) =>
+      err ? reject(err) : resolve(bound),
+    ),
+  );
+
+  return {
+    server,
+    port,
+    shutdown: (timeoutMs) =>
+      new Promise<void>((resolve) => {
+        health.setStatus('', 'NOT_SERVING');
+        health.setStatus(SERVICE_NAME, 'NOT_SERVING');
+        const timer = setTimeout(() => {
+          server.forceShutdown();
+          resolve();
+        }, timeoutMs);
+        timer.unref();
+        server.tryShutdown(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      }),
+  };
+}
+
+function reportError(err: unknown, options: GrpcServerOptions, rpc: string): GrpcError {
+  const out = errorForGrpc(err);
+  const log = out.status >= grpc.status.INTERNAL ? options.log.error : options.log.info;
+  log.call(options.log, { rpc, code: out.quantdCode }, out.details);
+  return out;
+}
+
+/** The proto text, for tools that want it (and a check that it ships with the package). */
+export function protoText(): string {
+  return readFileSync(join(PROTO_ROOT, PROTO_FILE), 'utf8');
+}
