@@ -5,6 +5,7 @@
  * cannot run comes back as { ok: false, code, message }.
  */
 import { workerData } from 'node:worker_threads';
+import { GarbageQuota } from '../src/kernels/gc.js';
 import { loadKernels } from '../src/kernels/loader.js';
 import { runKernelTask, type KernelTask, type TaskResult } from '../src/kernels/tasks.js';
 
@@ -25,6 +26,15 @@ function spin(ms: number): void {
 
 const config = workerData as WorkerConfig;
 const kernels = loadKernels(config.backend, config.isa);
+/** This thread's handles keep the tensors' shared buffers alive until it collects (gc.ts). */
+const quota = new GarbageQuota();
+
+/** Bytes of the shared arrays a task hands this thread. */
+function taskBytes(task: KernelTask): number {
+  let n = 0;
+  for (const value of Object.values(task)) if (ArrayBuffer.isView(value)) n += value.byteLength;
+  return n;
+}
 
 /** Tasks only the pool's own tests send (QUANTD_TEST_HOOKS=1): a worker dying, a slow task. */
 type TestTask = { readonly op: '__exit' } | { readonly op: '__spin'; readonly ms: number };
@@ -48,7 +58,9 @@ export default function run(task: KernelTask | TestTask): WorkerReply {
     };
   }
   try {
-    return runKernelTask(kernels.module, task);
+    const result = runKernelTask(kernels.module, task);
+    quota.add(taskBytes(task));
+    return result;
   } catch (err) {
     return { ok: false, code: 'INTERNAL', message: (err as Error).message };
   }

@@ -502,6 +502,19 @@ QD_TARGET static qd_status QD_NAME(fake_quantize)(const float *x, uint64_t start
  * Errors are squared and summed in float32 over blocks of up to 64 elements, each block then added
  * to float64 totals: the statistics agree with the reference to rounding (not bit for bit). */
 
+/* Whether a block's float32 sums of squares (per lane, with the lane's largest |error| and |x|)
+ * are good to float32 precision: not when a square overflowed (|x| > 1.8e19; or NaN), nor when
+ * nonzero squares fell among float32 subnormals (a lane sum under 2^-100). Such blocks are
+ * summed again in float64, as the reference does. */
+static int QD_NAME(float32_sums_hold)(const float *err_sq, const float *val_sq, const float *err_max, const float *val_max) {
+  const float tiny = 0x1p-100f;
+  for (int k = 0; k < VL; k++) {
+    if (!qd_is_finite(err_sq[k]) || !qd_is_finite(val_sq[k])) return 0;
+    if ((err_max[k] > 0 && err_sq[k] < tiny) || (val_max[k] > 0 && val_sq[k] < tiny)) return 0;
+  }
+  return 1;
+}
+
 QD_TARGET static qd_status QD_NAME(quality)(const float *x, const void *codes, uint64_t start, uint64_t count,
                                             const qd_layout *l, const float *scale, const float *zero_point,
                                             const qd_quant *q, qd_quality *stats) {
@@ -522,8 +535,9 @@ QD_TARGET static qd_status QD_NAME(quality)(const float *x, const void *codes, u
       qd_quality_one(x[i + j], qd_load_code(codes, kind, i + j), s, inv, zp, q, stats);
     const vf vs = vf_set(s), vinv = vf_set(inv), vzp = vf_set(zp);
     while (j + VL <= n) {
-      vf err_sq = vf_set(0.0f), val_sq = vf_set(0.0f), err_max = vf_set(0.0f);
+      vf err_sq = vf_set(0.0f), val_sq = vf_set(0.0f), err_max = vf_set(0.0f), val_max = vf_set(0.0f);
       uint64_t clipped = 0;
+      const uint64_t block = j;
       for (int b = 0; b < 64 / VL && j + VL <= n; b++, j += VL) {
         vf v = vf_load(x + i + j);
         vf back = vf_mul(vf_sub(code_values(codes, kind, i + j), vzp), vs);
@@ -532,14 +546,22 @@ QD_TARGET static qd_status QD_NAME(quality)(const float *x, const void *codes, u
         val_sq = vf_add(val_sq, vf_mul(v, v));
         vf abs_err = vi_bits(vi_and(vf_bits(err), vi_set(0x7fffffff)));
         err_max = vf_select(vf_gt(abs_err, err_max), abs_err, err_max);
+        vf abs_v = vi_bits(vi_and(vf_bits(v), vi_set(0x7fffffff)));
+        val_max = vf_select(vf_gt(abs_v, val_max), abs_v, val_max);
         vf t = vf_mul(v, vinv);
         vf u = fp8 ? t : (q->add_zero_point_first ? vf_round(vf_add(t, vzp)) : vf_add(vf_round(t), vzp));
         clipped += (uint64_t)vm_count(vm_or(vf_lt(u, lo), vf_gt(u, hi)));
       }
-      float sums[3][VL];
+      float sums[4][VL];
       vf_store(sums[0], err_sq);
       vf_store(sums[1], val_sq);
       vf_store(sums[2], err_max);
+      vf_store(sums[3], val_max);
+      if (!QD_NAME(float32_sums_hold)(sums[0], sums[1], sums[2], sums[3])) {
+        for (uint64_t b = block; b < j; b++)
+          qd_quality_one(x[i + b], qd_load_code(codes, kind, i + b), s, inv, zp, q, stats);
+        continue;
+      }
       for (int k = 0; k < VL; k++) {
         stats->sum_sq_error += (double)sums[0][k];
         stats->sum_sq_value += (double)sums[1][k];

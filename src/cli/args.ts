@@ -26,15 +26,30 @@ const SPEC_OPTIONS: Record<string, OptionConfig> = {
 const OUTPUT_OPTIONS: Record<string, OptionConfig> = {
   output: { type: 'string', short: 'o' },
   quiet: { type: 'boolean', short: 'q' },
+  'no-progress': { type: 'boolean' },
   remote: { type: 'string' },
+  concurrency: { type: 'string' },
+  memory: { type: 'string' },
 };
 
+/** Whole-model runs: a recipe instead of one spec for all, and the quality report. */
+const RECIPE_OPTIONS: Record<string, OptionConfig> = {
+  recipe: { type: 'string' },
+  rule: { type: 'string', multiple: true },
+  skip: { type: 'string', multiple: true },
+  'min-size': { type: 'string' },
+  'keep-1d': { type: 'boolean' },
+  report: { type: 'string' },
+};
+
+const TRANSFORM_OPTIONS = { ...SPEC_OPTIONS, ...OUTPUT_OPTIONS, ...RECIPE_OPTIONS };
+
 export const COMMAND_OPTIONS: Record<string, Record<string, OptionConfig>> = {
-  quantize: { ...SPEC_OPTIONS, ...OUTPUT_OPTIONS },
-  qparams: { ...SPEC_OPTIONS, ...OUTPUT_OPTIONS },
-  'fake-quantize': { ...SPEC_OPTIONS, ...OUTPUT_OPTIONS, dtype: { type: 'string' } },
+  quantize: TRANSFORM_OPTIONS,
+  qparams: TRANSFORM_OPTIONS,
+  'fake-quantize': { ...TRANSFORM_OPTIONS, dtype: { type: 'string' } },
   dequantize: { ...OUTPUT_OPTIONS, dtype: { type: 'string' } },
-  inspect: { json: { type: 'boolean' } },
+  inspect: { json: { type: 'boolean' }, verify: { type: 'boolean' } },
   serve: {},
 };
 
@@ -100,10 +115,11 @@ export const USAGE = `quantd — quantize float tensors and safetensors models, 
 
 usage:
   quantd quantize      IN.safetensors -o OUT.safetensors [spec options] [--include GLOB] [--exclude GLOB]
+  quantd quantize      MODEL -o OUT --recipe recipe.json [recipe options]   (MODEL: a file, a shard index or a directory)
   quantd dequantize    IN.safetensors -o OUT.safetensors [--dtype float32|float16|bfloat16]
   quantd fake-quantize IN.safetensors -o OUT.safetensors [spec options] [--dtype ...]   (writes NAME, NAME.mask)
   quantd qparams       IN.safetensors -o OUT.safetensors [spec options]               (writes NAME.scale, NAME.zero_point)
-  quantd inspect       FILE [--json]
+  quantd inspect       FILE [--json] [--verify]   (--verify: check the data SHA-256 the file records)
   quantd serve         (HTTP + gRPC server)
 
 spec options:
@@ -116,6 +132,22 @@ spec options:
   --eps X       smallest scale chosen (default float32 epsilon, 2^-23)
   --range-search minmax (default) | greedy   (torch's choose_qparams_optimized, 2/4-bit)
   --include GLOB, --exclude GLOB  choose tensors by name (repeatable); others pass through
+
+recipe options (whole models; the spec options above become the recipe's default):
+  --recipe FILE       JSON: {"default": {spec}, "rules": [{"glob"|"regex": ..., "skip": true | spec}], "min_size", "skip_1d"}
+  --rule PAT:SPEC     a rule, before the recipe's: '*.mlp.*:qdtype=int4,scheme=per_group,group_size=128'
+                      or '*.embed_tokens.*:skip'; PAT starting with re: is a regex (repeatable)
+  --skip GLOB         pass these tensors through (repeatable)
+  --min-size N        pass tensors of fewer than N elements through (default 0)
+  --keep-1d           quantize 1-D tensors too (norms and biases pass through by default)
+  --report FILE       the quality report (JSON; recipe runs write OUT.report.json by default)
+
+run options:
+  --concurrency N     tensors processed at once (default: CPU cores)
+  --memory SIZE       bytes tensors in flight may hold together, e.g. 2G (default: max(256M, largest tensor))
+  --no-progress       no progress bar / progress lines on stderr
+  --remote URL        run on a quantd server (its jobs API) instead of in this process
+  -q, --quiet         no summary line
 
 Qparams already in the input (NAME.scale, NAME.zero_point) are used instead of being chosen.
 On bad input quantd prints "error CODE: message" and exits 2.`;

@@ -8,25 +8,48 @@ import { isFloatDType, parseSpec, type FloatDType } from '../core/index.js';
 import { QuantdError, exitCodeFor, isQuantdError } from '../errors/index.js';
 import { SafetensorsFileReader } from '../format/index.js';
 import { describeKernels } from '../kernels/index.js';
+import { BufferArena } from '../kernels/arena.js';
 import { createCompute } from '../pool/index.js';
 import { packageVersion, startServer } from '../server/serve.js';
-import { runFileOperation, summarizeFile, type Operation } from '../service/index.js';
+import {
+  runModel,
+  summarizeFile,
+  writeFileAtomic,
+  type Operation,
+  type OperationRequest,
+} from '../service/index.js';
 import { USAGE, parseCommand, specOptionsOf, type ParsedCommand } from './args.js';
+import { defaultReportPath, recipeOf, runShapeOf } from './model-options.js';
 import { humanBytes, renderSummary } from './output.js';
+import { ProgressReporter, type ProgressSink } from './progress.js';
+import { runRemote } from './remote.js';
 
 export interface Io {
   readonly stdout: (text: string) => void;
   readonly stderr: (text: string) => void;
+  /** Where progress goes (stderr); none when absent. */
+  readonly progress?: ProgressSink;
 }
 
 const processIo: Io = {
   stdout: (text) => process.stdout.write(text + '\n'),
   stderr: (text) => process.stderr.write(text + '\n'),
+  progress: { isTTY: process.stderr.isTTY === true, write: (text) => process.stderr.write(text) },
 };
 
+/** The package's version: the first package.json with one above this module (src/cli/, dist/src/cli/). */
 function version(): string {
-  const pkg = new URL('../../../package.json', import.meta.url);
-  return (JSON.parse(readFileSync(pkg, 'utf8')) as { version: string }).version;
+  for (let dir = new URL('./', import.meta.url); ; dir = new URL('../', dir)) {
+    let text: string | undefined;
+    try {
+      text = readFileSync(new URL('package.json', dir), 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+    const found = text === undefined ? undefined : (JSON.parse(text) as { version?: unknown }).version;
+    if (typeof found === 'string') return found;
+    if (dir.pathname === '/') throw new Error(`no package.json with a version above ${import.meta.url}`);
+  }
 }
 
 /** Option names in messages as the command line spells them (--group-size, not group_size). */
@@ -56,43 +79,72 @@ async function transform(parsed: ParsedCommand, io: Io): Promise<void> {
   const output = parsed.values['output'] as string | undefined;
   if (!output)
     throw new QuantdError('USAGE', { detail: `quantd ${parsed.command} needs -o OUT.safetensors` });
-  if (parsed.values['remote'] !== undefined) {
-    throw new QuantdError('FEATURE_UNSUPPORTED', {
-      detail: '--remote needs the HTTP service, which this build does not include yet; run without it',
-    });
-  }
   const op = parsed.command as Operation;
-  const spec = parseSpec(op === 'dequantize' ? {} : specOptionsOf(parsed.values));
-  const request = {
+  const recipe = op === 'dequantize' ? undefined : recipeOf(parsed.values);
+  const request: OperationRequest = {
     op,
-    spec,
+    spec: recipe?.defaultSpec ?? parseSpec(op === 'dequantize' || recipe ? {} : specOptionsOf(parsed.values)),
+    recipe,
     outDType: outDTypeOf(parsed),
     include: (parsed.values['include'] as string[] | undefined) ?? [],
     exclude: (parsed.values['exclude'] as string[] | undefined) ?? [],
   };
-  const started = performance.now();
-  const handle = createCompute();
-  let summary;
+  const shape = runShapeOf(parsed.values);
+  if (parsed.values['remote'] !== undefined) {
+    return runRemote(parsed.values['remote'] as string, input, output, parsed, io);
+  }
+  const quiet = parsed.values['quiet'] === true;
+  const progress =
+    io.progress && !quiet && !parsed.values['no-progress'] ? new ProgressReporter(io.progress, op) : null;
+  // a small buffer cache: model runs promise peak RSS under 3 × the largest tensor + 256 MiB
+  const handle = createCompute({ arena: new BufferArena(CLI_ARENA_BYTES) });
+  let result;
   try {
-    summary = await runFileOperation(input, output, request, handle.compute);
+    result = await runModel(input, output, request, {
+      compute: handle.compute,
+      ...shape,
+      checksum: recipe !== undefined,
+      onProgress: (p) => progress?.update(p),
+    });
   } finally {
+    progress?.done();
     await handle.close();
   }
-  if (!parsed.values['quiet']) {
-    const seconds = ((performance.now() - started) / 1000).toFixed(2);
+  const reportPath =
+    (parsed.values['report'] as string | undefined) ??
+    (recipe || result.sharded ? defaultReportPath(output, result.sharded) : undefined);
+  if (reportPath !== undefined)
+    await writeFileAtomic(reportPath, `${JSON.stringify(result.report, null, 2)}\n`);
+  if (!quiet) {
+    const { summary, report } = result;
+    const quality =
+      report.summary.tensors_quantized > 0
+        ? `; SQNR ${formatDb(report.summary.sqnr_db)}, worst ${report.tensors[0]!.name} (${formatDb(report.tensors[0]!.sqnr_db)})`
+        : '';
     io.stderr(
       `${op}: ${summary.transformed} tensors transformed, ${summary.passedThrough} passed through; ` +
-        `${humanBytes(summary.bytesIn)} -> ${humanBytes(summary.bytesOut)} in ${seconds} s; wrote ${output}; ` +
-        describeKernels(handle.kernels),
+        `${humanBytes(summary.bytesIn)} -> ${humanBytes(summary.bytesOut)} in ${report.summary.seconds.toFixed(2)} s${quality}; ` +
+        `wrote ${output}${reportPath ? ` and ${reportPath}` : ''}; ${describeKernels(handle.kernels)}`,
     );
   }
 }
+
+const CLI_ARENA_BYTES = 64 * 1024 * 1024;
+
+const formatDb = (db: number | null): string => (db === null ? 'lossless' : `${db.toFixed(1)} dB`);
 
 async function inspect(parsed: ParsedCommand, io: Io): Promise<void> {
   const path = onePositional(parsed, 'file');
   const reader = await SafetensorsFileReader.open(path);
   try {
-    const summary = summarizeFile(reader.header, path, (await stat(path)).size);
+    let verified = false;
+    if (parsed.values['verify']) {
+      const check = await reader.verifyChecksum();
+      if (check === null) throw new QuantdError('CHECKSUM_MISSING', { path });
+      if (!check.ok) throw new QuantdError('CHECKSUM_MISMATCH', { path, ...check });
+      verified = true;
+    }
+    const summary = summarizeFile(reader.header, path, (await stat(path)).size, verified);
     io.stdout(parsed.values['json'] ? JSON.stringify(summary, null, 2) : renderSummary(summary));
   } finally {
     await reader.close();

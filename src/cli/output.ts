@@ -9,7 +9,7 @@ export function humanBytes(n: number): string {
     value /= 1024;
     unit++;
   }
-  return unit === 0 ? `${n} B` : `${value.toFixed(1)} ${units[unit]}`;
+  return unit === 0 ? `${Math.round(n)} B` : `${value.toFixed(1)} ${units[unit]}`;
 }
 
 function shapeText(shape: readonly number[]): string {
@@ -40,5 +40,10 @@ export function renderSummary(summary: FileSummary): string {
     line(header),
     ...rows.map(line),
     `total: ${humanBytes(summary.total.source_bytes)} of source tensors stored in ${humanBytes(summary.total.bytes)} (${summary.total.ratio.toFixed(2)}x)`,
+    ...(summary.checksum
+      ? [
+          `data sha256: ${summary.checksum.sha256} (${summary.checksum.verified ? 'verified' : 'not verified; --verify checks it'})`,
+        ]
+      : []),
   ].join('\n');
 }

@@ -11,6 +11,7 @@ import { checkFakeQuantizable, fakeQuantize } from './fake-quantize.js';
 import type { Layout } from './layout.js';
 import { chooseQParams, type QParams } from './qparams.js';
 import { quantize } from './quantize.js';
+import type { QualityStats } from './quality.js';
 import type { QuantSpec } from './spec.js';
 import { fromFloat32, toFloat32 } from './tensor.js';
 import { validateQParams } from './validate-qparams.js';
@@ -26,6 +27,8 @@ export interface QuantizeOutput {
   /** Storage bytes of the codes (packed for sub-byte qdtypes). */
   readonly data: Uint8Array;
   readonly qparams: QParams;
+  /** Error statistics, when asked for (QuantizeOptions.quality). */
+  readonly quality?: QualityStats;
 }
 
 /** Given qparams are validated; otherwise they are chosen from the data. */

@@ -10,7 +10,9 @@ import type { Layout } from './layout.js';
 import type { QParams } from './qparams.js';
 import { addsZeroPointBeforeRounding } from './quantize.js';
 import { fround, rint } from './rounding.js';
+import type { FloatInput, QuantizeOutput } from './ops.js';
 import type { QuantSpec } from './spec.js';
+import { toFloat32 } from './tensor.js';
 
 export interface QualityStats {
   sumSqError: number;
@@ -20,7 +22,13 @@ export interface QualityStats {
   count: number;
 }
 
-export const emptyQuality = (): QualityStats => ({ sumSqError: 0, sumSqValue: 0, maxAbsError: 0, clipped: 0, count: 0 });
+export const emptyQuality = (): QualityStats => ({
+  sumSqError: 0,
+  sumSqValue: 0,
+  maxAbsError: 0,
+  clipped: 0,
+  count: 0,
+});
 
 /** Adds `b` into `a` (the statistics of two ranges of one tensor). */
 export function mergeQuality(a: QualityStats, b: QualityStats): QualityStats {
@@ -32,7 +40,13 @@ export function mergeQuality(a: QualityStats, b: QualityStats): QualityStats {
   return a;
 }
 
-export function quality(x: Float32Array, codes: Uint8Array, layout: Layout, spec: QuantSpec, qp: QParams): QualityStats {
+export function quality(
+  x: Float32Array,
+  codes: Uint8Array,
+  layout: Layout,
+  spec: QuantSpec,
+  qp: QParams,
+): QualityStats {
   const stats = emptyQuality();
   const q = decodeValues(codes, spec.qdtype, layout.numel);
   const fp8 = QDTYPE_INFO[spec.qdtype].float8;
@@ -51,7 +65,8 @@ export function quality(x: Float32Array, codes: Uint8Array, layout: Layout, spec
         const err = v - back;
         stats.sumSqError += err * err;
         stats.sumSqValue += v * v;
-        stats.maxAbsError = Math.max(stats.maxAbsError, Math.abs(err));
+        // NaN errors count in the sums but not in the maximum, as in the kernels
+        if (Math.abs(err) > stats.maxAbsError) stats.maxAbsError = Math.abs(err);
         const t = fround(v * inv);
         const u = fp8 ? t : addFirst ? rint(fround(t + zp)) : fround(rint(t) + zp);
         if (u < qmin || u > qmax) stats.clipped++;
@@ -60,6 +75,11 @@ export function quality(x: Float32Array, codes: Uint8Array, layout: Layout, spec
   }
   stats.count = layout.numel;
   return stats;
+}
+
+/** The statistics of `output`, the quantization of `input` under `spec`. */
+export function tensorQuality(input: FloatInput, spec: QuantSpec, output: QuantizeOutput): QualityStats {
+  return quality(toFloat32(input.data, input.dtype), output.data, input.layout, spec, output.qparams);
 }
 
 export interface QualitySummary {

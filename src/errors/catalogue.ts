@@ -95,7 +95,13 @@ export const catalogue = {
     'Range overflows float32',
     'tensor {tensor}: the value range [{min}, {max}] gives scale {scale}, which is not a finite positive float32',
   ),
+  RECIPE_INVALID: bad('Invalid recipe', 'recipe {where}: {detail}'),
+  RECIPE_RULE_FAILED: bad('Recipe rule does not fit a tensor', '{rule} cannot be applied: {detail}'),
   NO_TENSOR_SELECTED: bad('No tensor selected', 'no tensor of the input matched the selection ({detail})'),
+  TENSOR_NAME_RESERVED: bad(
+    'Reserved tensor name',
+    '{source}: a tensor named {tensor} would clash with the container metadata key of that name; rename the tensor',
+  ),
   NAME_COLLISION: bad(
     'Output name collision',
     '{source}: the output would hold two tensors named {tensor}; rename that input tensor, or exclude the tensor whose output takes its name',
@@ -151,6 +157,12 @@ export const catalogue = {
     'Not a qtensor container',
     '{source}: no tensor carries quantd.qtensor/1 metadata; nothing to dequantize',
   ),
+  SHARD_INDEX_INVALID: bad('Invalid shard index', '{path}: {detail}'),
+  CHECKSUM_MISMATCH: bad(
+    'Checksum mismatch',
+    '{path}: the data section hashes to SHA-256 {actual}, but the file records {recorded}; the file is damaged',
+  ),
+  CHECKSUM_MISSING: bad('No checksum', '{path} records no data checksum (quantd.data_sha256) to verify'),
   FILE_NOT_FOUND: {
     http: 404,
     grpc: 'NOT_FOUND',
@@ -158,6 +170,13 @@ export const catalogue = {
     message: 'cannot open {path}: no such file',
   },
   FILE_UNREADABLE: bad('File unreadable', 'cannot read {path}: {detail}'),
+  STORAGE_FULL: {
+    http: 507,
+    grpc: 'RESOURCE_EXHAUSTED',
+    title: 'Storage full',
+    message: 'no space left on the device writing {path}; free space or point the output elsewhere',
+    exit: 2,
+  },
   OUTPUT_UNWRITABLE: {
     http: 500,
     grpc: 'INTERNAL',
@@ -198,6 +217,30 @@ export const catalogue = {
     grpc: 'NOT_FOUND',
     title: 'Not found',
     message: '{detail}',
+  },
+  SERVER_UNREACHABLE: {
+    http: 502,
+    grpc: 'UNAVAILABLE',
+    title: 'Server unreachable',
+    message: 'cannot reach the quantd server at {url}: {detail}',
+  },
+  PATH_FORBIDDEN: {
+    http: 403,
+    grpc: 'PERMISSION_DENIED',
+    title: 'Path forbidden',
+    message: 'path {path} {detail}',
+  },
+  JOB_NOT_FOUND: {
+    http: 404,
+    grpc: 'NOT_FOUND',
+    title: 'Job not found',
+    message: 'there is no job {id}',
+  },
+  JOB_NOT_READY: {
+    http: 409,
+    grpc: 'FAILED_PRECONDITION',
+    title: 'Job result not ready',
+    message: 'job {id} is {state}; a result exists once a job has succeeded',
   },
   BODY_INCOMPLETE: bad('Incomplete body', 'the request body ended after {received} of {expected} bytes'),
   STREAM_INVALID: bad('Invalid stream', 'QuantizeStream: {detail}'),

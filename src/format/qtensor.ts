@@ -21,6 +21,8 @@ import { entryByName, type SafetensorsHeader, type TensorEntry, type TensorPlan 
 
 export const QTENSOR_FORMAT = 'quantd.qtensor/1';
 export const QPARAMS_FORMAT = 'quantd.qparams/1';
+/** Metadata keys beginning so describe the container, not a tensor (quantd.data_sha256). */
+export const CONTAINER_KEY_PREFIX = 'quantd.';
 export const SCALE_SUFFIX = '.scale';
 export const ZERO_POINT_SUFFIX = '.zero_point';
 
@@ -178,6 +180,8 @@ export function findQuantizedGroups(header: SafetensorsHeader, source: string): 
   const groups: QuantizedGroup[] = [];
   for (const [name, text] of Object.entries(header.metadata)) {
     if (name === 'format') continue;
+    // quantd's own container-level keys (quantd.data_sha256), unless a tensor has such a name
+    if (name.startsWith(CONTAINER_KEY_PREFIX) && !entryByName(header, name)) continue;
     if (!entryByName(header, name)) {
       throw invalid(source, name, 'the metadata describes it but the container has no such tensor');
     }

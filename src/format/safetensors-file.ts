@@ -4,7 +4,7 @@
  * The writer is atomic: it fills a temporary file beside the target and renames it over the
  * target only on commit, so `path` never holds a half-written file.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes, type Hash } from 'node:crypto';
 import { open, realpath, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
@@ -39,6 +39,13 @@ const WRITE_ERRORS: Readonly<Record<string, string>> = {
   EDQUOT: 'disk quota exceeded',
   EISDIR: 'it is a directory',
 };
+
+/** A failed write as a catalogued error: STORAGE_FULL when the disk or quota is full. */
+function writeError(path: string, err: unknown): QuantdError {
+  const code = errorCode(err);
+  if (code === 'ENOSPC' || code === 'EDQUOT') return new QuantdError('STORAGE_FULL', { path });
+  return new QuantdError('OUTPUT_UNWRITABLE', { path, detail: writeErrorDetail(err) });
+}
 
 /** Why a write failed, without the temporary file's name (which differs on every run). */
 function writeErrorDetail(err: unknown): string {
@@ -83,8 +90,11 @@ async function readExactly(
   path: string,
   what: string,
   shared = false,
+  allocate?: (bytes: number, shared: boolean) => Uint8Array,
 ): Promise<Uint8Array> {
-  const buffer = new Uint8Array(shared ? new SharedArrayBuffer(length) : new ArrayBuffer(length));
+  const buffer = allocate
+    ? allocate(length, shared)
+    : new Uint8Array(shared ? new SharedArrayBuffer(length) : new ArrayBuffer(length));
   let done = 0;
   while (done < length) {
     let bytesRead: number;
@@ -160,9 +170,15 @@ export class SafetensorsFileReader {
     }
   }
 
-  /** Exactly the bytes of `entry`, in a fresh buffer the caller owns. */
-  /** The bytes of one tensor, in a fresh buffer (a SharedArrayBuffer when `shared`). */
-  async read(entry: TensorEntry, shared = false): Promise<Uint8Array> {
+  /**
+   * The bytes of one tensor, in a fresh buffer the caller owns (a SharedArrayBuffer when
+   * `shared`), or in one from `allocate`.
+   */
+  async read(
+    entry: TensorEntry,
+    shared = false,
+    allocate?: (bytes: number, shared: boolean) => Uint8Array,
+  ): Promise<Uint8Array> {
     if (this.handle === null) throw internal(`read of tensor ${JSON.stringify(entry.name)} after close`);
     if (entry.begin > entry.end || entry.end > this.header.dataLength) {
       throw internal(`tensor ${JSON.stringify(entry.name)} is not an entry of ${this.path}`);
@@ -175,7 +191,32 @@ export class SafetensorsFileReader {
       this.path,
       what,
       shared,
+      allocate,
     );
+  }
+
+  /** SHA-256 (hex) of the data section, read in chunks (a whole model never sits in memory). */
+  async dataSha256(): Promise<string> {
+    if (this.handle === null) throw internal('checksum after close');
+    const hash = createHash('sha256');
+    const chunk = 8 * 1024 * 1024;
+    const { dataOffset, dataLength } = this.header;
+    for (let at = 0; at < dataLength; at += chunk) {
+      const n = Math.min(chunk, dataLength - at);
+      hash.update(await readExactly(this.handle, dataOffset + at, n, this.path, 'the data section'));
+    }
+    return hash.digest('hex');
+  }
+
+  /**
+   * Whether the data section still has the SHA-256 its metadata records (DATA_SHA256_KEY):
+   * null when the file records none.
+   */
+  async verifyChecksum(): Promise<{ recorded: string; actual: string; ok: boolean } | null> {
+    const recorded = this.header.metadata?.[DATA_SHA256_KEY];
+    if (recorded === undefined) return null;
+    const actual = await this.dataSha256();
+    return { recorded, actual, ok: actual === recorded };
   }
 
   async close(): Promise<void> {
@@ -185,6 +226,19 @@ export class SafetensorsFileReader {
   }
 }
 
+/** Metadata key of the data section's SHA-256 (WriterOptions.checksum). */
+export const DATA_SHA256_KEY = 'quantd.data_sha256';
+const PLACEHOLDER = '0'.repeat(64);
+
+function withDigest(
+  metadata: Readonly<Record<string, string>> | null,
+  digest: string,
+): Record<string, string> {
+  const out = Object.assign(Object.create(null) as Record<string, string>, metadata ?? {});
+  out[DATA_SHA256_KEY] = digest;
+  return out;
+}
+
 /** The temporary file's name: hidden, beside the target (so rename is atomic), and unique. */
 function tempPathFor(path: string): string {
   // Keep the name under NAME_MAX (255) however long the target's name is.
@@ -192,11 +246,21 @@ function tempPathFor(path: string): string {
   return join(dirname(path), `.${base}.quantd-tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
 }
 
+export interface WriterOptions {
+  /**
+   * Record the SHA-256 of the data section (every tensor's bytes, in file order) in the metadata
+   * under DATA_SHA256_KEY. The header is written with a placeholder of the same length and
+   * rewritten with the digest on commit.
+   */
+  readonly checksum?: boolean;
+}
+
 export class SafetensorsFileWriter {
   private next = 0;
   private state: 'open' | 'committed' | 'aborted' = 'open';
   /** The operation in progress; abort() waits for it so it never races a write. */
   private busy: Promise<void> | null = null;
+  private readonly hash: Hash | null;
 
   private constructor(
     private readonly handle: FileHandle,
@@ -206,26 +270,42 @@ export class SafetensorsFileWriter {
     private readonly dataOffset: number,
     /** The file the rename replaces: `path`, or the file a symlink at `path` points to. */
     private readonly target: string,
-  ) {}
+    /** With a checksum: the header again, given the digest. */
+    private readonly headerWith: ((digest: string) => Uint8Array) | null,
+  ) {
+    this.hash = headerWith ? createHash('sha256') : null;
+  }
 
   /** Creates the temporary file and writes the header; tensors follow with write(). */
   static async create(
     path: string,
     plan: readonly TensorPlan[],
     metadata: Readonly<Record<string, string>> | null,
+    options: WriterOptions = {},
   ): Promise<SafetensorsFileWriter> {
-    const { bytes, entries } = encodeHeader(plan, metadata);
+    const headerWith = options.checksum
+      ? (digest: string) => encodeHeader(plan, withDigest(metadata, digest)).bytes
+      : null;
+    const { bytes, entries } = encodeHeader(plan, headerWith ? withDigest(metadata, PLACEHOLDER) : metadata);
     const target = await resolveOutput(path);
     const tempPath = tempPathFor(target);
     let fh: FileHandle;
     try {
       fh = await open(tempPath, 'wx'); // wx: never clobber anything, even a stale temp file
     } catch (err) {
-      throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail: writeErrorDetail(err) });
+      throw writeError(path, err);
     }
-    const writer = new SafetensorsFileWriter(fh, path, tempPath, entries, bytes.length, target);
+    const writer = new SafetensorsFileWriter(fh, path, tempPath, entries, bytes.length, target, headerWith);
     await writer.run(() => writer.writeAt(bytes, 0));
     return writer;
+  }
+
+  /** The data section's SHA-256 (hex), once every tensor is written; null without checksum. */
+  digest: string | null = null;
+
+  /** The file's size once complete: header plus every planned tensor. */
+  get fileBytes(): number {
+    return this.dataOffset + (this.entries.at(-1)?.end ?? 0);
   }
 
   /** Writes the next tensor of the plan; its bytes must match the plan exactly. */
@@ -248,6 +328,7 @@ export class SafetensorsFileWriter {
       );
     }
     this.next++;
+    this.hash?.update(data);
     await this.run(() => this.writeAt(data, this.dataOffset + entry.begin));
   }
 
@@ -259,6 +340,12 @@ export class SafetensorsFileWriter {
       return this.fail(`commit before tensor ${JSON.stringify(missing.name)} (and any after it) was written`);
     }
     await this.run(async () => {
+      if (this.hash && this.headerWith) {
+        this.digest = this.hash.digest('hex');
+        const header = this.headerWith(this.digest);
+        if (header.length !== this.dataOffset) throw new Error('the checksummed header changed length');
+        await this.writeAt(header, 0);
+      }
       await this.handle.sync();
       await this.handle.close();
       await rename(this.tempPath, this.target);
@@ -296,7 +383,7 @@ export class SafetensorsFileWriter {
     } catch (err) {
       this.busy = null;
       await this.abort();
-      throw new QuantdError('OUTPUT_UNWRITABLE', { path: this.path, detail: writeErrorDetail(err) });
+      throw writeError(this.path, err);
     }
     this.busy = null;
   }

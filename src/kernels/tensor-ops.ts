@@ -4,6 +4,16 @@
  * range is one task, and the results are put together. Elementwise ops and order-independent
  * reductions make the output bit-identical however the tensor is split.
  *
+ * float16 / bfloat16 inputs are worked through in windows of `windowElements` (default
+ * WINDOW_ELEMENTS): one window is converted to float32 (by 'convert' tasks), the op's tasks run
+ * on it (split into ranges as above, indexed in the whole tensor), and the same float32 buffer
+ * takes the next window. An op on a half-precision tensor of T bytes thus needs a fixed scratch
+ * buffer, not a 2T float32 copy, and whole models quantize in bounded memory. Windows keep ALIGN
+ * boundaries (whole units for fused per_group / per_token), so packed codes split on bytes.
+ * Ops that choose qparams first make two passes (min/max, then quantize or fake-quantize); the
+ * second converts again, except for a tensor that fits one window. Quality statistics are taken
+ * on the window just quantized. float32 inputs are one window: the input itself.
+ *
  * The TypeScript reference stays the oracle: ops the kernels do not cover (greedy range search,
  * empty tensors) run on it, and when a kernel rejects an input the op is run again on it, so
  * that the error — code, message, index — is exactly the reference's.
@@ -30,9 +40,12 @@ import {
   type QuantSpec,
   type QuantizeOutput,
   type QuantizedInput,
+  type QualityStats,
+  emptyQuality,
+  mergeQuality,
 } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
-import type { Compute } from '../service/compute.js';
+import { withReferenceQuality, type Compute, type QuantizeOptions } from '../service/compute.js';
 import { CHOOSE_MODE, CODES, CONVERT, type ChooseArgs, type LayoutArgs, type QuantArgs } from './module.js';
 import { BufferArena } from './arena.js';
 import type { KernelTask, TaskResult } from './tasks.js';
@@ -48,8 +61,27 @@ export interface Executor {
 
 /** Smallest range worth a task of its own (4 MiB of float32). */
 export const MIN_PART = 1 << 20;
-/** Range boundaries fall on multiples of this many elements, so packed codes split on bytes. */
+/** float16 / bfloat16 inputs are converted this many elements at a time (16 MiB of float32). */
+export const WINDOW_ELEMENTS = 1 << 22;
+/**
+ * Range and window boundaries fall on multiples of this many elements, so packed codes split on
+ * bytes.
+ */
 const ALIGN = 64;
+
+/** A range of a tensor: elements [start, end), `x` their float32 values. */
+interface Part {
+  readonly x: Float32Array;
+  readonly start: number;
+  readonly end: number;
+}
+
+/**
+ * Runs `visit` on consecutive windows of a tensor, each given as the ranges its tasks take and as
+ * a whole, until one returns false (a kernel rejected the input). Resolves to whether every
+ * window passed.
+ */
+type Windows = (visit: (parts: Part[], window: Part) => Promise<boolean>) => Promise<boolean>;
 
 type ViewConstructor<T> = { new (buffer: ArrayBufferLike): T; BYTES_PER_ELEMENT: number };
 
@@ -127,12 +159,18 @@ function referenceVerdict(run: () => unknown, what: string): never {
 export interface KernelComputeOptions {
   /** Smallest range given a task of its own (default MIN_PART); tests lower it to split small tensors. */
   readonly minPart?: number;
+  /**
+   * Elements of a float16 / bfloat16 input converted to float32 at a time (default
+   * WINDOW_ELEMENTS); tests lower it to work small tensors in several windows.
+   */
+  readonly windowElements?: number;
   /** Where output buffers come from and go back to (see release()). */
   readonly arena?: BufferArena;
 }
 
 export class KernelCompute implements Compute {
   private readonly minPart: number;
+  private readonly windowElements: number;
   private readonly arena: BufferArena;
 
   constructor(
@@ -141,6 +179,7 @@ export class KernelCompute implements Compute {
     options: KernelComputeOptions = {},
   ) {
     this.minPart = options.minPart ?? MIN_PART;
+    this.windowElements = options.windowElements ?? WINDOW_ELEMENTS;
     this.arena = options.arena ?? new BufferArena();
   }
 
@@ -191,19 +230,52 @@ export class KernelCompute implements Compute {
     return this.exec.run(tasks, tensor, signal);
   }
 
-  /** float32 values of the input (converted by the kernels from float16 / bfloat16). */
-  private async float32Of(
+  /** The window `x` (float32 values of elements from `start` on) as ranges, in tensor indices. */
+  private parts(x: Float32Array, start: number, align: number): Part[] {
+    return this.ranges(x.length, align).map(([s, e]) => ({
+      x: x.subarray(s, e),
+      start: start + s,
+      end: start + e,
+    }));
+  }
+
+  /**
+   * The input's float32 values, window by window (see the header). Windows hold a multiple of
+   * `align` elements (ALIGN, or ALIGN whole units), so that packed codes and units do not straddle
+   * two. The window buffer is allocated once per op, in `scratch`; the window it holds is not
+   * converted again when a second pass asks for it first.
+   */
+  private windowsOf(
     input: FloatInput,
     scratch: ArrayBufferView[],
+    align = ALIGN,
     signal?: AbortSignal,
-  ): Promise<Float32Array> {
-    if (input.dtype === 'float32') return this.sharable(typedView(Float32Array, input.data), scratch);
+  ): Windows {
+    if (input.dtype === 'float32') {
+      const x = this.sharable(typedView(Float32Array, input.data), scratch);
+      return (visit) => visit(this.parts(x, 0, align), { x, start: 0, end: x.length });
+    }
     const halves = this.sharable(typedView(Uint16Array, input.data), scratch);
-    const out = this.output(Float32Array, halves.length);
-    scratch.push(out);
     const kind = input.dtype === 'float16' ? CONVERT.f16ToF32 : CONVERT.bf16ToF32;
-    await this.convert(kind, halves, out, input.name, signal);
-    return out;
+    const size = Math.max(align, Math.floor(this.windowElements / align) * align);
+    let buffer: Float32Array | undefined;
+    let held = -1; // start of the window in `buffer`
+    return async (visit) => {
+      for (let start = 0; start < halves.length; start += size) {
+        const end = Math.min(start + size, halves.length);
+        if (!buffer) {
+          buffer = this.output(Float32Array, Math.min(size, halves.length));
+          scratch.push(buffer);
+        }
+        const x = buffer.subarray(0, end - start);
+        if (held !== start) {
+          await this.convert(kind, halves.subarray(start, end), x, input.name, signal);
+          held = start;
+        }
+        if (!(await visit(this.parts(x, start, align), { x, start, end }))) return false;
+      }
+      return true;
+    };
   }
 
   private async convert(
@@ -257,35 +329,38 @@ export class KernelCompute implements Compute {
     };
   }
 
-  /** min/max per unit over ranges of the tensor, combined with -0 < +0 (Math.min / Math.max). */
-  private async minmax(x: Float32Array, layout: Layout, tensor: string, signal?: AbortSignal) {
+  /** min/max per unit over the tensor, combined across ranges with -0 < +0 (Math.min / Math.max). */
+  private async minmax(windows: Windows, layout: Layout, tensor: string, signal?: AbortSignal) {
     const l = layoutArgs(layout);
-    const results = await this.tasks(
-      this.ranges(x.length).map(([s, e]) => ({ op: 'minmax', x: x.subarray(s, e), start: s, layout: l })),
-      tensor,
-      signal,
-    );
-    if (results.some((r) => r.status !== 0)) return null;
-    const mins = results[0]!.mins!;
-    const maxs = results[0]!.maxs!;
-    for (const r of results.slice(1)) {
-      for (let c = 0; c < mins.length; c++) {
-        mins[c] = Math.min(mins[c]!, r.mins![c]!);
-        maxs[c] = Math.max(maxs[c]!, r.maxs![c]!);
+    const mins = new Float32Array(layout.channels).fill(Infinity);
+    const maxs = new Float32Array(layout.channels).fill(-Infinity);
+    const ok = await windows(async (parts) => {
+      const results = await this.tasks(
+        parts.map((p) => ({ op: 'minmax', x: p.x, start: p.start, layout: l })),
+        tensor,
+        signal,
+      );
+      if (results.some((r) => r.status !== 0)) return false;
+      for (const r of results) {
+        for (let c = 0; c < mins.length; c++) {
+          mins[c] = Math.min(mins[c]!, r.mins![c]!);
+          maxs[c] = Math.max(maxs[c]!, r.maxs![c]!);
+        }
       }
-    }
-    return { mins, maxs };
+      return true;
+    });
+    return ok ? { mins, maxs } : null;
   }
 
   /** Chosen qparams (minmax + determine), or null when a kernel rejected the input. */
   private async choose(
-    x: Float32Array,
+    windows: Windows,
     input: FloatInput,
     spec: QuantSpec,
     signal?: AbortSignal,
   ): Promise<QParams | null> {
     checkRangeForChoosing(spec);
-    const range = await this.minmax(x, input.layout, input.name, signal);
+    const range = await this.minmax(windows, input.layout, input.name, signal);
     if (!range) return null;
     const [r] = await this.tasks(
       [{ op: 'determine', ...range, choose: chooseArgs(spec) }],
@@ -308,9 +383,9 @@ export class KernelCompute implements Compute {
   ): Promise<QParams> {
     if (given || this.usesReference(input, spec)) return chooseTensorQParams(input, spec, given);
     return this.withScratch(async (scratch) => {
-      const x = await this.float32Of(input, scratch, signal);
+      const windows = this.windowsOf(input, scratch, ALIGN, signal);
       return (
-        (await this.choose(x, input, spec, signal)) ??
+        (await this.choose(windows, input, spec, signal)) ??
         referenceVerdict(() => chooseTensorQParams(input, spec), `choose_qparams of ${input.name}`)
       );
     });
@@ -321,97 +396,187 @@ export class KernelCompute implements Compute {
     spec: QuantSpec,
     given?: QParams,
     signal?: AbortSignal,
+    options: QuantizeOptions = {},
   ): Promise<QuantizeOutput> {
-    if (this.usesReference(input, spec)) return quantizeTensor(input, spec, given);
+    if (this.usesReference(input, spec)) {
+      const result = quantizeTensor(input, spec, given);
+      if (!options.quality || input.layout.numel === 0)
+        return withReferenceQuality(input, spec, result, options);
+      return this.withScratch(async (scratch) => {
+        const { scale, zeroPoint } = this.qparamArrays(result.qparams, scratch);
+        const codes = this.sharable(result.data, scratch);
+        const meter = this.qualityMeter(input, spec, scale, zeroPoint, codes, signal);
+        const windows = this.windowsOf(input, scratch, ALIGN, signal);
+        await windows(async (_parts, window) => {
+          await meter.add(window);
+          return true;
+        });
+        return { ...result, quality: meter.total };
+      });
+    }
     if (given) validateQParams(input.name, given, spec);
     const fused =
       !given && input.layout.outer === 1 && (spec.scheme === 'per_group' || spec.scheme === 'per_token');
     if (fused) checkRangeForChoosing(spec);
     return this.withScratch(async (scratch) => {
-      const x = await this.float32Of(input, scratch, signal);
       const out = this.output(Uint8Array, quantizedByteLength(spec.qdtype, input.layout.numel));
-      const reject = (): never =>
-        referenceVerdict(() => quantizeTensor(input, spec, given), `quantize ${input.name}`);
-      const result = fused
-        ? await this.chooseQuantize(x, input, spec, out, signal)
-        : await this.quantizeRanges(
-            x,
-            input,
-            spec,
-            given ?? (await this.choose(x, input, spec, signal)),
-            out,
-            scratch,
-            signal,
-          );
+      const quality = options.quality ?? false;
+      let result: QuantizeOutput | null;
+      if (fused) {
+        // whole units, ALIGN of them at a time, so that packed codes split on byte boundaries
+        const windows = this.windowsOf(input, scratch, ALIGN * input.layout.inner, signal);
+        result = await this.chooseQuantize(windows, input, spec, out, quality, signal);
+      } else {
+        const windows = this.windowsOf(input, scratch, ALIGN, signal);
+        const qparams = given ?? (await this.choose(windows, input, spec, signal));
+        result =
+          qparams &&
+          (await this.quantizeWindows(windows, input, spec, qparams, out, quality, scratch, signal));
+      }
       if (!result) {
         this.release(out);
-        reject();
+        referenceVerdict(() => quantizeTensor(input, spec, given), `quantize ${input.name}`);
       }
-      return result!;
+      return result;
     });
   }
 
-  private async quantizeRanges(
-    x: Float32Array,
+  /**
+   * Error statistics of `codes` (the quantization of the input with `scale` and `zeroPoint`, as
+   * the kernels take them), summed by the kernels over ranges of the windows given to add() and
+   * merged here.
+   */
+  private qualityMeter(
     input: FloatInput,
     spec: QuantSpec,
-    qparams: QParams | null,
+    scale: Float32Array,
+    zeroPoint: Float32Array,
+    codes: Uint8Array,
+    signal?: AbortSignal,
+  ): { readonly total: QualityStats; add(window: Part): Promise<void> } {
+    const quant = quantArgs(spec);
+    const l = layoutArgs(input.layout);
+    const bytes = (n: number): number => quantizedByteLength(spec.qdtype, n);
+    const total = emptyQuality();
+    const add = async (window: Part): Promise<void> => {
+      const results = await this.tasks(
+        this.parts(window.x, window.start, ALIGN).map((p) => ({
+          op: 'quality',
+          x: p.x,
+          codes: codes.subarray(bytes(p.start), bytes(p.end)),
+          start: p.start,
+          layout: l,
+          scale,
+          zeroPoint,
+          quant,
+        })),
+        input.name,
+        signal,
+      );
+      for (const r of results) {
+        if (r.status !== 0)
+          throw new QuantdError('INTERNAL', {
+            detail: `quality of ${input.name}: kernel status ${r.status}`,
+          });
+        const [sumSqError, sumSqValue, maxAbsError, clipped, count] = r.stats!;
+        mergeQuality(total, {
+          sumSqError: sumSqError!,
+          sumSqValue: sumSqValue!,
+          maxAbsError: maxAbsError!,
+          clipped: clipped!,
+          count: count!,
+        });
+      }
+    };
+    return { total, add };
+  }
+
+  /** Codes with known qparams, window by window (measured on the same window when asked). */
+  private async quantizeWindows(
+    windows: Windows,
+    input: FloatInput,
+    spec: QuantSpec,
+    qparams: QParams,
     out: Uint8Array,
+    quality: boolean,
     scratch: ArrayBufferView[],
     signal?: AbortSignal,
   ): Promise<QuantizeOutput | null> {
-    if (!qparams) return null;
     const { scale, zeroPoint } = this.qparamArrays(qparams, scratch);
     const quant = quantArgs(spec);
     const l = layoutArgs(input.layout);
     const bytes = (n: number): number => quantizedByteLength(spec.qdtype, n);
-    const results = await this.tasks(
-      this.ranges(input.layout.numel).map(([s, e]) => ({
-        op: 'quantize',
-        x: x.subarray(s, e),
-        start: s,
-        layout: l,
-        scale,
-        zeroPoint,
-        quant,
-        out: out.subarray(bytes(s), bytes(e)),
-      })),
-      input.name,
-      signal,
-    );
-    return results.some((r) => r.status !== 0) ? null : { data: out, qparams };
+    const meter = quality ? this.qualityMeter(input, spec, scale, zeroPoint, out, signal) : null;
+    const ok = await windows(async (parts, window) => {
+      const results = await this.tasks(
+        parts.map((p) => ({
+          op: 'quantize',
+          x: p.x,
+          start: p.start,
+          layout: l,
+          scale,
+          zeroPoint,
+          quant,
+          out: out.subarray(bytes(p.start), bytes(p.end)),
+        })),
+        input.name,
+        signal,
+      );
+      if (results.some((r) => r.status !== 0)) return false;
+      await meter?.add(window);
+      return true;
+    });
+    if (!ok) return null;
+    return meter ? { data: out, qparams, quality: meter.total } : { data: out, qparams };
   }
 
-  /** Contiguous units (per_token rows, per_group groups): choose and quantize in one pass. */
+  /**
+   * Contiguous units (per_token rows, per_group groups): choose and quantize in one pass, over
+   * windows of whole units (measured on the same window when asked).
+   */
   private async chooseQuantize(
-    x: Float32Array,
+    windows: Windows,
     input: FloatInput,
     spec: QuantSpec,
     out: Uint8Array,
+    quality: boolean,
     signal?: AbortSignal,
   ): Promise<QuantizeOutput | null> {
-    const layout = input.layout;
-    const scale = allocate(Float32Array, layout.channels, this.exec.shared);
-    const zp = allocate(Float64Array, layout.channels, this.exec.shared);
+    const { channels, inner } = input.layout;
+    const shared = this.exec.shared;
+    const scale = allocate(Float32Array, channels, shared);
+    const zp = allocate(Float64Array, channels, shared);
+    // the quality kernels take zero points in float32, as qparamArrays() gives them
+    const zpF32 = quality ? allocate(Float32Array, channels, shared) : null;
+    const meter = zpF32 && this.qualityMeter(input, spec, scale, zpF32, out, signal);
     const bytes = (n: number): number => quantizedByteLength(spec.qdtype, n);
-    const results = await this.tasks(
-      // whole units, ALIGN of them at a time, so that packed codes split on byte boundaries
-      this.ranges(layout.numel, ALIGN * layout.inner).map(([s, e]) => ({
-        op: 'chooseQuantize',
-        x: x.subarray(s, e),
-        first: s / layout.inner,
-        unitSize: layout.inner,
-        choose: chooseArgs(spec),
-        quant: quantArgs(spec),
-        scale: scale.subarray(s / layout.inner, e / layout.inner),
-        zeroPoint: zp.subarray(s / layout.inner, e / layout.inner),
-        out: out.subarray(bytes(s), bytes(e)),
-      })),
-      input.name,
-      signal,
-    );
-    if (results.some((r) => r.status !== 0)) return null;
-    return { data: out, qparams: { scale: Float32Array.from(scale), zeroPoint: zeroPointsOf(spec, zp) } };
+    const ok = await windows(async (parts, window) => {
+      const results = await this.tasks(
+        parts.map((p) => ({
+          op: 'chooseQuantize',
+          x: p.x,
+          first: p.start / inner,
+          unitSize: inner,
+          choose: chooseArgs(spec),
+          quant: quantArgs(spec),
+          scale: scale.subarray(p.start / inner, p.end / inner),
+          zeroPoint: zp.subarray(p.start / inner, p.end / inner),
+          out: out.subarray(bytes(p.start), bytes(p.end)),
+        })),
+        input.name,
+        signal,
+      );
+      if (results.some((r) => r.status !== 0)) return false;
+      if (meter) {
+        const [first, end] = [window.start / inner, window.end / inner];
+        zpF32!.set(zeroPointsOf(spec, zp.subarray(first, end)), first);
+        await meter.add(window);
+      }
+      return true;
+    });
+    if (!ok) return null;
+    const qparams = { scale: Float32Array.from(scale), zeroPoint: zeroPointsOf(spec, zp) };
+    return meter ? { data: out, qparams, quality: meter.total } : { data: out, qparams };
   }
 
   async fakeQuantize(
@@ -427,31 +592,34 @@ export class KernelCompute implements Compute {
     const reject = (): never =>
       referenceVerdict(() => fakeQuantizeTensor(input, spec, outDType, given), `fake-quantize ${input.name}`);
     return this.withScratch(async (scratch) => {
-      const x = await this.float32Of(input, scratch, signal);
-      const qparams = given ?? (await this.choose(x, input, spec, signal)) ?? reject();
+      const windows = this.windowsOf(input, scratch, ALIGN, signal);
+      const qparams = given ?? (await this.choose(windows, input, spec, signal)) ?? reject();
       const layout = input.layout;
       const out = this.output(Float32Array, layout.numel);
       const mask = this.output(Uint8Array, layout.numel);
       const { scale, zeroPoint } = this.qparamArrays(qparams, scratch);
       const l = layoutArgs(layout);
-      const results = await this.tasks(
-        this.ranges(layout.numel).map(([s, e]) => ({
-          op: 'fakeQuantize',
-          x: x.subarray(s, e),
-          start: s,
-          layout: l,
-          scale,
-          zeroPoint,
-          qmin: spec.quantMin,
-          qmax: spec.quantMax,
-          floatZeroPoint: spec.mode === 'float_qparams',
-          out: out.subarray(s, e),
-          mask: mask.subarray(s, e),
-        })),
-        input.name,
-        signal,
-      );
-      if (results.some((r) => r.status !== 0)) {
+      const ok = await windows(async (parts) => {
+        const results = await this.tasks(
+          parts.map((p) => ({
+            op: 'fakeQuantize',
+            x: p.x,
+            start: p.start,
+            layout: l,
+            scale,
+            zeroPoint,
+            qmin: spec.quantMin,
+            qmax: spec.quantMax,
+            floatZeroPoint: spec.mode === 'float_qparams',
+            out: out.subarray(p.start, p.end),
+            mask: mask.subarray(p.start, p.end),
+          })),
+          input.name,
+          signal,
+        );
+        return results.every((r) => r.status === 0);
+      });
+      if (!ok) {
         this.release(out);
         this.release(mask);
         reject();

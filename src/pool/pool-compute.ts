@@ -17,7 +17,7 @@ import { InlineExecutor } from '../kernels/executors.js';
 import type { LoadedKernels } from '../kernels/loader.js';
 import type { KernelModule } from '../kernels/module.js';
 import { KernelCompute, type KernelComputeOptions } from '../kernels/tensor-ops.js';
-import type { Compute } from '../service/compute.js';
+import type { Compute, QuantizeOptions } from '../service/compute.js';
 import { KernelPool, type PoolOptions } from './pool.js';
 
 /** Below this many elements an op runs in the calling thread (see `npm run bench`: pool overhead). */
@@ -54,6 +54,10 @@ export class PoolCompute implements Compute {
     this.arena.give(data);
   }
 
+  allocate(bytes: number, shared: boolean): Uint8Array {
+    return new Uint8Array(this.arena.take(bytes, shared), 0, bytes);
+  }
+
   /** The pool, started on first use. */
   workers(): KernelPool {
     if (!this.pool) {
@@ -85,8 +89,9 @@ export class PoolCompute implements Compute {
     spec: QuantSpec,
     given?: QParams,
     signal?: AbortSignal,
+    options?: QuantizeOptions,
   ): Promise<QuantizeOutput> {
-    return this.on(input.layout.numel, (c) => c.quantize(input, spec, given, signal));
+    return this.on(input.layout.numel, (c) => c.quantize(input, spec, given, signal, options));
   }
 
   chooseQParams(input: FloatInput, spec: QuantSpec, given?: QParams, signal?: AbortSignal): Promise<QParams> {

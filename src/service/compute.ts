@@ -8,6 +8,7 @@ import {
   dequantizeTensor,
   fakeQuantizeTensor,
   quantizeTensor,
+  tensorQuality,
   type FakeQuantizeOutput,
   type FloatDType,
   type FloatInput,
@@ -16,6 +17,21 @@ import {
   type QuantizeOutput,
   type QuantizedInput,
 } from '../core/index.js';
+
+export interface QuantizeOptions {
+  /** Also measure how well the codes represent the input (QuantizeOutput.quality). */
+  readonly quality?: boolean;
+}
+
+/** `output` with its reference quality statistics when they were asked for. */
+export function withReferenceQuality(
+  input: FloatInput,
+  spec: QuantSpec,
+  output: QuantizeOutput,
+  options: QuantizeOptions = {},
+): QuantizeOutput {
+  return options.quality ? { ...output, quality: tensorQuality(input, spec, output) } : output;
+}
 
 export interface Compute {
   /** A short name for logs and /healthz: "js", "native", "wasm", "cuda". */
@@ -27,6 +43,7 @@ export interface Compute {
     spec: QuantSpec,
     given?: QParams,
     signal?: AbortSignal,
+    options?: QuantizeOptions,
   ): Promise<QuantizeOutput>;
   chooseQParams(input: FloatInput, spec: QuantSpec, given?: QParams, signal?: AbortSignal): Promise<QParams>;
   fakeQuantize(
@@ -39,12 +56,15 @@ export interface Compute {
   dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array>;
   /** Hands back an output once its bytes are written out, so later outputs can reuse its memory. */
   release?(data: ArrayBufferView): void;
+  /** A buffer for input bytes (recycled like outputs; hand it back with release). */
+  allocate?(bytes: number, shared: boolean): Uint8Array;
 }
 
 /** The TypeScript reference, run in the calling thread: the oracle every backend must match. */
 export const referenceCompute: Compute = {
   backend: 'js',
-  quantize: async (input, spec, given) => quantizeTensor(input, spec, given),
+  quantize: async (input, spec, given, _signal, options) =>
+    withReferenceQuality(input, spec, quantizeTensor(input, spec, given), options),
   chooseQParams: async (input, spec, given) => chooseTensorQParams(input, spec, given),
   fakeQuantize: async (input, spec, outDType, given) => fakeQuantizeTensor(input, spec, outDType, given),
   dequantize: async (input, outDType) => dequantizeTensor(input, outDType),

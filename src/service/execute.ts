@@ -1,29 +1,44 @@
 /**
  * Carries out a plan: reads each input tensor once, runs its step on a Compute, and writes the
- * outputs in plan order. One tensor is in flight at a time, so memory stays bounded by the
- * largest tensor whatever the file size.
+ * outputs in plan order. Steps may run concurrently, within a byte budget, so memory stays
+ * bounded by the budget (or the largest step) whatever the file size.
  */
-import { bytesOf, typedView, type QParams } from '../core/index.js';
+import {
+  ST_DTYPE_SIZE,
+  bytesOf,
+  numelOf,
+  typedView,
+  type QParams,
+  type QualityStats,
+} from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
-import type { TensorEntry } from '../format/index.js';
+import type { TensorEntry, TensorPlan } from '../format/index.js';
 import type { Compute } from './compute.js';
 import { toQParams, type GivenData, type GivenEntries } from './given-qparams.js';
 import type { Plan, Step } from './plan.js';
 
 export interface TensorSource {
-  /** The bytes of one tensor; in a SharedArrayBuffer when `shared` (the kernels' threads read them). */
-  read(entry: TensorEntry, shared?: boolean): Promise<Uint8Array>;
+  /**
+   * The bytes of one tensor; in a SharedArrayBuffer when `shared` (the kernels' threads read them),
+   * in a buffer from `allocate` when given (recycled by the caller).
+   */
+  read(entry: TensorEntry, shared?: boolean, allocate?: Allocate): Promise<Uint8Array>;
 }
+
+export type Allocate = (bytes: number, shared: boolean) => Uint8Array;
 
 export interface TensorSink {
   write(name: string, data: Uint8Array): Promise<void>;
 }
 
 export interface StepReport {
+  readonly step: Step;
   readonly name: string;
   readonly kind: Step['kind'];
   readonly bytesIn: number;
   readonly bytesOut: number;
+  /** quantize steps run with ExecuteOptions.quality: how well the codes represent the input. */
+  readonly quality?: QualityStats;
 }
 
 export interface RunSummary {
@@ -45,16 +60,29 @@ function qparamBytes(qp: QParams): Uint8Array[] {
   return [bytesOf(qp.scale), bytesOf(qp.zeroPoint)];
 }
 
+interface StepOutput {
+  /** The bytes of step.outputs, in order. */
+  readonly outputs: Uint8Array[];
+  /** The tensor data read for the step, handed back to the compute once outputs are written. */
+  readonly inputs: Uint8Array[];
+  readonly quality?: QualityStats | undefined;
+}
+
 /** Runs one step and returns its outputs' bytes, in the order of step.outputs. */
 async function runStep(
   step: Step,
   source: TensorSource,
   compute: Compute,
   plan: Plan,
+  quality: boolean,
   signal?: AbortSignal,
-): Promise<Uint8Array[]> {
-  const { spec, outDType } = plan.request;
-  if (step.kind === 'copy') return [await source.read(step.entry)];
+): Promise<StepOutput> {
+  const { outDType } = plan.request;
+  const allocate = compute.allocate?.bind(compute);
+  if (step.kind === 'copy') {
+    const data = await source.read(step.entry, false, allocate);
+    return { outputs: [data], inputs: [data] };
+  }
   if (step.kind === 'dequantize') {
     const g = step.group;
     const zpData = await source.read(g.zeroPoint);
@@ -63,30 +91,31 @@ async function runStep(
       zeroPoint:
         g.zeroPoint.dtype === 'F32' ? typedView(Float32Array, zpData) : typedView(Int32Array, zpData),
     };
-    const data = await source.read(g.codes, compute.sharedInputs);
-    return [
-      await compute.dequantize(
-        { name: g.name, data, spec: g.spec, layout: g.layout, qparams },
-        outDType,
-        signal,
-      ),
-    ];
+    const data = await source.read(g.codes, compute.sharedInputs, allocate);
+    const out = await compute.dequantize(
+      { name: g.name, data, spec: g.spec, layout: g.layout, qparams },
+      outDType,
+      signal,
+    );
+    return { outputs: [out], inputs: [data] };
   }
-  const name = step.entry.name;
+  const { name } = step.entry;
+  const { spec } = step;
   const givenData = await readGiven(source, step.given);
   const given = step.given ? toQParams(name, givenData, spec, step.layout) : undefined;
-  const data = await source.read(step.entry, compute.sharedInputs);
+  const data = await source.read(step.entry, compute.sharedInputs, allocate);
+  const inputs = [data];
   const input = { name, dtype: step.dtype, data, layout: step.layout };
   switch (step.kind) {
     case 'quantize': {
-      const out = await compute.quantize(input, spec, given, signal);
-      return [out.data, ...qparamBytes(out.qparams)];
+      const out = await compute.quantize(input, spec, given, signal, { quality });
+      return { outputs: [out.data, ...qparamBytes(out.qparams)], inputs, quality: out.quality };
     }
     case 'qparams':
-      return qparamBytes(await compute.chooseQParams(input, spec, given, signal));
+      return { outputs: qparamBytes(await compute.chooseQParams(input, spec, given, signal)), inputs };
     case 'fake-quantize': {
       const out = await compute.fakeQuantize(input, spec, outDType, given, signal);
-      return [out.data, out.mask];
+      return { outputs: [out.data, out.mask], inputs };
     }
   }
 }
@@ -99,12 +128,41 @@ function inputBytes(step: Step): number {
   return step.entry.end - step.entry.begin;
 }
 
+/** Float32 scratch a step may hold beside its input and outputs (a conversion window). */
+const SCRATCH_BYTES = 16 * 1024 * 1024;
+
+/** The bytes a step holds while it runs and until its outputs are written. */
+export function stepCost(step: Step): number {
+  if (step.kind === 'copy') return inputBytes(step); // its output is its input
+  const outputs = step.outputs.reduce((n, t) => n + tensorBytes(t), 0);
+  return inputBytes(step) + outputs + Math.min(SCRATCH_BYTES, windowBytes(step));
+}
+
+/** A float16 / bfloat16 input is converted in float32 windows of at most SCRATCH_BYTES. */
+function windowBytes(step: Step): number {
+  if (step.kind === 'dequantize' || step.kind === 'copy' || step.dtype === 'float32') return 0;
+  return step.layout.numel * 4;
+}
+
+function tensorBytes(t: TensorPlan): number {
+  return numelOf(t.shape) * ST_DTYPE_SIZE[t.dtype];
+}
+
 export interface ExecuteOptions {
   readonly onStep?: (report: StepReport) => void;
   /** Aborts the run between steps and inside kernel tasks (client gone, timeout, shutdown). */
   readonly signal?: AbortSignal | undefined;
   /** The sink copies or writes out what it is given (a file): outputs go back to the compute. */
   readonly releaseOutputs?: boolean;
+  /** Measure quantized tensors (StepReport.quality). */
+  readonly quality?: boolean;
+  /** Steps run at once (default 1). Outputs are written in plan order whatever finishes first. */
+  readonly concurrency?: number;
+  /**
+   * Bytes that steps in flight may hold together (stepCost: input, outputs, scratch), until their
+   * outputs are written. A step larger than this runs alone. Default: no limit beyond concurrency.
+   */
+  readonly memoryBudget?: number;
 }
 
 /** A signal's reason when it is a QuantdError (timeout, cancellation), else CANCELLED. */
@@ -114,6 +172,13 @@ export function throwIfAborted(signal: AbortSignal | undefined): void {
   throw reason instanceof QuantdError ? reason : new QuantdError('CANCELLED', { detail: '' });
 }
 
+/**
+ * Runs every step of the plan and writes its outputs to the sink in plan order. Up to
+ * `concurrency` steps run at once within `memoryBudget`; a step's outputs are written once all
+ * steps before it are, so the output is byte-identical to a one-at-a-time run. On the first
+ * failure (in plan order) no further step starts, steps in flight are aborted and awaited, and
+ * that failure is thrown.
+ */
 export async function executePlan(
   plan: Plan,
   source: TensorSource,
@@ -121,26 +186,83 @@ export async function executePlan(
   compute: Compute,
   options: ExecuteOptions = {},
 ): Promise<RunSummary> {
+  const concurrency = Math.max(1, options.concurrency ?? 1);
+  const budget = options.memoryBudget ?? Infinity;
+  const stop = new AbortController();
+  const signal = options.signal ? AbortSignal.any([options.signal, stop.signal]) : stop.signal;
+  const steps = plan.steps;
+  const running: Array<Promise<StepOutput> | undefined> = new Array(steps.length);
+  let started = 0;
+  let held = 0;
+  let inFlight = 0;
+  let failed = false;
+
+  /** Starts steps in order while concurrency and the budget allow (a step alone always may). */
+  const launch = (): void => {
+    while (!failed && started < steps.length && inFlight < concurrency) {
+      const step = steps[started]!;
+      const cost = stepCost(step);
+      if (held > 0 && held + cost > budget) return;
+      held += cost;
+      inFlight++;
+      const run = (async () => {
+        throwIfAborted(signal);
+        return runStep(step, source, compute, plan, options.quality ?? false, signal);
+      })();
+      run.then(
+        () => {
+          inFlight--;
+          launch();
+        },
+        () => {
+          inFlight--;
+          failed = true;
+        },
+      );
+      running[started++] = run;
+    }
+  };
+
   let transformed = 0;
   let passedThrough = 0;
   let bytesIn = 0;
   let bytesOut = 0;
-  for (const step of plan.steps) {
-    throwIfAborted(options.signal);
-    const outputs = await runStep(step, source, compute, plan, options.signal);
-    let written = 0;
-    for (let i = 0; i < outputs.length; i++) {
-      await sink.write(step.outputs[i]!.name, outputs[i]!);
-      written += outputs[i]!.byteLength;
-      if (options.releaseOutputs && step.kind !== 'copy') compute.release?.(outputs[i]!);
+  try {
+    launch();
+    for (let i = 0; i < steps.length; i++) {
+      const step = steps[i]!;
+      const done = await running[i]!;
+      running[i] = undefined;
+      let written = 0;
+      for (let k = 0; k < done.outputs.length; k++) {
+        await sink.write(step.outputs[k]!.name, done.outputs[k]!);
+        written += done.outputs[k]!.byteLength;
+        if (options.releaseOutputs) compute.release?.(done.outputs[k]!);
+      }
+      // inputs are ours (read for this step) once every output is out; a copy's input is its output
+      if (options.releaseOutputs || step.kind !== 'copy') for (const b of done.inputs) compute.release?.(b);
+      held -= stepCost(step);
+      const read = inputBytes(step);
+      if (step.kind === 'copy') passedThrough++;
+      else transformed++;
+      bytesIn += read;
+      bytesOut += written;
+      const name = step.kind === 'dequantize' ? step.group.name : step.entry.name;
+      options.onStep?.({
+        step,
+        name,
+        kind: step.kind,
+        bytesIn: read,
+        bytesOut: written,
+        ...(done.quality && { quality: done.quality }),
+      });
+      launch();
     }
-    const read = inputBytes(step);
-    if (step.kind === 'copy') passedThrough++;
-    else transformed++;
-    bytesIn += read;
-    bytesOut += written;
-    const name = step.kind === 'dequantize' ? step.group.name : step.entry.name;
-    options.onStep?.({ name, kind: step.kind, bytesIn: read, bytesOut: written });
+  } catch (err) {
+    failed = true;
+    stop.abort(err);
+    await Promise.allSettled(running.filter((r) => r !== undefined));
+    throw err;
   }
   return { transformed, passedThrough, bytesIn, bytesOut };
 }

@@ -8,3 +8,7 @@ export * from './inspect.js';
 export * from './request.js';
 export * from './single-tensor.js';
 export * from './admission.js';
+export * from './recipe.js';
+export * from './report.js';
+export * from './shards.js';
+export * from './model.js';

@@ -4,7 +4,7 @@
  * counted in its row, not listed on their own.
  */
 import { QDTYPE_INFO, ST_DTYPE_SIZE, numelOf, type StDType } from '../core/index.js';
-import { findQuantizedGroups, formatOf, type SafetensorsHeader } from '../format/index.js';
+import { DATA_SHA256_KEY, findQuantizedGroups, formatOf, type SafetensorsHeader } from '../format/index.js';
 
 export interface TensorSummary {
   readonly name: string;
@@ -29,6 +29,8 @@ export interface FileSummary {
   readonly file: string;
   readonly format: string | null;
   readonly size: number;
+  /** The data SHA-256 the metadata records, and whether it was checked (inspect --verify). */
+  readonly checksum: { readonly sha256: string; readonly verified: boolean } | null;
   readonly tensors: readonly TensorSummary[];
   readonly total: { readonly bytes: number; readonly source_bytes: number; readonly ratio: number };
 }
@@ -39,7 +41,12 @@ function ratio(source: number, stored: number): number {
   return stored === 0 ? 1 : Math.round((source / stored) * 1000) / 1000;
 }
 
-export function summarizeFile(header: SafetensorsHeader, file: string, size: number): FileSummary {
+export function summarizeFile(
+  header: SafetensorsHeader,
+  file: string,
+  size: number,
+  verified = false,
+): FileSummary {
   const groups = findQuantizedGroups(header, file);
   const byCodes = new Map(groups.map((g) => [g.codes.name, g]));
   const companions = new Set(groups.flatMap((g) => [g.scale.name, g.zeroPoint.name]));
@@ -82,12 +89,14 @@ export function summarizeFile(header: SafetensorsHeader, file: string, size: num
       });
     }
   }
+  const sha256 = header.metadata?.[DATA_SHA256_KEY];
   const bytes = tensors.reduce((n, t) => n + t.bytes, 0);
   const sourceBytes = tensors.reduce((n, t) => n + t.source_bytes, 0);
   return {
     file,
     format: formatOf(header),
     size,
+    checksum: sha256 === undefined ? null : { sha256, verified },
     tensors,
     total: { bytes, source_bytes: sourceBytes, ratio: ratio(sourceBytes, bytes) },
   };

@@ -11,8 +11,9 @@ import {
   type Layout,
   type QuantSpec,
 } from '../core/index.js';
-import { QuantdError } from '../errors/index.js';
+import { QuantdError, isQuantdError } from '../errors/index.js';
 import {
+  DATA_SHA256_KEY,
   QPARAMS_FORMAT,
   QTENSOR_FORMAT,
   SCALE_SUFFIX,
@@ -28,6 +29,7 @@ import {
   type TensorPlan,
 } from '../format/index.js';
 import type { GivenEntries } from './given-qparams.js';
+import { decide, type Recipe } from './recipe.js';
 import { companionOf, selectTensors, type Selection } from './selection.js';
 
 export const OPERATIONS = ['quantize', 'dequantize', 'fake-quantize', 'qparams'] as const;
@@ -37,6 +39,8 @@ export interface OperationRequest extends Selection {
   readonly op: Operation;
   /** The quantization spec (ignored by dequantize, which reads it from the container). */
   readonly spec: QuantSpec;
+  /** Per-tensor specs instead of `spec` (quantize, qparams, fake-quantize of model files). */
+  readonly recipe?: Recipe | undefined;
   /** Float output dtype of dequantize and fake-quantize. */
   readonly outDType: FloatDType;
 }
@@ -46,11 +50,20 @@ const FLOAT_OUTPUT_METADATA = { format: 'pt' } as const;
 export const MASK_SUFFIX = '.mask';
 
 export type Step =
-  | { readonly kind: 'copy'; readonly entry: TensorEntry; readonly outputs: readonly TensorPlan[] }
+  | {
+      readonly kind: 'copy';
+      readonly entry: TensorEntry;
+      readonly outputs: readonly TensorPlan[];
+      /** Why a float tensor passes through unchanged (a recipe's decision), if it is one. */
+      readonly reason?: string;
+    }
   | {
       readonly kind: 'quantize' | 'qparams' | 'fake-quantize';
       readonly entry: TensorEntry;
       readonly dtype: FloatDType;
+      readonly spec: QuantSpec;
+      /** What chose the spec: "request", or a recipe's rule label or "default". */
+      readonly by: string;
       readonly layout: Layout;
       readonly given: GivenEntries | undefined;
       readonly outputs: readonly TensorPlan[];
@@ -70,11 +83,30 @@ function givenEntries(header: SafetensorsHeader, name: string): GivenEntries | u
   return scale || zeroPoint ? { scale, zeroPoint } : undefined;
 }
 
-const copyStep = (entry: TensorEntry): Step => ({
+const copyStep = (entry: TensorEntry, reason?: string): Step => ({
   kind: 'copy',
   entry,
   outputs: [{ name: entry.name, dtype: entry.dtype, shape: entry.shape }],
+  ...(reason !== undefined && { reason }),
 });
+
+/** Container metadata keys that are not tensor names: no tensor of a container may take one. */
+const RESERVED_METADATA = ['format', DATA_SHA256_KEY];
+
+/** A metadata object with no prototype: a tensor named "__proto__" is a key like any other. */
+function metadataObject(entries: Record<string, string>): Record<string, string> {
+  return Object.assign(Object.create(null) as Record<string, string>, entries);
+}
+
+/** The tensor's layout under `spec`; under a recipe, a misfit names the rule that chose it. */
+function layoutFor(entry: TensorEntry, spec: QuantSpec, by: string, recipe: boolean): Layout {
+  try {
+    return planLayout(entry.name, entry.shape, spec);
+  } catch (err) {
+    if (!recipe || !isQuantdError(err)) throw err;
+    throw new QuantdError('RECIPE_RULE_FAILED', { rule: by, detail: `${err.message} (${err.code})` });
+  }
+}
 
 function finish(
   request: OperationRequest,
@@ -87,21 +119,26 @@ function finish(
   for (const t of tensors) {
     if (seen.has(t.name)) throw new QuantdError('NAME_COLLISION', { source, tensor: t.name });
     seen.add(t.name);
+    const container = metadata['format'] === QTENSOR_FORMAT || metadata['format'] === QPARAMS_FORMAT;
+    if (container && RESERVED_METADATA.includes(t.name)) {
+      throw new QuantdError('TENSOR_NAME_RESERVED', { source, tensor: t.name });
+    }
   }
   return { request, steps, tensors, metadata };
 }
 
 function planTransform(header: SafetensorsHeader, request: OperationRequest, source: string): Plan {
-  if (request.op === 'fake-quantize') checkFakeQuantizable(request.spec);
+  if (request.op === 'fake-quantize' && !request.recipe) checkFakeQuantizable(request.spec);
   const selected = new Set(selectTensors(header, request).map((e) => e.name));
   // A qtensor container passes through: keep the metadata of its quantized tensors.
   const carried = findQuantizedGroups(header, source);
-  const metadata: Record<string, string> =
+  const metadata = metadataObject(
     request.op === 'quantize'
       ? { format: QTENSOR_FORMAT }
       : request.op === 'qparams'
         ? { format: QPARAMS_FORMAT }
-        : { ...FLOAT_OUTPUT_METADATA };
+        : { ...FLOAT_OUTPUT_METADATA },
+  );
   // Quantized tensors of an input container pass through with their metadata (not into a
   // qparams file, which holds qparams only); the output is then a container too.
   const kept = request.op === 'qparams' ? [] : carried.filter((g) => !selected.has(g.name));
@@ -113,34 +150,51 @@ function planTransform(header: SafetensorsHeader, request: OperationRequest, sou
     const consumed = base !== undefined && selected.has(base);
     if (!selected.has(entry.name)) {
       // qparams files hold qparams only; the other operations keep what they do not transform.
-      if (!consumed && request.op !== 'qparams') steps.push(copyStep(entry));
+      if (!consumed && request.op !== 'qparams') steps.push(copyStep(entry, unselectedReason(entry)));
       continue;
     }
+    const decision = request.recipe
+      ? decide(request.recipe, entry.name, entry.shape)
+      : { action: 'quantize' as const, spec: request.spec, by: 'request' };
+    if (decision.action === 'pass') {
+      if (!consumed) steps.push(copyStep(entry, `${decision.reason} (${decision.by})`));
+      continue;
+    }
+    const spec = decision.spec;
+    if (request.op === 'fake-quantize') checkFakeQuantizable(spec);
     const dtype = floatDTypeOfSt(entry.dtype)!;
-    const layout = planLayout(entry.name, entry.shape, request.spec);
+    const layout = layoutFor(entry, spec, decision.by, request.recipe !== undefined);
     const given = givenEntries(header, entry.name);
     const outputs =
       request.op === 'quantize'
-        ? [codesPlan(entry.name, request.spec, layout), ...qparamPlans(entry.name, request.spec, layout)]
+        ? [codesPlan(entry.name, spec, layout), ...qparamPlans(entry.name, spec, layout)]
         : request.op === 'qparams'
-          ? qparamPlans(entry.name, request.spec, layout)
+          ? qparamPlans(entry.name, spec, layout)
           : [
               { name: entry.name, dtype: outputStDType(request.outDType), shape: entry.shape },
               { name: entry.name + MASK_SUFFIX, dtype: 'BOOL' as const, shape: entry.shape },
             ];
     if (request.op === 'quantize' || request.op === 'qparams') {
-      metadata[entry.name] = encodeMeta(request.spec, layout, dtype);
+      metadata[entry.name] = encodeMeta(spec, layout, dtype);
     }
     steps.push({
       kind: request.op as 'quantize' | 'qparams' | 'fake-quantize',
       entry,
       dtype,
+      spec,
+      by: decision.by,
       layout,
       given,
       outputs,
     });
   }
   return finish(request, steps, metadata, source);
+}
+
+function unselectedReason(entry: TensorEntry): string {
+  return floatDTypeOfSt(entry.dtype)
+    ? 'not selected (include/exclude)'
+    : `${entry.dtype}, not a float tensor`;
 }
 
 function outputStDType(dtype: FloatDType): 'F32' | 'F16' | 'BF16' {
@@ -165,7 +219,7 @@ function planDequantize(header: SafetensorsHeader, request: OperationRequest, so
       steps.push(copyStep(entry));
     }
   }
-  return finish(request, steps, { ...FLOAT_OUTPUT_METADATA }, source);
+  return finish(request, steps, metadataObject({ ...FLOAT_OUTPUT_METADATA }), source);
 }
 
 /** The complete output of `request` applied to a file with this header. */

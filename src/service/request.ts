@@ -6,6 +6,7 @@
 import { isFloatDType, parseSpec, type FloatDType, type SpecOptions } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
 import type { Operation, OperationRequest } from './plan.js';
+import { combineRecipe, type Recipe } from './recipe.js';
 
 export type RequestParams = Readonly<Record<string, string | number | readonly string[] | undefined>>;
 
@@ -20,10 +21,12 @@ const SPEC_KEYS = [
   'eps',
   'range_search',
 ] as const;
+/** Recipe parameters (docs/models.md): a recipe as JSON, and/or rules in command-line form. */
+const RECIPE_KEYS = ['recipe', 'rule', 'skip', 'min_size', 'keep_1d'] as const;
 const OPTIONS_OF: Readonly<Record<Operation, readonly string[]>> = {
-  quantize: [...SPEC_KEYS, 'include', 'exclude'],
-  qparams: [...SPEC_KEYS, 'include', 'exclude'],
-  'fake-quantize': [...SPEC_KEYS, 'include', 'exclude', 'dtype'],
+  quantize: [...SPEC_KEYS, 'include', 'exclude', ...RECIPE_KEYS],
+  qparams: [...SPEC_KEYS, 'include', 'exclude', ...RECIPE_KEYS],
+  'fake-quantize': [...SPEC_KEYS, 'include', 'exclude', 'dtype', ...RECIPE_KEYS],
   dequantize: ['dtype'],
 };
 
@@ -68,11 +71,59 @@ export function operationRequest(op: Operation, params: RequestParams): Operatio
   }
   const dtype = String(single(params, 'dtype') ?? 'float32');
   if (!isFloatDType(dtype)) throw new QuantdError('UNKNOWN_DTYPE', { value: dtype });
+  const recipe = op === 'dequantize' ? undefined : recipeOf(params, specOptions);
   return {
     op,
-    spec: parseSpec(op === 'dequantize' ? {} : specOptions),
+    spec: recipe?.defaultSpec ?? parseSpec(op === 'dequantize' || recipe ? {} : specOptions),
+    recipe,
     outDType: dtype as FloatDType,
     include: list(params, 'include'),
     exclude: list(params, 'exclude'),
   };
+}
+
+function flag(params: RequestParams, key: string): boolean | undefined {
+  const value = single(params, key);
+  if (value === undefined || value === '') return undefined;
+  if (String(value) === 'true' || String(value) === '1') return true;
+  if (String(value) === 'false' || String(value) === '0') return false;
+  throw new QuantdError('OPTION_INVALID', {
+    option: key,
+    detail: 'must be true or false',
+    value: String(value),
+  });
+}
+
+/** The recipe the parameters describe, or undefined when they name none. */
+function recipeOf(params: RequestParams, defaults: SpecOptions): Recipe | undefined {
+  if (!RECIPE_KEYS.some((k) => params[k] !== undefined && params[k] !== '')) return undefined;
+  const text = single(params, 'recipe');
+  const minSize = single(params, 'min_size');
+  const keep1d = flag(params, 'keep_1d');
+  if (minSize !== undefined && !/^\d+$/.test(String(minSize))) {
+    throw new QuantdError('OPTION_INVALID', {
+      option: 'min_size',
+      detail: 'must be a whole number',
+      value: String(minSize),
+    });
+  }
+  return combineRecipe({
+    recipe: text === undefined || text === '' ? undefined : parseRecipeJson(String(text)),
+    defaults,
+    rules: list(params, 'rule'),
+    skip: list(params, 'skip'),
+    ...(minSize !== undefined && { minSize: Number(minSize) }),
+    ...(keep1d !== undefined && { skip1d: !keep1d }),
+  });
+}
+
+function parseRecipeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new QuantdError('RECIPE_INVALID', {
+      where: '(parameter recipe)',
+      detail: `is not valid JSON: ${(err as Error).message}`,
+    });
+  }
 }

@@ -5,6 +5,7 @@
  * stdout, exactly one stderr line naming the tensor and the offending value, and that the run
  * left no output file and no temporary file behind. Files and containers: errors-files.test.ts.
  */
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
@@ -330,8 +331,12 @@ describe.concurrent('EPS_INVALID', () => {
 });
 
 describe.concurrent('FEATURE_UNSUPPORTED', () => {
-  it('--remote', async () => {
-    await quantizeModelFails(['--remote', 'http://localhost:8080'], 'FEATURE_UNSUPPORTED', ['--remote']);
+  it('--remote with a sharded model directory', async () => {
+    const dir = scratch(tmp.dir);
+    mkdirSync(join(dir, 'sharded'));
+    await failsWith(dir, ['quantize', 'sharded', '-o', OUT, '--remote', 'http://127.0.0.1:9'], 'FEATURE_UNSUPPORTED', [
+      '--remote uploads one .safetensors file',
+    ]);
   });
   it.each([
     ['per_group', ['--scheme', 'per_group'], 'not per_group'],
@@ -342,8 +347,16 @@ describe.concurrent('FEATURE_UNSUPPORTED', () => {
       fragment,
     ]);
   });
-  it('quantd serve', async () => {
-    await failsWith(scratch(tmp.dir), ['serve'], 'FEATURE_UNSUPPORTED', ['quantd serve']);
+});
+
+describe.concurrent('remote', () => {
+  it('SERVER_UNREACHABLE: nothing listens at --remote (exit 1, nothing written)', async () => {
+    await quantizeModelFails(['--remote', 'http://127.0.0.1:9'], 'SERVER_UNREACHABLE', [
+      'cannot reach the quantd server at http://127.0.0.1:9: connect ECONNREFUSED',
+    ]);
+  });
+  it('OPTION_INVALID: --remote that is not a URL', async () => {
+    await quantizeModelFails(['--remote', 'not a url'], 'OPTION_INVALID', ['--remote must be a URL']);
   });
 });
 

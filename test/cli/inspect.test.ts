@@ -137,6 +137,7 @@ describe.concurrent('inspect', () => {
       file: FILE,
       format: 'quantd.qtensor/1',
       size: statSync(join(dir, FILE)).size,
+      checksum: null,
       tensors: rows,
       total: { bytes, source_bytes: sourceBytes, ratio: ratio(sourceBytes, bytes) },
     });
@@ -215,6 +216,7 @@ describe.concurrent('inspect', () => {
       file: MODEL,
       format: 'pt',
       size: statSync(MODEL).size,
+      checksum: null,
       tensors: rows,
       total: { bytes, source_bytes: bytes, ratio: 1 },
     });

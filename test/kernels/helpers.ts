@@ -4,7 +4,15 @@
  * where two results first differ.
  */
 import { QuantdError } from '../../src/errors/index.js';
-import { loadNative, loadWasm, type KernelModule } from '../../src/kernels/index.js';
+import {
+  loadNative,
+  loadWasm,
+  runKernelTask,
+  type Executor,
+  type KernelModule,
+  type KernelTask,
+  type TaskResult,
+} from '../../src/kernels/index.js';
 import type { QParams } from '../../src/core/index.js';
 
 export const NATIVE_ISAS = ['avx512', 'avx2', 'scalar'] as const;
@@ -25,6 +33,44 @@ export function parityVariants(): Array<[string, KernelModule]> {
   }
   variants.push(['wasm simd128', loadWasm('simd128')], ['wasm scalar', loadWasm('scalar')]);
   return variants;
+}
+
+/** Runs tasks inline, last range first, but reports 3 threads: tensors are split into 3 ranges. */
+export class SplittingExecutor implements Executor {
+  readonly parallelism = 3;
+  readonly shared = false;
+  /** The ops that were given more than one range. */
+  readonly split = new Set<string>();
+  /**
+   * The ops given a range of a window (KernelCompute's windowElements): a range whose tensor
+   * indices end past the end of the float32 buffer that holds it.
+   */
+  readonly windowed = new Set<string>();
+
+  constructor(private readonly module: KernelModule) {}
+
+  async run(tasks: readonly KernelTask[]): Promise<TaskResult[]> {
+    if (tasks.length > 1) this.split.add(tasks[0]!.op);
+    for (const task of tasks) if (inWindow(task)) this.windowed.add(task.op);
+    const results: TaskResult[] = new Array<TaskResult>(tasks.length);
+    for (let i = tasks.length - 1; i >= 0; i--) results[i] = runKernelTask(this.module, tasks[i]!);
+    return results;
+  }
+}
+
+function inWindow(task: KernelTask): boolean {
+  if (!('x' in task)) return false;
+  const start = task.op === 'chooseQuantize' ? task.first * task.unitSize : task.start;
+  return start + task.x.length > task.x.buffer.byteLength / Float32Array.BYTES_PER_ELEMENT;
+}
+
+/** float16 holds only |x| <= 65504: scale such tensors down by a power of two (exact). */
+export function fitFloat16(x: Float32Array): Float32Array {
+  let amax = 0;
+  for (const v of x) if (Number.isFinite(v)) amax = Math.max(amax, Math.abs(v));
+  if (amax <= 32768) return x;
+  const k = 2 ** (15 - Math.ceil(Math.log2(amax)));
+  return Float32Array.from(x, (v) => v * k);
 }
 
 export type Outcome<T> =

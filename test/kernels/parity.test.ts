@@ -11,9 +11,12 @@
  * per_channel with inner 1 and 64..129 channels; NaN and ±Infinity at random positions;
  * saturation (±1e30 and FLOAT32_MAX with small scales); exact halves.
  *
- * Every property runs on two executors: inline (one range per op), and a splitting executor that
+ * Every property runs on three executors: inline (one range per op); a splitting executor that
  * runs tasks inline but reports parallelism 3 with minPart 64, so tensors of a few hundred
- * elements are cut into 3 ranges (run last range first) and merged: the merge is bit-identical.
+ * elements are cut into 3 ranges (run last range first) and merged: the merge is bit-identical;
+ * and the same with windows of 192 elements, so float16 / bfloat16 tensors of a few hundred
+ * elements are converted and worked window by window (per_group / per_token: windows of 64 whole
+ * units), each window cut into ranges.
  */
 import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
@@ -44,11 +47,7 @@ import {
   InlineExecutor,
   KernelCompute,
   loadNative,
-  runKernelTask,
-  type Executor,
   type KernelModule,
-  type KernelTask,
-  type TaskResult,
 } from '../../src/kernels/index.js';
 import {
   FP8_QDTYPES,
@@ -66,44 +65,46 @@ import {
   expectSameOutcome,
   expectSameQParams,
   expectSameTyped,
+  fitFloat16,
   parityVariants,
   settle,
+  SplittingExecutor,
 } from './helpers.js';
 
 const NAME = 'model.layers.0.mlp.weight';
 const ALL_QDTYPES: readonly AnyQDType[] = [...INT_QDTYPES, ...FP8_QDTYPES];
 const FLOAT32_MAX = 3.4028234663852886e38;
 
-/** Runs tasks inline, last range first, but reports 3 threads: tensors are split into 3 ranges. */
-class SplittingExecutor implements Executor {
-  readonly parallelism = 3;
-  readonly shared = false;
-  /** The ops that were given more than one range. */
-  readonly split = new Set<string>();
-
-  constructor(private readonly module: KernelModule) {}
-
-  async run(tasks: readonly KernelTask[]): Promise<TaskResult[]> {
-    if (tasks.length > 1) this.split.add(tasks[0]!.op);
-    const results: TaskResult[] = new Array<TaskResult>(tasks.length);
-    for (let i = tasks.length - 1; i >= 0; i--) results[i] = runKernelTask(this.module, tasks[i]!);
-    return results;
-  }
-}
-
 interface Setup {
   readonly compute: KernelCompute;
   readonly splitter: SplittingExecutor | null;
+  /** Whether float16 / bfloat16 tensors of a few hundred elements are worked in several windows. */
+  readonly windowed: boolean;
 }
 
 type Executors = Array<[string, (m: KernelModule) => Setup]>;
 const EXECUTORS: Executors = [
-  ['inline', (m) => ({ compute: new KernelCompute(new InlineExecutor(m), m.backend), splitter: null })],
+  [
+    'inline',
+    (m) => ({
+      compute: new KernelCompute(new InlineExecutor(m), m.backend),
+      splitter: null,
+      windowed: false,
+    }),
+  ],
   [
     'split into 3 ranges',
     (m) => {
       const splitter = new SplittingExecutor(m);
-      return { compute: new KernelCompute(splitter, m.backend, { minPart: 64 }), splitter };
+      return { compute: new KernelCompute(splitter, m.backend, { minPart: 64 }), splitter, windowed: false };
+    },
+  ],
+  [
+    'windows of 192 elements, split into ranges',
+    (m) => {
+      const splitter = new SplittingExecutor(m);
+      const options = { minPart: 64, windowElements: 192 };
+      return { compute: new KernelCompute(splitter, m.backend, options), splitter, windowed: true };
     },
   ],
 ];
@@ -124,15 +125,6 @@ interface Raw {
 const specOf = (c: QuantCase): QuantSpec => parseSpec(optionsOf(c));
 const layoutOf = (c: QuantCase, spec = specOf(c)): Layout => planLayout(NAME, c.shape, spec);
 const numelOf = (shape: readonly number[]): number => shape.reduce((p, d) => p * d, 1);
-
-/** float16 holds only |x| <= 65504: scale such tensors down by a power of two (exact). */
-function fitFloat16(x: Float32Array): Float32Array {
-  let amax = 0;
-  for (const v of x) if (Number.isFinite(v)) amax = Math.max(amax, Math.abs(v));
-  if (amax <= 32768) return x;
-  const k = 2 ** (15 - Math.ceil(Math.log2(amax)));
-  return Float32Array.from(x, (v) => v * k);
-}
 
 /** `bytes` at `offset` in a larger buffer whose other bytes are 0xff (NaN as float32 / float16). */
 function placed(bytes: Uint8Array, offset: number): Uint8Array {
@@ -648,8 +640,8 @@ describe.each(variants)('%s', (_name, module) => {
       );
     });
 
-    it('tensors of a few hundred elements (split into 3 ranges on the splitting executor)', async () => {
-      const { compute, splitter } = make(module);
+    it('tensors of a few hundred elements (split into 3 ranges, and windows, on the splitting executors)', async () => {
+      const { compute, splitter, windowed } = make(module);
       await fc.assert(
         fc.asyncProperty(fc.oneof(rawOf(bigCases, 'none'), rawOf(bigCases, 'valid')), (r) =>
           checkParity(compute, r),
@@ -657,8 +649,21 @@ describe.each(variants)('%s', (_name, module) => {
         { numRuns: 60 },
       );
       if (splitter) {
-        expect([...splitter.split].sort()).toEqual(
-          ['chooseQuantize', 'convert', 'dequantize', 'fakeQuantize', 'minmax', 'quantize'].sort(),
+        // a window of 64 whole per_group / per_token units is mostly one range: not required
+        const split = [...splitter.split].filter((op) => !windowed || op !== 'chooseQuantize');
+        expect(split.sort()).toEqual(
+          [
+            'convert',
+            'dequantize',
+            'fakeQuantize',
+            'minmax',
+            'quantize',
+            ...(windowed ? [] : ['chooseQuantize']),
+          ].sort(),
+        );
+        // the ops that read float32 values ran on windows (after the first), and only when asked
+        expect([...splitter.windowed].sort()).toEqual(
+          windowed ? ['chooseQuantize', 'fakeQuantize', 'minmax', 'quantize'] : [],
         );
       }
     });

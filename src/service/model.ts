@@ -1,0 +1,244 @@
+/**
+ * Whole-model runs: a model (one safetensors file, or shards with their index) in, the same
+ * model quantized out, tensor by tensor with bounded memory, plus a quality report.
+ *
+ * - Tensors of a file run concurrently (up to `concurrency`, within `memoryBudget` bytes held at
+ *   once) and are written in file order, so the output is byte-identical to a one-at-a-time run.
+ * - Each output file is written to a temporary name, fsynced and renamed into place, and (asked
+ *   for, and always when sharded) records the SHA-256 of its data section in its metadata. Sharded outputs are staged in a hidden
+ *   directory beside them; shards are moved into place once all are written, the index last, so
+ *   an index never names a shard that is not complete.
+ */
+import { mkdir, open, rename, rm } from 'node:fs/promises';
+import { basename, dirname, join, resolve } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { QuantdError } from '../errors/index.js';
+import { SafetensorsFileReader, SafetensorsFileWriter } from '../format/index.js';
+import type { Compute } from './compute.js';
+import { executePlan, stepCost, throwIfAborted, type RunSummary, type StepReport } from './execute.js';
+import { planOperation, type OperationRequest, type Plan } from './plan.js';
+import { unusedRules } from './recipe.js';
+import { ReportBuilder, type QualityReport } from './report.js';
+import { encodeIndex, resolveModelInput, type ModelInput } from './shards.js';
+
+/** The least memory tensors in flight may hold together by default (small tensors overlap). */
+export const DEFAULT_MODEL_BUDGET = 32 * 1024 * 1024;
+
+export interface Progress {
+  readonly tensorsDone: number;
+  readonly tensorsTotal: number;
+  readonly bytesDone: number;
+  readonly bytesTotal: number;
+  /** The tensor just finished. */
+  readonly tensor: string;
+}
+
+export interface ModelRunOptions {
+  readonly compute: Compute;
+  /** Tensors processed at once (default 1). */
+  readonly concurrency?: number;
+  /** Bytes tensors in flight may hold together (default: the larger of 32 MiB and the largest tensor's need). */
+  readonly memoryBudget?: number;
+  readonly signal?: AbortSignal | undefined;
+  readonly onProgress?: (p: Progress) => void;
+  /** Record each output file's data SHA-256 in its metadata (always for sharded outputs). */
+  readonly checksum?: boolean;
+}
+
+export interface ModelRunResult {
+  readonly summary: RunSummary;
+  readonly report: QualityReport;
+  /** The files written: the output file, or the shards and then the index. */
+  readonly files: readonly OutputFile[];
+  /** Whether the model came as shards with an index (and went out as a directory of shards). */
+  readonly sharded: boolean;
+}
+
+export interface OutputFile {
+  readonly path: string;
+  readonly bytes: number;
+  /** SHA-256 of the data section, as recorded in the file's metadata; null when not recorded. */
+  readonly dataSha256: string | null;
+}
+
+interface PlannedFile {
+  readonly input: string;
+  readonly reader: SafetensorsFileReader;
+  readonly plan: Plan;
+}
+
+/** Plans every file before reading any tensor: a recipe that does not fit fails up front. */
+async function planAll(model: ModelInput, request: OperationRequest): Promise<PlannedFile[]> {
+  const planned: PlannedFile[] = [];
+  try {
+    for (const input of model.files) {
+      const reader = await SafetensorsFileReader.open(input);
+      planned.push({ input, reader, plan: planOperation(reader.header, request, input) });
+    }
+  } catch (err) {
+    await Promise.all(planned.map((p) => p.reader.close()));
+    throw err;
+  }
+  return planned;
+}
+
+function budgetFor(planned: readonly PlannedFile[], requested: number | undefined): number {
+  if (requested !== undefined) return requested;
+  const largest = Math.max(0, ...planned.flatMap((p) => p.plan.steps.map(stepCost)));
+  return Math.max(DEFAULT_MODEL_BUDGET, largest);
+}
+
+/** A directory for the output (created if missing); an existing file there is refused. */
+async function outputDirectory(path: string): Promise<void> {
+  try {
+    await mkdir(path, { recursive: true });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const detail =
+      code === 'EEXIST' || code === 'ENOTDIR'
+        ? 'it is a file; a sharded model needs a directory'
+        : (err as Error).message;
+    throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail });
+  }
+}
+
+/** Writes `text` to `path` atomically (temporary file, fsync, rename). */
+export async function writeFileAtomic(path: string, text: string | Uint8Array): Promise<void> {
+  const temp = join(
+    dirname(path),
+    `.${basename(path).slice(0, 200)}.quantd-tmp-${randomBytes(6).toString('hex')}`,
+  );
+  try {
+    const fh = await open(temp, 'wx');
+    try {
+      await fh.writeFile(text);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(temp, path);
+  } catch (err) {
+    await rm(temp, { force: true });
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOSPC' || code === 'EDQUOT') throw new QuantdError('STORAGE_FULL', { path });
+    throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail: (err as Error).message });
+  }
+}
+
+/**
+ * Runs `request` over the model at `input` (file, index or directory) into `output` (a file for
+ * a single-file model, a directory for a sharded one).
+ */
+export async function runModel(
+  input: string,
+  output: string,
+  request: OperationRequest,
+  options: ModelRunOptions,
+): Promise<ModelRunResult> {
+  const model = await resolveModelInput(input);
+  const planned = await planAll(model, request);
+  const report = new ReportBuilder();
+  const tensorsTotal = planned.reduce((n, p) => n + p.plan.steps.length, 0);
+  const bytesTotal = planned.reduce((n, p) => n + p.reader.header.dataLength, 0);
+  let tensorsDone = 0;
+  let bytesDone = 0;
+  const onStep = (r: StepReport): void => {
+    report.add(r);
+    tensorsDone++;
+    bytesDone += r.bytesIn;
+    options.onProgress?.({ tensorsDone, tensorsTotal, bytesDone, bytesTotal, tensor: r.name });
+  };
+  const execute = {
+    onStep,
+    signal: options.signal,
+    releaseOutputs: true,
+    quality: request.op === 'quantize',
+    concurrency: options.concurrency ?? 1,
+    memoryBudget: budgetFor(planned, options.memoryBudget),
+  };
+  const totals = { transformed: 0, passedThrough: 0, bytesIn: 0, bytesOut: 0 };
+  const add = (s: RunSummary): void => {
+    totals.transformed += s.transformed;
+    totals.passedThrough += s.passedThrough;
+    totals.bytesIn += s.bytesIn;
+    totals.bytesOut += s.bytesOut;
+  };
+  const names = planned.flatMap((p) => p.reader.header.entries.map((e) => e.name));
+  const unused = request.recipe ? unusedRules(request.recipe, names) : [];
+  try {
+    if (model.index === null) {
+      const { reader, plan } = planned[0]!;
+      const one = await writeOne(reader, plan, output, options.compute, execute, options.checksum ?? false);
+      add(one.summary);
+      return { summary: totals, report: report.build(unused), files: [one.file], sharded: false };
+    }
+    const files = await writeSharded(planned, model, output, options.compute, execute, add);
+    return { summary: totals, report: report.build(unused), files, sharded: true };
+  } finally {
+    await Promise.all(planned.map((p) => p.reader.close()));
+  }
+}
+
+type ExecuteArgs = Parameters<typeof executePlan>[4];
+
+async function writeOne(
+  reader: SafetensorsFileReader,
+  plan: Plan,
+  path: string,
+  compute: Compute,
+  execute: ExecuteArgs,
+  checksum: boolean,
+): Promise<{ summary: RunSummary; file: OutputFile }> {
+  const writer = await SafetensorsFileWriter.create(path, plan.tensors, plan.metadata, { checksum });
+  try {
+    const summary = await executePlan(plan, reader, writer, compute, execute);
+    await writer.commit();
+    return { summary, file: { path, bytes: writer.fileBytes, dataSha256: writer.digest } };
+  } catch (err) {
+    await writer.abort();
+    throw err;
+  }
+}
+
+async function writeSharded(
+  planned: readonly PlannedFile[],
+  model: ModelInput,
+  output: string,
+  compute: Compute,
+  execute: ExecuteArgs,
+  add: (s: RunSummary) => void,
+): Promise<OutputFile[]> {
+  if (resolve(output) === resolve(dirname(model.index!))) {
+    throw new QuantdError('OUTPUT_UNWRITABLE', {
+      path: output,
+      detail: "it is the input model's own directory; write the quantized shards elsewhere",
+    });
+  }
+  await outputDirectory(output);
+  const staging = join(output, `.quantd-staging-${randomBytes(6).toString('hex')}`);
+  await mkdir(staging);
+  try {
+    const shards = [];
+    for (const { input, reader, plan } of planned) {
+      throwIfAborted(execute?.signal);
+      const staged = join(staging, basename(input));
+      const { summary, file } = await writeOne(reader, plan, staged, compute, execute, true);
+      add(summary);
+      const tensors = plan.tensors.map((t) => t.name);
+      shards.push({ file: basename(input), staged: file, tensors, dataBytes: summary.bytesOut });
+    }
+    const files: OutputFile[] = [];
+    for (const shard of shards) {
+      const path = join(output, shard.file);
+      await rename(shard.staged.path, path);
+      files.push({ ...shard.staged, path });
+    }
+    const indexPath = join(output, basename(model.index!));
+    const indexText = encodeIndex(shards, model.indexMetadata);
+    await writeFileAtomic(indexPath, indexText);
+    files.push({ path: indexPath, bytes: Buffer.byteLength(indexText), dataSha256: null });
+    return files;
+  } finally {
+    await rm(staging, { recursive: true, force: true });
+  }
+}
