@@ -11,7 +11,11 @@ import { LOADER_OPTIONS, PROTO_FILE } from '../dist/src/grpc/server.js';
 import { randomFloats } from './ops.js';
 
 const { values } = parseArgs({
-  options: { mib: { type: 'string', default: '64' }, reps: { type: 'string', default: '5' }, chunk: { type: 'string', default: '4' } },
+  options: {
+    mib: { type: 'string', default: '64' },
+    reps: { type: 'string', default: '5' },
+    chunk: { type: 'string', default: '4' },
+  },
 });
 const mib = Number(values.mib);
 const chunk = Number(values.chunk) * 1024 * 1024;
@@ -26,7 +30,10 @@ const server = await startServer({
   QUANTD_GRPC_PORT: '0',
   QUANTD_LOG_LEVEL: 'silent',
 });
-const options = { 'grpc.max_receive_message_length': 2 ** 31 - 1, 'grpc.max_send_message_length': 2 ** 31 - 1 };
+const options = {
+  'grpc.max_receive_message_length': 2 ** 31 - 1,
+  'grpc.max_send_message_length': 2 ** 31 - 1,
+};
 
 // the echo baseline
 const echoDef = grpc.loadPackageDefinition(
@@ -40,12 +47,18 @@ echoServer.addService(echoDef.bench.Echo.service, {
   },
 });
 const echoPort = await new Promise((resolve, reject) =>
-  echoServer.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))),
+  echoServer.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) =>
+    e ? reject(e) : resolve(p),
+  ),
 );
 const echo = new echoDef.bench.Echo(`127.0.0.1:${echoPort}`, grpc.credentials.createInsecure(), options);
 
 const def = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS));
-const quantizer = new def.quantd.v1.Quantizer(`127.0.0.1:${server.grpcPort}`, grpc.credentials.createInsecure(), options);
+const quantizer = new def.quantd.v1.Quantizer(
+  `127.0.0.1:${server.grpcPort}`,
+  grpc.credentials.createInsecure(),
+  options,
+);
 
 async function send(call, messages) {
   for (const m of messages) if (!call.write(m)) await once(call, 'drain');
@@ -81,7 +94,8 @@ async function runQuantize() {
       },
     },
   ];
-  for (let at = 0; at < data.length; at += chunk) messages.push({ chunk: { offset: at, data: data.subarray(at, at + chunk) } });
+  for (let at = 0; at < data.length; at += chunk)
+    messages.push({ chunk: { offset: at, data: data.subarray(at, at + chunk) } });
   await send(call, messages);
   await done;
   if (bytes !== total) throw new Error('result incomplete');
@@ -107,9 +121,13 @@ await server.shutdown('bench');
 
 const echoGbs = data.length / echoS / 1e9;
 const quantGbs = data.length / quantS / 1e9;
-console.log(`gRPC on 127.0.0.1, ${mib} MiB in ${values.chunk} MiB chunks, kernels ${server.handle.kernels.backend} ${server.handle.kernels.isa}`);
+console.log(
+  `gRPC on 127.0.0.1, ${mib} MiB in ${values.chunk} MiB chunks, kernels ${server.handle.kernels.backend} ${server.handle.kernels.isa}`,
+);
 console.log('');
 console.log('| stream | GB/s | vs echo |');
 console.log('|---|---:|---:|');
 console.log(`| echo ${mib} MiB (baseline) | ${echoGbs.toFixed(2)} | |`);
-console.log(`| QuantizeStream f32 → int8 per_channel | ${quantGbs.toFixed(2)} | ${((quantGbs / echoGbs) * 100).toFixed(0)} % |`);
+console.log(
+  `| QuantizeStream f32 → int8 per_channel | ${quantGbs.toFixed(2)} | ${((quantGbs / echoGbs) * 100).toFixed(0)} % |`,
+);

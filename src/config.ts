@@ -26,6 +26,10 @@ export interface Config {
   readonly backend: string;
   readonly isa: string;
   readonly dataDir: string;
+  /** Jobs (/v1/jobs) run at once. */
+  readonly jobConcurrency: number;
+  /** Largest model upload to /v1/jobs, in bytes (streamed to disk, never held in memory). */
+  readonly uploadLimit: number;
   readonly tlsCert: string | null;
   readonly tlsKey: string | null;
 }
@@ -119,6 +123,8 @@ export function loadConfig(env: Env = process.env): Config {
     backend: choice(env, 'QUANTD_BACKEND', 'auto', ['auto', 'native', 'wasm', 'js']),
     isa: env['QUANTD_ISA']?.trim() ?? '',
     dataDir: env['QUANTD_DATA_DIR']?.trim() || './data',
+    jobConcurrency: integer(env, 'QUANTD_JOB_CONCURRENCY', 1, 1, 1024),
+    uploadLimit: size(env, 'QUANTD_UPLOAD_LIMIT', 1024 * GiB),
     tlsCert,
     tlsKey,
   };

@@ -82,14 +82,19 @@ static int get_f32(napi_env env, napi_value v, float *out) {
   return 1;
 }
 
-#define ARGS(n)                                                                                                 \
+/* Up to n arguments (argc says how many came), and the kernel table the function is bound to. */
+#define ARGS_UPTO(n)                                                                                            \
   size_t argc = n;                                                                                              \
   napi_value argv[n];                                                                                           \
   void *data = NULL;                                                                                            \
   CHECK_NAPI(napi_get_cb_info(env, info, &argc, argv, NULL, &data));                                            \
-  if (argc != n) return throw_error(env, "quantd addon: wrong number of arguments");                            \
   const qd_kernels *kernels = data ? (const qd_kernels *)data : &qd_kernels_ref;                                \
   (void)kernels
+
+/* Exactly n arguments. */
+#define ARGS(n)                                                                                                 \
+  ARGS_UPTO(n);                                                                                                 \
+  if (argc != n) return throw_error(env, "quantd addon: wrong number of arguments")
 
 static int layout_of(napi_env env, napi_value *argv, qd_layout *l) {
   return get_u64(env, argv[0], &l->outer) && get_u64(env, argv[1], &l->channels) &&
@@ -142,21 +147,46 @@ static uint64_t code_bytes(int32_t kind, uint64_t n) {
 }
 
 /* quantize(x, start, outer, channels, inner, scale, zp, codes, qmin, qmax, addFirst, rejectInf, out) */
-static napi_value js_quantize(napi_env env, napi_callback_info info) {
-  ARGS(13);
-  view x, scale, zp, out;
+/* stats (5 float64: sum_sq_error, sum_sq_value, max_abs_error, clipped, count) <-> qd_quality */
+static qd_quality stats_in(const double *st) {
+  qd_quality acc = {st[0], st[1], st[2], (uint64_t)st[3], (uint64_t)st[4]};
+  return acc;
+}
+
+static void stats_out(const qd_quality *acc, double *st) {
+  st[0] = acc->sum_sq_error;
+  st[1] = acc->sum_sq_value;
+  st[2] = acc->max_abs_error;
+  st[3] = (double)acc->clipped;
+  st[4] = (double)acc->count;
+}
+
+/* quantize(x, start, outer, channels, inner, scale, zp, codes, qmin, qmax, addFirst, rejectInf, out)
+ * quantizeMeasured(... out, stats): the same, adding the codes' quality statistics to stats */
+static napi_value quantize_with(napi_env env, napi_callback_info info, int measured) {
+  ARGS_UPTO(14);
+  view x, scale, zp, out, stats;
   uint64_t start, bad = 0;
   qd_layout l;
   qd_quant q;
-  if (!get_view(env, argv[0], &x) || !get_u64(env, argv[1], &start) || !layout_of(env, argv + 2, &l) ||
-      !get_view(env, argv[5], &scale) || !get_view(env, argv[6], &zp) || !quant_of(env, argv + 7, &q) ||
-      !get_view(env, argv[12], &out))
+  if (argc != (size_t)(13 + measured) || !get_view(env, argv[0], &x) || !get_u64(env, argv[1], &start) ||
+      !layout_of(env, argv + 2, &l) || !get_view(env, argv[5], &scale) || !get_view(env, argv[6], &zp) ||
+      !quant_of(env, argv + 7, &q) || !get_view(env, argv[12], &out) ||
+      (measured && (!get_view(env, argv[13], &stats) || stats.bytes < 5 * 8)))
     return throw_error(env, "quantd addon: quantize arguments");
   uint64_t count = x.bytes / 4;
   if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || out.bytes < code_bytes(q.codes, count))
     return throw_error(env, "quantd addon: quantize sizes");
-  return status_of(env, kernels->quantize(x.data, start, count, &l, scale.data, zp.data, &q, out.data, &bad), bad);
+  if (!measured)
+    return status_of(env, kernels->quantize(x.data, start, count, &l, scale.data, zp.data, &q, out.data, &bad), bad);
+  qd_quality acc = stats_in(stats.data);
+  qd_status s = qd_quantize_measured(kernels, x.data, start, count, &l, scale.data, zp.data, &q, out.data, &bad, &acc);
+  stats_out(&acc, stats.data);
+  return status_of(env, s, bad);
 }
+
+static napi_value js_quantize(napi_env env, napi_callback_info info) { return quantize_with(env, info, 0); }
+static napi_value js_quantize_measured(napi_env env, napi_callback_info info) { return quantize_with(env, info, 1); }
 
 /* dequantize(codes, kind, start, count, outer, channels, inner, scale, zp, out) */
 static napi_value js_dequantize(napi_env env, napi_callback_info info) {
@@ -203,22 +233,35 @@ static int choose_of(napi_env env, napi_value *argv, qd_choose *c) {
 
 /* chooseQuantize(x, first, unitSize, mode, qmin, qmax, eps, symZp, codes, qmin, qmax, addFirst, rejectInf,
  *                scale, zp, out) */
-static napi_value js_choose_quantize(napi_env env, napi_callback_info info) {
-  ARGS(16);
-  view x, scale, zp, out;
+static napi_value choose_quantize_with(napi_env env, napi_callback_info info, int measured) {
+  ARGS_UPTO(17);
+  view x, scale, zp, out, stats;
   uint64_t first, unit, bad = 0;
   qd_choose c;
   qd_quant q;
-  if (!get_view(env, argv[0], &x) || !get_u64(env, argv[1], &first) || !get_u64(env, argv[2], &unit) ||
-      !choose_of(env, argv + 3, &c) || !quant_of(env, argv + 8, &q) || !get_view(env, argv[13], &scale) ||
-      !get_view(env, argv[14], &zp) || !get_view(env, argv[15], &out) || unit == 0)
+  if (argc != (size_t)(16 + measured) || !get_view(env, argv[0], &x) || !get_u64(env, argv[1], &first) ||
+      !get_u64(env, argv[2], &unit) || !choose_of(env, argv + 3, &c) || !quant_of(env, argv + 8, &q) ||
+      !get_view(env, argv[13], &scale) || !get_view(env, argv[14], &zp) || !get_view(env, argv[15], &out) ||
+      unit == 0 || (measured && (!get_view(env, argv[16], &stats) || stats.bytes < 5 * 8)))
     return throw_error(env, "quantd addon: chooseQuantize arguments");
   uint64_t units = x.bytes / 4 / unit;
   if (scale.bytes < units * 4 || zp.bytes < units * 8 || out.bytes < code_bytes(q.codes, units * unit))
     return throw_error(env, "quantd addon: chooseQuantize sizes");
-  return status_of(env,
-                   kernels->choose_quantize(x.data, first, units, unit, &c, &q, scale.data, zp.data, out.data, &bad),
-                   bad);
+  if (!measured)
+    return status_of(
+        env, kernels->choose_quantize(x.data, first, units, unit, &c, &q, scale.data, zp.data, out.data, &bad), bad);
+  qd_quality acc = stats_in(stats.data);
+  qd_status s = qd_choose_quantize_measured(kernels, x.data, first, units, unit, &c, &q, scale.data, zp.data,
+                                            out.data, &bad, &acc);
+  stats_out(&acc, stats.data);
+  return status_of(env, s, bad);
+}
+
+static napi_value js_choose_quantize(napi_env env, napi_callback_info info) {
+  return choose_quantize_with(env, info, 0);
+}
+static napi_value js_choose_quantize_measured(napi_env env, napi_callback_info info) {
+  return choose_quantize_with(env, info, 1);
 }
 
 /* determine(mins, maxs, mode, qmin, qmax, eps, symZp, scale, zp) */
@@ -266,14 +309,9 @@ static napi_value js_quality(napi_env env, napi_callback_info info) {
   if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || codes.bytes < code_bytes(q.codes, count) ||
       stats.bytes < 5 * 8)
     return throw_error(env, "quantd addon: quality sizes");
-  double *st = stats.data;
-  qd_quality acc = {st[0], st[1], st[2], (uint64_t)st[3], (uint64_t)st[4]};
+  qd_quality acc = stats_in(stats.data);
   qd_status s = kernels->quality(x.data, codes.data, start, count, &l, scale.data, zp.data, &q, &acc);
-  st[0] = acc.sum_sq_error;
-  st[1] = acc.sum_sq_value;
-  st[2] = acc.max_abs_error;
-  st[3] = (double)acc.clipped;
-  st[4] = (double)acc.count;
+  stats_out(&acc, stats.data);
   return status_of(env, s, 0);
 }
 
@@ -300,7 +338,8 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
   } fns[] = {
       {"minmax", js_minmax},       {"quantize", js_quantize},     {"dequantize", js_dequantize},
       {"fakeQuantize", js_fake_quantize}, {"chooseQuantize", js_choose_quantize}, {"determine", js_determine},
-      {"convert", js_convert}, {"quality", js_quality},
+      {"convert", js_convert}, {"quality", js_quality}, {"quantizeMeasured", js_quantize_measured},
+      {"chooseQuantizeMeasured", js_choose_quantize_measured},
   };
   napi_create_object(env, &out);
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {

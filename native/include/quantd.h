@@ -127,6 +127,15 @@ typedef struct {
 qd_status qd_determine(const float *mins, const float *maxs, uint64_t n, const qd_choose *c, float *scale,
                        double *zero_point, uint64_t *bad);
 
+/* quantize / choose_quantize on `k`'s kernels, adding the codes' quality statistics to `stats`
+ * chunk by chunk, while the chunk is in cache (measured.c). */
+qd_status qd_quantize_measured(const qd_kernels *k, const float *x, uint64_t start, uint64_t count,
+                               const qd_layout *l, const float *scale, const float *zero_point, const qd_quant *q,
+                               void *out, uint64_t *bad, qd_quality *stats);
+qd_status qd_choose_quantize_measured(const qd_kernels *k, const float *x, uint64_t first, uint64_t units,
+                                      uint64_t unit_size, const qd_choose *c, const qd_quant *q, float *scale,
+                                      double *zero_point, void *out, uint64_t *bad, qd_quality *stats);
+
 /* The portable scalar reference of every op family. */
 extern const qd_kernels qd_kernels_ref;
 

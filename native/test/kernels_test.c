@@ -308,7 +308,10 @@ static void test_quality(const qd_kernels *k) {
     for (uint64_t i = 0; i < s.numel; i++) x[i] = interesting(scale[(i / s.l.inner) % s.l.channels], 0, 0);
     uint8_t *codes = malloc(code_bytes(kind, count) + 8);
     uint64_t bad;
-    if (qd_kernels_ref.quantize(x + start, start, count, &s.l, scale, zp, &q, codes, &bad) != QD_OK) continue;
+    if (qd_kernels_ref.quantize(x + start, start, count, &s.l, scale, zp, &q, codes, &bad) != QD_OK) {
+      free(scale), free(zp), free(x), free(codes);
+      continue;
+    }
     qd_quality a = {0}, b = {0};
     qd_status s1 = qd_kernels_ref.quality(x + start, codes, start, count, &s.l, scale, zp, &q, &a);
     qd_status s2 = k->quality(x + start, codes, start, count, &s.l, scale, zp, &q, &b);
@@ -319,6 +322,67 @@ static void test_quality(const qd_kernels *k) {
           "%s quality sums kind %d: %g/%g %g/%g %g/%g", k->isa, kind, a.sum_sq_error, b.sum_sq_error, a.sum_sq_value,
           b.sum_sq_value, a.max_abs_error, b.max_abs_error);
     free(scale), free(zp), free(x), free(codes);
+  }
+}
+
+/* measured.c: quantize / choose_quantize with statistics give the plain kernels' codes, qparams
+ * and status, and the statistics of a separate quality pass. Sizes reach several chunks. */
+static void test_measured(const qd_kernels *k) {
+  for (int iter = 0; iter < 300; iter++) {
+    int32_t kind = (int32_t)(next_u32() % 10);
+    int per = qd_codes_per_byte(kind);
+    const int fp8 = kind == QD_CODES_E4M3 || kind == QD_CODES_E5M2;
+    qd_quant q = {kind, RANGES[kind][0], RANGES[kind][1], (int32_t)(next_u32() & 1), 0};
+    /* per_tensor / per_channel with given qparams */
+    shape sh = random_shape(iter % 3 == 0 ? 70000 : 3000);
+    uint64_t start = (next_u32() % sh.numel) / (uint64_t)per * (uint64_t)per;
+    uint64_t count = sh.numel - start;
+    float *scale = malloc(4 * sh.l.channels), *zp = malloc(4 * sh.l.channels);
+    random_qparams(sh.l.channels, kind, 0, q.qmin, q.qmax, scale, zp);
+    float *x = malloc(sizeof(float) * sh.numel);
+    for (uint64_t i = 0; i < sh.numel; i++) x[i] = interesting(scale[(i / sh.l.inner) % sh.l.channels], 0, 0);
+    size_t nb = code_bytes(kind, count) + 4;
+    uint8_t *o1 = calloc(nb, 1), *o2 = calloc(nb, 1);
+    uint64_t b1 = 0, b2 = 0;
+    qd_quality a = {0}, b = {0};
+    qd_status r1 = k->quantize(x + start, start, count, &sh.l, scale, zp, &q, o1, &b1);
+    if (r1 == QD_OK) k->quality(x + start, o1, start, count, &sh.l, scale, zp, &q, &a);
+    qd_status r2 = qd_quantize_measured(k, x + start, start, count, &sh.l, scale, zp, &q, o2, &b2, &b);
+    CHECK(r1 == r2 && (r1 != QD_OK || !memcmp(o1, o2, code_bytes(kind, count))), "%s quantize_measured kind %d",
+          k->isa, kind);
+    CHECK(r1 != QD_OK || (a.count == b.count && a.clipped == b.clipped && close_to(a.sum_sq_error, b.sum_sq_error, 1e-5) &&
+                          close_to(a.sum_sq_value, b.sum_sq_value, 1e-5) && close_to(a.max_abs_error, b.max_abs_error, 1e-6)),
+          "%s quantize_measured stats kind %d", k->isa, kind);
+    free(scale), free(zp), free(x), free(o1), free(o2);
+    /* per_group-like units, chosen qparams */
+    if (fp8) continue;
+    qd_choose c = {QD_AFFINE, q.qmin, q.qmax, 1.1920929e-7f, 0};
+    q.add_zero_point_first = 1;
+    q.reject_infinity = 1;
+    uint64_t unit = 2 + next_u32() % 300, units = 1 + next_u32() % 400;
+    float *xs = malloc(sizeof(float) * unit * units);
+    for (uint64_t i = 0; i < unit * units; i++) xs[i] = interesting(1.0f, 0, 0);
+    float *s1 = malloc(4 * units), *s2 = malloc(4 * units);
+    double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
+    nb = code_bytes(kind, unit * units) + 4;
+    o1 = calloc(nb, 1), o2 = calloc(nb, 1);
+    qd_quality ca = {0}, cb = {0};
+    r1 = k->choose_quantize(xs, 0, units, unit, &c, &q, s1, z1, o1, &b1);
+    r2 = qd_choose_quantize_measured(k, xs, 0, units, unit, &c, &q, s2, z2, o2, &b2, &cb);
+    CHECK(r1 == r2 && (r1 != QD_OK || (!memcmp(o1, o2, code_bytes(kind, unit * units)) && !memcmp(s1, s2, 4 * units) &&
+                                       !memcmp(z1, z2, 8 * units))),
+          "%s choose_quantize_measured kind %d unit %llu", k->isa, kind, (unsigned long long)unit);
+    if (r1 == QD_OK) {
+      float *zf = malloc(4 * units);
+      for (uint64_t u = 0; u < units; u++) zf[u] = (float)z1[u];
+      qd_layout ul = {1, units, unit};
+      k->quality(xs, o1, 0, unit * units, &ul, s1, zf, &q, &ca);
+      CHECK(ca.count == cb.count && ca.clipped == cb.clipped && close_to(ca.sum_sq_error, cb.sum_sq_error, 1e-5) &&
+                close_to(ca.sum_sq_value, cb.sum_sq_value, 1e-5),
+            "%s choose_quantize_measured stats kind %d", k->isa, kind);
+      free(zf);
+    }
+    free(xs), free(s1), free(s2), free(z1), free(z2), free(o1), free(o2);
   }
 }
 
@@ -394,6 +458,7 @@ int main(int argc, char **argv) {
     test_choose_quantize(k);
     test_conversions(k);
     test_quality(k);
+    test_measured(k);
     printf("%s: ok\n", k->isa);
     tested++;
   }

@@ -34,13 +34,33 @@ int32_t qdw_minmax(const float *x, double start, double count, double outer, dou
   return kernels->minmax(x, (uint64_t)start, (uint64_t)count, &l, mins, maxs, &bad);
 }
 
+/* stats (5 float64: sum_sq_error, sum_sq_value, max_abs_error, clipped, count) <-> qd_quality */
+static qd_quality stats_in(const double *st) {
+  qd_quality acc = {st[0], st[1], st[2], (uint64_t)st[3], (uint64_t)st[4]};
+  return acc;
+}
+
+static void stats_out(const qd_quality *acc, double *st) {
+  st[0] = acc->sum_sq_error;
+  st[1] = acc->sum_sq_value;
+  st[2] = acc->max_abs_error;
+  st[3] = (double)acc->clipped;
+  st[4] = (double)acc->count;
+}
+
+/* stats == 0 (NULL): plain quantize; else quantize and add the codes' quality statistics */
 EXPORT("quantize")
 int32_t qdw_quantize(const float *x, double start, double count, double outer, double channels, double inner,
                      const float *scale, const float *zero_point, int32_t codes, int32_t qmin, int32_t qmax,
-                     int32_t add_first, int32_t reject_inf, void *out) {
+                     int32_t add_first, int32_t reject_inf, void *out, double *stats) {
   qd_layout l = layout(outer, channels, inner);
   qd_quant q = {codes, qmin, qmax, add_first, reject_inf};
-  return kernels->quantize(x, (uint64_t)start, (uint64_t)count, &l, scale, zero_point, &q, out, &bad);
+  if (!stats) return kernels->quantize(x, (uint64_t)start, (uint64_t)count, &l, scale, zero_point, &q, out, &bad);
+  qd_quality acc = stats_in(stats);
+  qd_status s =
+      qd_quantize_measured(kernels, x, (uint64_t)start, (uint64_t)count, &l, scale, zero_point, &q, out, &bad, &acc);
+  stats_out(&acc, stats);
+  return s;
 }
 
 EXPORT("dequantize")
@@ -63,11 +83,17 @@ EXPORT("choose_quantize")
 int32_t qdw_choose_quantize(const float *x, double first, double units, double unit_size, int32_t mode,
                             int32_t cqmin, int32_t cqmax, float eps, int32_t symmetric_zero_point, int32_t codes,
                             int32_t qmin, int32_t qmax, int32_t add_first, int32_t reject_inf, float *scale,
-                            double *zero_point, void *out) {
+                            double *zero_point, void *out, double *stats) {
   qd_choose c = {mode, cqmin, cqmax, eps, symmetric_zero_point};
   qd_quant q = {codes, qmin, qmax, add_first, reject_inf};
-  return kernels->choose_quantize(x, (uint64_t)first, (uint64_t)units, (uint64_t)unit_size, &c, &q, scale,
-                                  zero_point, out, &bad);
+  if (!stats)
+    return kernels->choose_quantize(x, (uint64_t)first, (uint64_t)units, (uint64_t)unit_size, &c, &q, scale,
+                                    zero_point, out, &bad);
+  qd_quality acc = stats_in(stats);
+  qd_status s = qd_choose_quantize_measured(kernels, x, (uint64_t)first, (uint64_t)units, (uint64_t)unit_size, &c,
+                                            &q, scale, zero_point, out, &bad, &acc);
+  stats_out(&acc, stats);
+  return s;
 }
 
 EXPORT("determine")
@@ -90,12 +116,8 @@ int32_t qdw_quality(const float *x, const void *codes, double start, double coun
                     int32_t add_first, int32_t reject_inf, double *stats) {
   qd_layout l = layout(outer, channels, inner);
   qd_quant q = {kind, qmin, qmax, add_first, reject_inf};
-  qd_quality acc = {stats[0], stats[1], stats[2], (uint64_t)stats[3], (uint64_t)stats[4]};
+  qd_quality acc = stats_in(stats);
   qd_status s = kernels->quality(x, codes, (uint64_t)start, (uint64_t)count, &l, scale, zero_point, &q, &acc);
-  stats[0] = acc.sum_sq_error;
-  stats[1] = acc.sum_sq_value;
-  stats[2] = acc.max_abs_error;
-  stats[3] = (double)acc.clipped;
-  stats[4] = (double)acc.count;
+  stats_out(&acc, stats);
   return s;
 }

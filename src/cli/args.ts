@@ -45,7 +45,7 @@ const RECIPE_OPTIONS: Record<string, OptionConfig> = {
 const TRANSFORM_OPTIONS = { ...SPEC_OPTIONS, ...OUTPUT_OPTIONS, ...RECIPE_OPTIONS };
 
 export const COMMAND_OPTIONS: Record<string, Record<string, OptionConfig>> = {
-  quantize: TRANSFORM_OPTIONS,
+  quantize: { ...TRANSFORM_OPTIONS, layout: { type: 'string' } },
   qparams: TRANSFORM_OPTIONS,
   'fake-quantize': { ...TRANSFORM_OPTIONS, dtype: { type: 'string' } },
   dequantize: { ...OUTPUT_OPTIONS, dtype: { type: 'string' } },
@@ -116,7 +116,8 @@ export const USAGE = `quantd — quantize float tensors and safetensors models, 
 usage:
   quantd quantize      IN.safetensors -o OUT.safetensors [spec options] [--include GLOB] [--exclude GLOB]
   quantd quantize      MODEL -o OUT --recipe recipe.json [recipe options]   (MODEL: a file, a shard index or a directory)
-  quantd dequantize    IN.safetensors -o OUT.safetensors [--dtype float32|float16|bfloat16]
+  quantd quantize      MODEL.safetensors -o OUT --layout NAME[:key=value,...]   (GGUF, GPTQ, AWQ, NF4/FP4; see below)
+  quantd dequantize    IN -o OUT.safetensors [--dtype float32|float16|bfloat16]   (IN: a qtensor file, or a layout's file)
   quantd fake-quantize IN.safetensors -o OUT.safetensors [spec options] [--dtype ...]   (writes NAME, NAME.mask)
   quantd qparams       IN.safetensors -o OUT.safetensors [spec options]               (writes NAME.scale, NAME.zero_point)
   quantd inspect       FILE [--json] [--verify]   (--verify: check the data SHA-256 the file records)

@@ -3,7 +3,8 @@
  * the service uses; `--remote URL` sends the same command to a quantd server instead.
  */
 import { readFileSync } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { access, constants, stat } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
 import { isFloatDType, parseSpec, type FloatDType } from '../core/index.js';
 import { QuantdError, exitCodeFor, isQuantdError } from '../errors/index.js';
 import { SafetensorsFileReader } from '../format/index.js';
@@ -19,7 +20,8 @@ import {
   type OperationRequest,
 } from '../service/index.js';
 import { USAGE, parseCommand, specOptionsOf, type ParsedCommand } from './args.js';
-import { defaultReportPath, recipeOf, runShapeOf } from './model-options.js';
+import { detectLayout, layoutHelp, writeLayout } from './layout-command.js';
+import { defaultReportPath, recipeOf, runShapeOf, usesRecipe } from './model-options.js';
 import { humanBytes, renderSummary } from './output.js';
 import { ProgressReporter, type ProgressSink } from './progress.js';
 import { runRemote } from './remote.js';
@@ -52,6 +54,9 @@ function version(): string {
   }
 }
 
+const usage = (): string =>
+  `${USAGE}\n\nlayouts (quantize --layout NAME:key=value,...; dequantize reads them back):\n${layoutHelp()}`;
+
 /** Option names in messages as the command line spells them (--group-size, not group_size). */
 function forCommandLine(err: QuantdError): QuantdError {
   const option = err.params['option'];
@@ -80,6 +85,9 @@ async function transform(parsed: ParsedCommand, io: Io): Promise<void> {
   if (!output)
     throw new QuantdError('USAGE', { detail: `quantd ${parsed.command} needs -o OUT.safetensors` });
   const op = parsed.command as Operation;
+  if (parsed.values['layout'] !== undefined || op === 'dequantize') {
+    if (await runLayout(parsed, op, input, output, io)) return;
+  }
   const recipe = op === 'dequantize' ? undefined : recipeOf(parsed.values);
   const request: OperationRequest = {
     op,
@@ -93,6 +101,8 @@ async function transform(parsed: ParsedCommand, io: Io): Promise<void> {
   if (parsed.values['remote'] !== undefined) {
     return runRemote(parsed.values['remote'] as string, input, output, parsed, io);
   }
+  const explicitReport = parsed.values['report'] as string | undefined;
+  if (explicitReport !== undefined) await checkWritableDirectory(explicitReport);
   const quiet = parsed.values['quiet'] === true;
   const progress =
     io.progress && !quiet && !parsed.values['no-progress'] ? new ProgressReporter(io.progress, op) : null;
@@ -129,7 +139,62 @@ async function transform(parsed: ParsedCommand, io: Io): Promise<void> {
   }
 }
 
+/**
+ * quantize --layout NAME writes that layout; dequantize of a file a layout recognizes reads it.
+ * Returns false when the command is an ordinary qtensor one.
+ */
+async function runLayout(
+  parsed: ParsedCommand,
+  op: Operation,
+  input: string,
+  output: string,
+  io: Io,
+): Promise<boolean> {
+  const text = parsed.values['layout'] as string | undefined;
+  if (op === 'dequantize') {
+    const layout = await detectLayout(input);
+    if (!layout) return false;
+    const { tensors } = await layout.read(input, output);
+    if (!parsed.values['quiet'])
+      io.stderr(`dequantize: ${tensors} tensors of a ${layout.name} file; wrote ${output}`);
+    return true;
+  }
+  if (op !== 'quantize')
+    throw new QuantdError('USAGE', { detail: `--layout applies to quantize, not ${op}` });
+  const spec = Object.entries(specOptionsOf(parsed.values)).filter(([, v]) => v !== undefined);
+  if (spec.length > 0 || usesRecipe(parsed.values)) {
+    throw new QuantdError('USAGE', {
+      detail: `--layout ${text} quantizes as its format defines; spec and recipe options (--${spec[0]?.[0].replace(/_/g, '-') ?? 'recipe'}) do not apply (give the layout's own options: --layout NAME:key=value)`,
+    });
+  }
+  const quiet = parsed.values['quiet'] === true;
+  const progress =
+    io.progress && !quiet && !parsed.values['no-progress']
+      ? new ProgressReporter(io.progress, 'quantize')
+      : null;
+  try {
+    const { summary } = await writeLayout(text!, input, output, { onProgress: (p) => progress?.update(p) });
+    progress?.done();
+    if (!quiet) io.stderr(summary);
+  } finally {
+    progress?.done();
+  }
+  return true;
+}
+
 const CLI_ARENA_BYTES = 64 * 1024 * 1024;
+
+/** Fails before any work when the directory `path` goes into cannot take a new file. */
+async function checkWritableDirectory(path: string): Promise<void> {
+  try {
+    await access(dirname(resolve(path)), constants.W_OK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const detail =
+      code === 'ENOENT' ? 'its directory does not exist' : `its directory is not writable (${code})`;
+    throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail });
+  }
+}
 
 const formatDb = (db: number | null): string => (db === null ? 'lossless' : `${db.toFixed(1)} dB`);
 
@@ -168,7 +233,7 @@ async function serveUntilSignalled(io: Io): Promise<void> {
 async function dispatch(argv: readonly string[], io: Io): Promise<void> {
   const [command, ...rest] = argv;
   if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
-    io.stdout(USAGE);
+    io.stdout(usage());
     return;
   }
   if (command === '--version' || command === '-v') {
@@ -177,7 +242,7 @@ async function dispatch(argv: readonly string[], io: Io): Promise<void> {
   }
   const parsed = parseCommand(command, rest);
   if (parsed.values['help']) {
-    io.stdout(USAGE);
+    io.stdout(usage());
     return;
   }
   switch (command) {

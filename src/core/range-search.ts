@@ -78,6 +78,9 @@ export function greedyRangeSearch(tensor: string, x: Float32Array, bits: number)
     if (curLoss < loss1 && curLoss < loss2 && (best === undefined || curLoss < best.loss)) {
       best = { min: curMin, max: curMax, loss: curLoss };
     }
+    // A range too narrow for its magnitude (a step below one float32 ulp) cannot shrink: torch's
+    // loop would never end; the search ends where it stands.
+    if (loss1 < loss2 ? leftMin === curMin : rightMax === curMax) break;
     if (loss1 < loss2) {
       curMin = leftMin;
       curLoss = loss1;

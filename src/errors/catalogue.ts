@@ -153,6 +153,9 @@ export const catalogue = {
     '{source}: the header names {tensor} more than once',
   ),
   QTENSOR_INVALID: bad('Malformed qtensor container', '{source}: tensor {tensor}: {detail}'),
+  GGUF_INVALID: bad('Malformed GGUF file', '{source}: {detail}'),
+  // GPTQ / AWQ / bitsandbytes files read back by an interop layout (src/service/layouts/)
+  LAYOUT_INVALID: bad('Malformed interop layout file', '{source}: tensor {tensor}: {detail}'),
   NOT_A_QTENSOR: bad(
     'Not a qtensor container',
     '{source}: no tensor carries quantd.qtensor/1 metadata; nothing to dequantize',
@@ -197,7 +200,7 @@ export const catalogue = {
     http: 413,
     grpc: 'RESOURCE_EXHAUSTED',
     title: 'Payload too large',
-    message: 'the request body of {size} bytes exceeds the limit of {limit} bytes (QUANTD_BODY_LIMIT)',
+    message: 'the request body of {size} bytes exceeds the limit of {limit} bytes ({setting})',
   },
   UNSUPPORTED_MEDIA_TYPE: {
     http: 415,
@@ -244,6 +247,9 @@ export const catalogue = {
   },
   BODY_INCOMPLETE: bad('Incomplete body', 'the request body ended after {received} of {expected} bytes'),
   STREAM_INVALID: bad('Invalid stream', 'QuantizeStream: {detail}'),
+  // Open Inference Protocol (/v2, inference.GRPCInferenceService): docs/oip.md
+  INFER_REQUEST_INVALID: bad('Invalid inference request', 'inference request: {detail}'),
+  INFER_INPUT_INVALID: bad('Invalid inference input', 'input {input}: {detail}'),
   HEADER_INVALID: bad('Invalid header', 'header {header} {detail} (got {value})'),
   REQUEST_TIMEOUT: {
     http: 504,
@@ -268,6 +274,13 @@ export const catalogue = {
     grpc: 'UNAVAILABLE',
     title: 'Overloaded',
     message: 'the server is busy ({queued} jobs queued, limit {limit}); retry later',
+  },
+  SHUTTING_DOWN: {
+    http: 503,
+    grpc: 'UNAVAILABLE',
+    title: 'Shutting down',
+    message:
+      'the server is shutting down and takes no new work; retry (another instance, or once it restarts)',
   },
   CANCELLED: {
     http: 499,

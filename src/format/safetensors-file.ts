@@ -41,7 +41,7 @@ const WRITE_ERRORS: Readonly<Record<string, string>> = {
 };
 
 /** A failed write as a catalogued error: STORAGE_FULL when the disk or quota is full. */
-function writeError(path: string, err: unknown): QuantdError {
+export function writeError(path: string, err: unknown): QuantdError {
   const code = errorCode(err);
   if (code === 'ENOSPC' || code === 'EDQUOT') return new QuantdError('STORAGE_FULL', { path });
   return new QuantdError('OUTPUT_UNWRITABLE', { path, detail: writeErrorDetail(err) });
@@ -240,7 +240,7 @@ function withDigest(
 }
 
 /** The temporary file's name: hidden, beside the target (so rename is atomic), and unique. */
-function tempPathFor(path: string): string {
+export function tempPathFor(path: string): string {
   // Keep the name under NAME_MAX (255) however long the target's name is.
   const base = basename(path).slice(0, 200);
   return join(dirname(path), `.${base}.quantd-tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
@@ -408,4 +408,26 @@ async function syncDirectory(dir: string): Promise<void> {
   } catch {
     // ignored, see above
   }
+}
+
+/**
+ * Writes a small file (a report, an index, a config) atomically: a temporary file beside it,
+ * fsynced, renamed over `path`. Errors name `path`, never the temporary file.
+ */
+export async function writeFileAtomic(path: string, content: string | Uint8Array): Promise<void> {
+  const temp = tempPathFor(path);
+  try {
+    const fh = await open(temp, 'wx');
+    try {
+      await fh.writeFile(content);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(temp, path);
+  } catch (err) {
+    await unlink(temp).catch(() => undefined);
+    throw writeError(path, err);
+  }
+  await syncDirectory(dirname(path));
 }

@@ -21,5 +21,13 @@ export function errorForGrpc(err: unknown): GrpcError {
   metadata.set('quantd-params', JSON.stringify(error.toJSON().params));
   const status = grpcStatusFor(error.code);
   const details = `${error.code}: ${error.message}`;
-  return { name: 'QuantdError', message: details, code: status, status, details, metadata, quantdCode: error.code };
+  return {
+    name: 'QuantdError',
+    message: details,
+    code: status,
+    status,
+    details,
+    metadata,
+    quantdCode: error.code,
+  };
 }

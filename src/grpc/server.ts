@@ -4,6 +4,7 @@
  * QuantizeStream carries inputs and results of any size in chunks. grpc.health.v1 and server
  * reflection are served too, so grpcurl works without the proto file.
  */
+import type { EventEmitter } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -17,6 +18,7 @@ import type { Admission } from '../service/index.js';
 import { errorForGrpc, type GrpcError } from './errors.js';
 import { makeMetadataAuthenticator } from './auth.js';
 import { handleStream } from './stream.js';
+import { OIP_PROTO_FILE, addOipService } from './oip.js';
 import { runUnary, type UnaryRequest, type UnaryResponse } from './unary.js';
 
 function packageRoot(): string {
@@ -65,7 +67,8 @@ const UNARY = {
 
 export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc> {
   const { config, handle, admission } = options;
-  const definition = protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS);
+  // quantd.v1 and the Open Inference Protocol's inference.GRPCInferenceService (reflection lists both)
+  const definition = protoLoader.loadSync([PROTO_FILE, OIP_PROTO_FILE], LOADER_OPTIONS);
   const proto = grpc.loadPackageDefinition(definition) as unknown as {
     quantd: { v1: { Quantizer: grpc.ServiceClientConstructor } };
   };
@@ -79,7 +82,8 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
   /** Admission, auth and readiness for one call; returns the release of its admission slot. */
   const admit = (metadata: grpc.Metadata): (() => void) => {
     authenticate?.(metadata);
-    if (!options.isReady()) throw new QuantdError('CANCELLED', { detail: ': the server is shutting down' });
+    // Draining for shutdown: retry elsewhere or later (UNAVAILABLE), as HTTP answers 503.
+    if (!options.isReady()) throw new QuantdError('OVERLOADED', { queued: admission.inFlight, limit: 0 });
     return admission.acquire();
   };
 
@@ -89,36 +93,60 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
       call: grpc.ServerUnaryCall<UnaryRequest, UnaryResponse>,
       callback: grpc.sendUnaryData<UnaryResponse>,
     ) => {
-      const controller = new AbortController();
-      call.on('cancelled', () =>
-        controller.abort(new QuantdError('CANCELLED', { detail: ': the client cancelled the call' })),
-      );
+      const { signal, stopTimer } = callSignal(call, config.requestTimeoutMs);
       let release: (() => void) | undefined;
       Promise.resolve()
         .then(() => {
           release = admit(call.metadata);
-          return runUnary(op, call.request, handle.compute, controller.signal);
+          return runUnary(op, call.request, handle.compute, signal, limit);
         })
         .then(
           (response) => callback(null, response),
           (err: unknown) => callback(reportError(err, options, rpc)),
         )
-        .finally(() => release?.());
+        .finally(() => {
+          stopTimer();
+          release?.();
+        });
     };
   }
   implementation['QuantizeStream'] = (call: grpc.ServerDuplexStream<unknown, unknown>) => {
-    let release: (() => void) | undefined;
+    const onEnd = callEnd(call);
+    const { signal, stopTimer } = callSignal(call, config.requestTimeoutMs);
+    onEnd(stopTimer);
+    const fail = (err: unknown): void => {
+      const error = reportError(err, options, 'QuantizeStream');
+      // a call that has ended (cancelled, past its deadline) has had its status
+      if (!call.cancelled) call.emit('error', error);
+    };
     try {
-      release = admit(call.metadata);
+      // the admission slot is held until the call has ended: the result's chunks still queued
+      // in grpc-js hold its memory
+      onEnd(admit(call.metadata));
     } catch (err) {
-      call.emit('error', reportError(err, options, 'QuantizeStream'));
+      stopTimer();
+      fail(err);
       return;
     }
-    handleStream(call, { compute: handle.compute, limit: config.streamLimit })
-      .catch((err: unknown) => call.emit('error', reportError(err, options, 'QuantizeStream')))
-      .finally(() => release?.());
+    handleStream(call, {
+      compute: handle.compute,
+      limit: config.streamLimit,
+      maxMessage: limit,
+      signal,
+      onResult: stopTimer,
+      onEnd,
+    }).catch(fail);
   };
   server.addService(proto.quantd.v1.Quantizer.service, implementation);
+  addOipService(server, definition, {
+    compute: handle.compute,
+    admit,
+    authenticate,
+    isReady: options.isReady,
+    isWarm: () => handle.pool === null || handle.pool.started,
+    requestTimeoutMs: config.requestTimeoutMs,
+    report: (err, rpc) => reportError(err, options, rpc),
+  });
 
   const health = new HealthImplementation({ '': 'SERVING', [SERVICE_NAME]: 'SERVING' });
   health.addToServer(server);
@@ -154,6 +182,47 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
         });
       }),
   };
+}
+
+/**
+ * One call's AbortSignal: aborted when the call ends early — the client cancels, or its deadline
+ * passes (grpc-js then answers DEADLINE_EXCEEDED itself and reports the call cancelled) — and
+ * after QUANTD_REQUEST_TIMEOUT_MS (REQUEST_TIMEOUT → DEADLINE_EXCEEDED), as HTTP requests are.
+ * stopTimer() ends the timeout (the call's work is done).
+ */
+function callSignal(call: EventEmitter, timeoutMs: number): { signal: AbortSignal; stopTimer: () => void } {
+  const controller = new AbortController();
+  const timer = setTimeout(
+    () => controller.abort(new QuantdError('REQUEST_TIMEOUT', { ms: timeoutMs })),
+    timeoutMs,
+  );
+  timer.unref();
+  const stopTimer = (): void => clearTimeout(timer);
+  call.once('cancelled', () => {
+    stopTimer();
+    controller.abort(
+      new QuantdError('CANCELLED', { detail: ': the call ended (cancelled, or past its deadline)' }),
+    );
+  });
+  return { signal: controller.signal, stopTimer };
+}
+
+/**
+ * Registers functions to run once a streaming call has ended: its status sent or its stream
+ * closed. grpc-js serializes each message when it takes it from the call's write queue, so
+ * buffers that queued messages view are free only from then on.
+ */
+function callEnd(call: grpc.ServerDuplexStream<unknown, unknown>): (fn: () => void) => void {
+  const pending: (() => void)[] = [];
+  let ended = false;
+  const end = (): void => {
+    if (ended) return;
+    ended = true;
+    for (const fn of pending.splice(0)) fn();
+  };
+  call.once('cancelled', end);
+  call.once('close', end);
+  return (fn) => (ended ? fn() : void pending.push(fn));
 }
 
 function reportError(err: unknown, options: GrpcServerOptions, rpc: string): GrpcError {

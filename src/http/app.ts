@@ -1,10 +1,11 @@
 /**
  * The Fastify application: op routes, health, readiness, metrics and docs, with the hooks every
- * request passes — early 413 on a declared oversize body, bearer auth on /v1, admission (503 +
- * Retry-After when the server is full, before any body is read) — and one error handler that
- * turns everything into problem+json with a catalogue code.
+ * request passes — bearer auth on every /v1 route (matched or not), then for matched /v1 routes
+ * refusal while draining, early 413 on a declared oversize body and admission (503 + Retry-After
+ * when the server is full), all before any body is read — and one error handler that turns
+ * everything into problem+json with a catalogue code (client-error.ts does the same for requests
+ * Node's parser rejects).
  */
-import type { IncomingMessage } from 'node:http';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
 import { QuantdError } from '../errors/index.js';
@@ -12,9 +13,13 @@ import { describeKernels } from '../kernels/index.js';
 import { Admission } from '../service/index.js';
 import type { ComputeHandle } from '../pool/index.js';
 import { makeAuthenticator } from './auth.js';
-import { declaredLength, readBody } from './body.js';
+import { binaryBodyParser, bodyBytesReceived, declaredLength } from './body.js';
+import { clientErrorHandler } from './client-error.js';
 import { createMetrics } from './metrics.js';
 import { registerOpRoutes, OCTET_TYPE, SAFETENSORS_TYPE } from './op-routes.js';
+import { registerJobRoutes } from './job-routes.js';
+import { registerOipRoutes } from './oip-routes.js';
+import type { JobManager } from '../jobs/manager.js';
 import { registerDocs } from './openapi.js';
 import { asQuantdError, sendProblem } from './problem.js';
 
@@ -26,9 +31,27 @@ export interface AppOptions {
   readonly isReady: () => boolean;
   /** Shared with the gRPC server (default: one of poolSize + queueLimit for this app alone). */
   readonly admission?: Admission;
+  /** The job manager: /v1/jobs is served when given. */
+  readonly jobs?: JobManager;
 }
 
-const OP_PREFIX = '/v1/';
+/** The API: every route under it needs the bearer token and takes an admission slot. */
+const API_PREFIX = '/v1/';
+
+/**
+ * Whether a request is for the API. By the route it matched — the router decodes the path, so
+ * /%761/quantize is /v1/quantize — and, for a request that matched nothing, by its path decoded
+ * the same way (an undecodable path counts as the API: it gets the token check, never a pass).
+ */
+function isApiRequest(request: FastifyRequest): boolean {
+  const route = request.routeOptions.url;
+  if (route !== undefined) return route.startsWith(API_PREFIX);
+  try {
+    return decodeURIComponent(request.url.split('?', 1)[0]!).startsWith(API_PREFIX);
+  } catch {
+    return true;
+  }
+}
 
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { config, handle } = options;
@@ -37,7 +60,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     requestIdHeader: 'x-request-id',
     bodyLimit: config.bodyLimit,
     forceCloseConnections: false,
-    return503OnClosing: true,
+    // While draining, requests on open connections reach the hooks below, which refuse API
+    // requests with a problem (Fastify's own 503 would be plain JSON without a code).
+    return503OnClosing: false,
+    clientErrorHandler,
+    // Errors Fastify raises before routing (a path with malformed percent-encoding) are problems too.
+    frameworkErrors: (err, request, reply) => sendProblem(asQuantdError(err, request), request, reply),
   });
   // Schemas document; quantd validates requests itself, with catalogue codes.
   app.setValidatorCompiler(() => () => true);
@@ -46,34 +74,48 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const authenticate = makeAuthenticator(config.apiKeys);
   const admission = options.admission ?? new Admission(config.poolSize + config.queueLimit);
 
-  app.addContentTypeParser(
-    [SAFETENSORS_TYPE, OCTET_TYPE],
-    async (request: FastifyRequest, payload: IncomingMessage) => {
-      const length = declaredLength(request.headers['content-length'], config.bodyLimit);
-      return readBody(payload, length, config.bodyLimit);
-    },
-  );
+  // Binary bodies for every route; the op routes accept nothing else (op-routes.ts), other routes
+  // keep Fastify's JSON and text parsers too.
+  app.addContentTypeParser([SAFETENSORS_TYPE, OCTET_TYPE], binaryBodyParser(config.bodyLimit));
 
   app.addHook('onRequest', async (request, reply) => {
     const started = process.hrtime.bigint();
-    let release: (() => void) | undefined;
+    let release: (() => void) | undefined = undefined;
     // One listener does the bookkeeping of every request: metrics, and the admission slot.
     reply.raw.once('close', () => {
       release?.();
       const route = request.routeOptions.url ?? 'unmatched';
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      const bytesIn = Number(request.headers['content-length'] ?? 0) || 0;
+      const bytesIn = bodyBytesReceived(request.raw);
       const bytesOut = Number(reply.getHeader('content-length') ?? 0) || 0;
       metrics.observe(route, request.method, reply.statusCode, seconds, bytesIn, bytesOut);
     });
-    if (!request.url.startsWith(OP_PREFIX)) return;
+    if (!isApiRequest(request)) return;
+    // Every API path needs the token, routes that do not exist too (no route probing).
     authenticate?.(request.headers.authorization);
-    if (!options.isReady()) throw new QuantdError('CANCELLED', { detail: ': the server is shutting down' });
-    declaredLength(request.headers['content-length'], config.bodyLimit);
+    if (request.routeOptions.url === undefined) return; // the not-found handler answers
+    if (!options.isReady()) {
+      // Draining for shutdown: retry elsewhere or later (503 + Retry-After).
+      throw new QuantdError('SHUTTING_DOWN', {});
+    }
+    // the route's own limit where it sets one (uploads to /v1/jobs: QUANTD_UPLOAD_LIMIT)
+    const own = request.routeOptions.config as { limitSetting?: string } | undefined;
+    declaredLength(
+      request.headers['content-length'],
+      request.routeOptions.bodyLimit ?? config.bodyLimit,
+      own?.limitSetting ?? 'QUANTD_BODY_LIMIT',
+    );
     release = admission.acquire();
   });
 
-  app.setErrorHandler((err, request, reply) => sendProblem(asQuantdError(err), request, reply));
+  // While draining, every response closes its connection: keep-alive clients must not hold the
+  // server open until QUANTD_SHUTDOWN_TIMEOUT_MS.
+  app.addHook('onSend', (_request, reply, payload, done) => {
+    if (!options.isReady()) reply.header('Connection', 'close');
+    done(null, payload);
+  });
+
+  app.setErrorHandler((err, request, reply) => sendProblem(asQuantdError(err, request), request, reply));
   app.setNotFoundHandler((request, reply) =>
     sendProblem(
       new QuantdError('NOT_FOUND', { detail: `no route ${request.method} ${request.url}` }),
@@ -110,6 +152,24 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     reply.type(metrics.registry.contentType).send(await metrics.registry.metrics()),
   );
 
-  registerOpRoutes(app, { compute: handle.compute, requestTimeoutMs: config.requestTimeoutMs });
+  await registerOpRoutes(app, {
+    compute: handle.compute,
+    requestTimeoutMs: config.requestTimeoutMs,
+    bodyLimit: config.bodyLimit,
+    inlineLimit: config.inlineLimit,
+  });
+  if (options.jobs) await registerJobRoutes(app, { jobs: options.jobs, uploadLimit: config.uploadLimit });
+  // Open Inference Protocol (KServe v2 / Triton) under /v2: its own auth, admission and error
+  // format (oip-routes.ts; health open, metadata and inference behind the token).
+  await registerOipRoutes(app, {
+    compute: handle.compute,
+    admission,
+    authenticate,
+    isReady: options.isReady,
+    isWarm: () => handle.pool === null || handle.pool.started,
+    version: options.version,
+    bodyLimit: config.bodyLimit,
+    requestTimeoutMs: config.requestTimeoutMs,
+  });
   return app;
 }

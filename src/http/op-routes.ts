@@ -22,12 +22,10 @@ import {
   type Operation,
   type RequestParams,
 } from '../service/index.js';
+import { OCTET_TYPE, SAFETENSORS_TYPE, binaryBodyParser } from './body.js';
 import { opRouteSchema } from './openapi.js';
 
-export const SAFETENSORS_TYPE = 'application/x-safetensors';
-export const OCTET_TYPE = 'application/octet-stream';
-/** Bodies from this size on get a cancellation signal (client gone, timeout). */
-const SIGNAL_THRESHOLD = 256 * 1024;
+export { SAFETENSORS_TYPE, OCTET_TYPE };
 /** Results up to this size are sent as one buffer. */
 const SMALL_RESPONSE = 1024 * 1024;
 /** Largest result sent as JSON (base64 inflates it by a third; big results want the container). */
@@ -36,6 +34,25 @@ export const JSON_LIMIT = 64 * 1024 * 1024;
 export interface OpRouteDeps {
   readonly compute: Compute;
   readonly requestTimeoutMs: number;
+  /** QUANTD_BODY_LIMIT, for the body parser of these routes. */
+  readonly bodyLimit: number;
+  /** QUANTD_INLINE_LIMIT: tensors of fewer elements are computed in this thread. */
+  readonly inlineLimit: number;
+}
+
+/** The most tensor elements a body byte can stand for (2-bit codes in a container to dequantize). */
+const MAX_ELEMENTS_PER_BYTE = 4;
+
+/**
+ * Whether a request needs a cancellation signal: whether any of its work can run on the worker
+ * pool. A body too small to hold a tensor of `inlineLimit` elements is computed in this thread
+ * from start to end without the event loop turning (no I/O, no timer), so neither a disconnect
+ * nor the timeout could act on it; a signal would only cost (the controller, the timer, and
+ * AbortSignal.any in executePlan: about 8 % of a 4 KiB request's CPU time). Any other body gets
+ * one, whatever its size: with QUANTD_INLINE_LIMIT=0 the smallest tensor runs on the pool.
+ */
+function needsSignal(body: Uint8Array, inlineLimit: number): boolean {
+  return body.byteLength * MAX_ELEMENTS_PER_BYTE >= inlineLimit;
 }
 
 /** The body as the file it stands for: a safetensors file, or one raw tensor named "tensor". */
@@ -77,27 +94,28 @@ function responseFormat(request: FastifyRequest): 'safetensors' | 'json' {
 
 const asBuffer = (v: Uint8Array): Buffer => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
 
+/**
+ * The result as JSON: `{"metadata", "tensors": {NAME: {dtype, shape, data}}}`. The tensors object
+ * is written member by member, in the container's order: built as a JavaScript object, a tensor
+ * named "__proto__" would set its prototype (and vanish) and integer-like names would move first.
+ */
 function asJson(result: BufferResult): string {
-  const tensors: Record<string, { dtype: string; shape: readonly number[]; data: string }> = {};
-  result.plan.tensors.forEach((t, i) => {
-    tensors[t.name] = {
-      dtype: t.dtype,
-      shape: t.shape,
-      data: asBuffer(result.outputs[i]!).toString('base64'),
-    };
+  const members = result.plan.tensors.map((t, i) => {
+    const value = { dtype: t.dtype, shape: t.shape, data: asBuffer(result.outputs[i]!).toString('base64') };
+    return `${JSON.stringify(t.name)}:${JSON.stringify(value)}`;
   });
-  return JSON.stringify({ metadata: result.plan.metadata, tensors });
+  return `{"metadata":${JSON.stringify(result.plan.metadata)},"tensors":{${members.join(',')}}}`;
 }
 
 /** Aborts on client disconnect or timeout; the reason says which. */
-function requestSignal(request: FastifyRequest, reply: FastifyReply, timeoutMs: number): AbortSignal {
+function requestSignal(reply: FastifyReply, timeoutMs: number): AbortSignal {
   const controller = new AbortController();
   const timer = setTimeout(
     () => controller.abort(new QuantdError('REQUEST_TIMEOUT', { ms: timeoutMs })),
     timeoutMs,
   );
   timer.unref();
-  reply.raw.on('close', () => {
+  reply.raw.once('close', () => {
     clearTimeout(timer);
     if (!reply.raw.writableFinished) {
       controller.abort(new QuantdError('CANCELLED', { detail: ': the client closed the connection' }));
@@ -118,11 +136,11 @@ async function handle(
   }
   const params = request.query as RequestParams;
   const opRequest = operationRequest(op, params);
-  // Small bodies are computed in this thread in one go: nothing could be aborted part-way.
-  const signal =
-    request.body.byteLength >= SIGNAL_THRESHOLD
-      ? requestSignal(request, reply, deps.requestTimeoutMs)
-      : undefined;
+  // Every request whose work can reach the pool can be cancelled (client gone) and timed out,
+  // however small its body (QUANTD_INLINE_LIMIT).
+  const signal = needsSignal(request.body, deps.inlineLimit)
+    ? requestSignal(reply, deps.requestTimeoutMs)
+    : undefined;
   const result = await runBufferOperation(
     bodyFile(request, request.body),
     'request body',
@@ -151,10 +169,20 @@ async function handle(
   return reply.send(Readable.from(parts, { objectMode: false }));
 }
 
-export function registerOpRoutes(app: FastifyInstance, deps: OpRouteDeps): void {
-  for (const op of OPERATIONS) {
-    app.post(`/v1/${op}`, { schema: opRouteSchema(op) }, (request, reply) =>
-      handle(op, deps, request, reply),
-    );
-  }
+/**
+ * The four operations, in a scope of their own whose only body parsers are the two binary types:
+ * a JSON or text body is refused as 415 UNSUPPORTED_MEDIA_TYPE, never parsed (Fastify's default
+ * parsers would answer 400 for malformed JSON and hand the handler a string or an object).
+ * Routes registered outside this scope (a future /v1/jobs taking JSON) keep the defaults.
+ */
+export function registerOpRoutes(app: FastifyInstance, deps: OpRouteDeps): PromiseLike<unknown> {
+  return app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser([SAFETENSORS_TYPE, OCTET_TYPE], binaryBodyParser(deps.bodyLimit));
+    for (const op of OPERATIONS) {
+      scope.post(`/v1/${op}`, { schema: opRouteSchema(op) }, (request, reply) =>
+        handle(op, deps, request, reply),
+      );
+    }
+  });
 }

@@ -77,6 +77,130 @@ export function opRouteSchema(op: Operation): Record<string, unknown> {
   };
 }
 
+const JOB_ID_PARAM = {
+  type: 'object',
+  properties: { id: { type: 'string', format: 'uuid', description: 'the job id' } },
+};
+const json = (description: string): Record<string, unknown> => ({
+  description,
+  content: { 'application/json': { schema: { type: 'object' } } },
+});
+const binary = (description: string): Record<string, unknown> => ({
+  description,
+  content: { 'application/x-safetensors': { schema: { type: 'string', format: 'binary' } } },
+});
+
+/** Schemas (documentation) of the job routes (docs/models.md, "Jobs over HTTP"). */
+export function jobRouteSchemas(): Record<
+  'submit' | 'list' | 'get' | 'result' | 'resultFile' | 'report' | 'remove',
+  Record<string, unknown>
+> {
+  const tags = ['jobs'];
+  return {
+    submit: {
+      summary: 'Submit a whole-model job: upload the model, or name it by path in the data directory',
+      description:
+        'With a binary body the model is streamed to disk and OPTIONS are query parameters (those of ' +
+        '/v1/quantize, plus op, dtype and the recipe parameters recipe, rule, skip, min_size, keep_1d). ' +
+        'With application/json: {"input": PATH, "op", "params": {OPTIONS}, "recipe": {…}}.',
+      tags,
+      querystring: {
+        type: 'object',
+        properties: {
+          op: {
+            type: 'string',
+            enum: ['quantize', 'qparams', 'fake-quantize', 'dequantize'],
+            default: 'quantize',
+          },
+          ...SPEC_QUERY,
+          ...DTYPE_QUERY,
+          recipe: { type: 'string', description: 'a recipe, as JSON text' },
+          rule: { type: 'array', items: { type: 'string' }, description: 'PATTERN:SPEC rules' },
+          skip: { type: 'array', items: { type: 'string' }, description: 'globs of tensors to pass through' },
+          min_size: { type: 'integer' },
+          keep_1d: { type: 'boolean' },
+        },
+      },
+      body: {
+        content: {
+          'application/x-safetensors': { schema: { type: 'string', format: 'binary' } },
+          'application/octet-stream': { schema: { type: 'string', format: 'binary' } },
+          'application/json': {
+            schema: {
+              type: 'object',
+              required: ['input'],
+              additionalProperties: false,
+              properties: {
+                input: {
+                  type: 'string',
+                  description: 'a file, an index or a directory, relative to the data directory',
+                },
+                op: { type: 'string' },
+                params: { type: 'object', additionalProperties: true },
+                recipe: { type: 'object', additionalProperties: true },
+              },
+            },
+          },
+        },
+      },
+      response: {
+        202: json('The job (Location: /v1/jobs/ID)'),
+        400: problem,
+        401: problem,
+        403: problem,
+        404: problem,
+        413: problem,
+        415: problem,
+        500: problem,
+        503: problem,
+        507: problem,
+      },
+    },
+    list: { summary: 'All jobs, newest first', tags, response: { 200: json('{"jobs": [job, …]}') } },
+    get: {
+      summary: 'A job: state, progress, ETA, error, result files',
+      tags,
+      params: JOB_ID_PARAM,
+      response: { 200: json('The job'), 404: problem },
+    },
+    result: {
+      summary: 'The result: the file (single-file result) or the list of files (sharded)',
+      tags,
+      params: JOB_ID_PARAM,
+      response: {
+        200: binary('The file (ETag: its data SHA-256), or JSON listing the files'),
+        404: problem,
+        409: problem,
+      },
+    },
+    resultFile: {
+      summary: 'One file of the result (a shard, the index)',
+      tags,
+      params: {
+        type: 'object',
+        properties: { id: JOB_ID_PARAM.properties.id, file: { type: 'string' } },
+      },
+      response: { 200: binary('The file'), 404: problem, 409: problem },
+    },
+    report: {
+      summary: 'The quality report of a succeeded job',
+      tags,
+      params: JOB_ID_PARAM,
+      response: { 200: json('The report (quantd.report/1)'), 404: problem, 409: problem },
+    },
+    remove: {
+      summary: 'Cancel a queued or running job (202, the job), or remove a finished one (204)',
+      tags,
+      params: JOB_ID_PARAM,
+      response: {
+        202: json('The cancelled job'),
+        204: { description: 'Removed', type: 'null' },
+        404: problem,
+      },
+    },
+  };
+}
+
 export async function registerDocs(app: FastifyInstance, version: string): Promise<void> {
   app.addSchema({
     $id: 'problem',
@@ -107,7 +231,8 @@ export async function registerDocs(app: FastifyInstance, version: string): Promi
       },
     },
     transform: ({ schema, url }) => {
-      if (!url.startsWith('/v1/') || !schema) return { schema, url };
+      // The job routes document their own bodies (jobRouteSchemas).
+      if (!url.startsWith('/v1/') || url.startsWith('/v1/jobs') || !schema) return { schema, url };
       // Document the binary request bodies (not validated as JSON).
       return {
         schema: {

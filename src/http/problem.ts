@@ -5,6 +5,9 @@
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { catalogue, isQuantdError, QuantdError, type ErrorCode } from '../errors/index.js';
+import { bodyBytesReceived } from './body.js';
+
+export const PROBLEM_TYPE = 'application/problem+json';
 
 export interface Problem {
   readonly type: string;
@@ -17,21 +20,32 @@ export interface Problem {
   readonly params: Readonly<Record<string, unknown>>;
 }
 
+/** The media type a request declared, as sent (for messages), or "(none)". */
+function contentTypeOf(request: FastifyRequest | undefined): string {
+  const type = request?.headers['content-type']?.trim();
+  return type ? type : '(none)';
+}
+
 /** A QuantdError for anything thrown while handling a request. */
-export function asQuantdError(err: unknown): QuantdError {
+export function asQuantdError(err: unknown, request?: FastifyRequest): QuantdError {
   if (isQuantdError(err)) return err;
   const fe = err as Partial<FastifyError>;
   switch (fe.code) {
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return new QuantdError('UNSUPPORTED_MEDIA_TYPE', { type: fe.message?.split(': ')[1] ?? 'unknown' });
+      // the message is Fastify's wording; the type is the request's own
+      return new QuantdError('UNSUPPORTED_MEDIA_TYPE', { type: contentTypeOf(request) });
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new QuantdError('PAYLOAD_TOO_LARGE', { size: 'unknown', limit: 'the configured limit' });
+      return new QuantdError('PAYLOAD_TOO_LARGE', {
+        size: 'unknown',
+        limit: 'the configured limit',
+        setting: 'QUANTD_BODY_LIMIT',
+      });
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return new QuantdError('HEADER_INVALID', {
         header: 'Content-Length',
         detail: fe.message ?? '',
-        value: '',
+        value: String(request?.headers['content-length'] ?? ''),
       });
     default:
       if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
@@ -41,7 +55,8 @@ export function asQuantdError(err: unknown): QuantdError {
   }
 }
 
-export function problemOf(error: QuantdError, request: FastifyRequest): Problem {
+/** The problem document of `error` for the request at `instance` with id `requestId`. */
+export function problemDocument(error: QuantdError, instance: string, requestId: string): Problem {
   const def = catalogue[error.code];
   return {
     type: `urn:quantd:error:${error.code}`,
@@ -49,17 +64,53 @@ export function problemOf(error: QuantdError, request: FastifyRequest): Problem 
     status: def.http,
     detail: error.message,
     code: error.code,
-    instance: request.url,
-    request_id: String(request.id),
+    instance,
+    request_id: requestId,
     params: error.toJSON().params,
   };
 }
 
+export function problemOf(error: QuantdError, request: FastifyRequest): Problem {
+  return problemDocument(error, request.url, String(request.id));
+}
+
+/** Headers every problem of this status carries. */
+export function problemHeaders(status: number): Record<string, string> {
+  if (status === 503) return { 'Retry-After': '1' };
+  if (status === 401) return { 'WWW-Authenticate': 'Bearer realm="quantd"' };
+  return {};
+}
+
+/** An unread remainder up to this size is read and discarded by Node: the connection lives on. */
+const DISCARDABLE_BODY = 64 * 1024;
+
+/**
+ * Whether the connection must close after this answer: the request's body was not read to its
+ * end and what is left of it is unbounded (chunked), large (refused on its headers: 413, 401,
+ * 503), or no longer framed (read past a limit, cut short). Node reads and discards a small
+ * remainder itself, keeping the connection.
+ */
+function mustClose(error: QuantdError, request: FastifyRequest): boolean {
+  const raw = request.raw;
+  if (raw.complete) return false;
+  if (error.code === 'PAYLOAD_TOO_LARGE' || error.code === 'BODY_INCOMPLETE') return true;
+  if (error.code === 'HEADER_INVALID' && error.params['header'] === 'Content-Length') return true;
+  const declared = Number(raw.headers['content-length'] ?? NaN);
+  if (!Number.isSafeInteger(declared)) return raw.headers['transfer-encoding'] !== undefined;
+  return declared - bodyBytesReceived(raw) > DISCARDABLE_BODY;
+}
+
 export function sendProblem(error: QuantdError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const problem = problemOf(error, request);
-  if (problem.status === 503) reply.header('Retry-After', '1');
-  if (problem.status === 401) reply.header('WWW-Authenticate', 'Bearer realm="quantd"');
+  reply.headers(problemHeaders(problem.status));
+  if (mustClose(error, request)) {
+    // The rest of the body is not wanted, and must not be read as the next request: discard what
+    // still arrives while the problem is written, then close the connection.
+    reply.header('Connection', 'close');
+    // (a body cut short has nothing more to come)
+    if (error.code !== 'BODY_INCOMPLETE') request.raw.resume();
+  }
   if (problem.status >= 500) request.log.error({ err: error, code: error.code }, error.message);
   else request.log.info({ code: error.code }, error.message);
-  return reply.code(problem.status).type('application/problem+json').send(problem);
+  return reply.code(problem.status).type(PROBLEM_TYPE).send(problem);
 }

@@ -71,6 +71,8 @@ export interface KernelModule {
     zeroPoint: Float32Array,
     q: QuantArgs,
     out: Uint8Array,
+    /** When given, the codes' quality statistics are added to it, in the same pass (see quality). */
+    stats?: Float64Array,
   ): number;
   dequantize(
     codes: Uint8Array,
@@ -104,6 +106,8 @@ export interface KernelModule {
     scale: Float32Array,
     zeroPoint: Float64Array,
     out: Uint8Array,
+    /** When given, the codes' quality statistics are added to it, in the same pass (see quality). */
+    stats?: Float64Array,
   ): number;
   determine(
     mins: Float32Array,

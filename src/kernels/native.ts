@@ -28,6 +28,8 @@ interface BoundKernels {
   determine(...args: unknown[]): number;
   convert(...args: unknown[]): number;
   quality(...args: unknown[]): number;
+  quantizeMeasured(...args: unknown[]): number;
+  chooseQuantizeMeasured(...args: unknown[]): number;
 }
 
 interface Addon {
@@ -56,8 +58,8 @@ export function loadNative(isa = ''): KernelModule {
     isa: k.isa,
     lastBad: () => addon.lastBad(),
     minmax: (x, start, l, mins, maxs) => k.minmax(x, start, l.outer, l.channels, l.inner, mins, maxs),
-    quantize: (x, start, l, scale, zp, q, out) =>
-      k.quantize(
+    quantize: (x, start, l, scale, zp, q, out, stats) =>
+      (stats ? k.quantizeMeasured : k.quantize)(
         x,
         start,
         l.outer,
@@ -71,13 +73,14 @@ export function loadNative(isa = ''): KernelModule {
         +q.addFirst,
         +q.rejectInf,
         out,
+        ...(stats ? [stats] : []),
       ),
     dequantize: (codes, kind, start, count, l, scale, zp, out) =>
       k.dequantize(codes, kind, start, count, l.outer, l.channels, l.inner, scale, zp, out),
     fakeQuantize: (x, start, l, scale, zp, qmin, qmax, floatZp, out, mask) =>
       k.fakeQuantize(x, start, l.outer, l.channels, l.inner, scale, zp, qmin, qmax, +floatZp, out, mask),
-    chooseQuantize: (x, first, unitSize, c, q, scale, zp, out) =>
-      k.chooseQuantize(
+    chooseQuantize: (x, first, unitSize, c, q, scale, zp, out, stats) =>
+      (stats ? k.chooseQuantizeMeasured : k.chooseQuantize)(
         x,
         first,
         unitSize,
@@ -94,6 +97,7 @@ export function loadNative(isa = ''): KernelModule {
         scale,
         zp,
         out,
+        ...(stats ? [stats] : []),
       ),
     determine: (mins, maxs, c, scale, zp) =>
       k.determine(mins, maxs, c.mode, c.qmin, c.qmax, c.eps, c.symmetricZeroPoint, scale, zp),

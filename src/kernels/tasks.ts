@@ -33,6 +33,8 @@ export type KernelTask =
       readonly zeroPoint: Float32Array;
       readonly quant: QuantArgs;
       readonly out: Uint8Array;
+      /** Also measure the codes (TaskResult.stats), in the same pass. */
+      readonly measure?: boolean;
     }
   | {
       readonly op: 'dequantize';
@@ -78,6 +80,8 @@ export type KernelTask =
       readonly scale: Float32Array;
       readonly zeroPoint: Float64Array;
       readonly out: Uint8Array;
+      /** Also measure the codes (TaskResult.stats), in the same pass. */
+      readonly measure?: boolean;
     };
 
 export interface TaskResult {
@@ -90,7 +94,7 @@ export interface TaskResult {
   readonly maxs?: Float32Array;
   readonly scale?: Float32Array;
   readonly zeroPoint?: Float64Array;
-  /** quality: [Σerr², Σx², max|err|, clipped, count] of the range. */
+  /** quality, and measured quantize / chooseQuantize: [Σerr², Σx², max|err|, clipped, count] of the range. */
   readonly stats?: Float64Array;
 }
 
@@ -114,10 +118,20 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
       const status = k.determine(task.mins, task.maxs, task.choose, scale, zeroPoint);
       return { ...done(status), scale, zeroPoint };
     }
-    case 'quantize':
-      return done(
-        k.quantize(task.x, task.start, task.layout, task.scale, task.zeroPoint, task.quant, task.out),
+    case 'quantize': {
+      const stats = task.measure ? new Float64Array(5) : undefined;
+      const status = k.quantize(
+        task.x,
+        task.start,
+        task.layout,
+        task.scale,
+        task.zeroPoint,
+        task.quant,
+        task.out,
+        stats,
       );
+      return stats ? { ...done(status), stats } : done(status);
+    }
     case 'dequantize':
       return done(
         k.dequantize(
@@ -148,21 +162,32 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
       );
     case 'quality': {
       const stats = new Float64Array(5);
-      const status = k.quality(task.x, task.codes, task.start, task.layout, task.scale, task.zeroPoint, task.quant, stats);
+      const status = k.quality(
+        task.x,
+        task.codes,
+        task.start,
+        task.layout,
+        task.scale,
+        task.zeroPoint,
+        task.quant,
+        stats,
+      );
       return { ...done(status), stats };
     }
-    case 'chooseQuantize':
-      return done(
-        k.chooseQuantize(
-          task.x,
-          task.first,
-          task.unitSize,
-          task.choose,
-          task.quant,
-          task.scale,
-          task.zeroPoint,
-          task.out,
-        ),
+    case 'chooseQuantize': {
+      const stats = task.measure ? new Float64Array(5) : undefined;
+      const status = k.chooseQuantize(
+        task.x,
+        task.first,
+        task.unitSize,
+        task.choose,
+        task.quant,
+        task.scale,
+        task.zeroPoint,
+        task.out,
+        stats,
       );
+      return stats ? { ...done(status), stats } : done(status);
+    }
   }
 }

@@ -148,6 +148,18 @@ function zeroPointsOf(spec: QuantSpec, zp: Float64Array): Int32Array | Float32Ar
   return hasFloatZeroPoint(spec) ? Float32Array.from(zp) : Int32Array.from(zp);
 }
 
+/** The statistics a quality or measured task returned ([Σerr², Σx², max|err|, clipped, count]). */
+function statsOf(r: TaskResult): QualityStats {
+  const [sumSqError, sumSqValue, maxAbsError, clipped, count] = r.stats!;
+  return {
+    sumSqError: sumSqError!,
+    sumSqValue: sumSqValue!,
+    maxAbsError: maxAbsError!,
+    clipped: clipped!,
+    count: count!,
+  };
+}
+
 /** The reference decides: it throws the error the kernels met, or we have a kernel bug. */
 function referenceVerdict(run: () => unknown, what: string): never {
   run();
@@ -478,14 +490,7 @@ export class KernelCompute implements Compute {
           throw new QuantdError('INTERNAL', {
             detail: `quality of ${input.name}: kernel status ${r.status}`,
           });
-        const [sumSqError, sumSqValue, maxAbsError, clipped, count] = r.stats!;
-        mergeQuality(total, {
-          sumSqError: sumSqError!,
-          sumSqValue: sumSqValue!,
-          maxAbsError: maxAbsError!,
-          clipped: clipped!,
-          count: count!,
-        });
+        mergeQuality(total, statsOf(r));
       }
     };
     return { total, add };
@@ -506,8 +511,8 @@ export class KernelCompute implements Compute {
     const quant = quantArgs(spec);
     const l = layoutArgs(input.layout);
     const bytes = (n: number): number => quantizedByteLength(spec.qdtype, n);
-    const meter = quality ? this.qualityMeter(input, spec, scale, zeroPoint, out, signal) : null;
-    const ok = await windows(async (parts, window) => {
+    const total = emptyQuality();
+    const ok = await windows(async (parts) => {
       const results = await this.tasks(
         parts.map((p) => ({
           op: 'quantize',
@@ -518,16 +523,17 @@ export class KernelCompute implements Compute {
           zeroPoint,
           quant,
           out: out.subarray(bytes(p.start), bytes(p.end)),
+          measure: quality,
         })),
         input.name,
         signal,
       );
       if (results.some((r) => r.status !== 0)) return false;
-      await meter?.add(window);
+      if (quality) for (const r of results) mergeQuality(total, statsOf(r));
       return true;
     });
     if (!ok) return null;
-    return meter ? { data: out, qparams, quality: meter.total } : { data: out, qparams };
+    return quality ? { data: out, qparams, quality: total } : { data: out, qparams };
   }
 
   /**
@@ -546,11 +552,9 @@ export class KernelCompute implements Compute {
     const shared = this.exec.shared;
     const scale = allocate(Float32Array, channels, shared);
     const zp = allocate(Float64Array, channels, shared);
-    // the quality kernels take zero points in float32, as qparamArrays() gives them
-    const zpF32 = quality ? allocate(Float32Array, channels, shared) : null;
-    const meter = zpF32 && this.qualityMeter(input, spec, scale, zpF32, out, signal);
+    const total = emptyQuality();
     const bytes = (n: number): number => quantizedByteLength(spec.qdtype, n);
-    const ok = await windows(async (parts, window) => {
+    const ok = await windows(async (parts) => {
       const results = await this.tasks(
         parts.map((p) => ({
           op: 'chooseQuantize',
@@ -562,21 +566,18 @@ export class KernelCompute implements Compute {
           scale: scale.subarray(p.start / inner, p.end / inner),
           zeroPoint: zp.subarray(p.start / inner, p.end / inner),
           out: out.subarray(bytes(p.start), bytes(p.end)),
+          measure: quality,
         })),
         input.name,
         signal,
       );
       if (results.some((r) => r.status !== 0)) return false;
-      if (meter) {
-        const [first, end] = [window.start / inner, window.end / inner];
-        zpF32!.set(zeroPointsOf(spec, zp.subarray(first, end)), first);
-        await meter.add(window);
-      }
+      if (quality) for (const r of results) mergeQuality(total, statsOf(r));
       return true;
     });
     if (!ok) return null;
     const qparams = { scale: Float32Array.from(scale), zeroPoint: zeroPointsOf(spec, zp) };
-    return meter ? { data: out, qparams, quality: meter.total } : { data: out, qparams };
+    return quality ? { data: out, qparams, quality: total } : { data: out, qparams };
   }
 
   async fakeQuantize(

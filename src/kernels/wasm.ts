@@ -116,10 +116,12 @@ class WasmKernels implements KernelModule {
     zp: Float32Array,
     q: QuantArgs,
     out: Uint8Array,
+    stats?: Float64Array,
   ): number {
     this.reset();
     const pScale = this.copyIn(scale.subarray(0, l.channels));
     const pZp = this.copyIn(zp.subarray(0, l.channels));
+    const pStats = stats ? this.copyIn(stats.subarray(0, 5)) : 0;
     const n = Math.min(CHUNK, x.length);
     const pX = this.alloc(n * 4);
     const pOut = this.alloc(codeBytes(q.codes, n));
@@ -142,9 +144,11 @@ class WasmKernels implements KernelModule {
         +q.addFirst,
         +q.rejectInf,
         pOut,
+        pStats,
       );
       if (s === 0) this.take(pOut, out, codeBytes(q.codes, off), codeBytes(q.codes, part.length));
     }
+    if (stats) this.take(pStats, stats, 0, 40);
     return this.status(s);
   }
 
@@ -227,8 +231,10 @@ class WasmKernels implements KernelModule {
     scale: Float32Array,
     zp: Float64Array,
     out: Uint8Array,
+    stats?: Float64Array,
   ): number {
     this.reset();
+    const pStats = stats ? this.copyIn(stats.subarray(0, 5)) : 0;
     const units = Math.floor(x.length / unitSize);
     // whole units per chunk, a multiple of 4 elements so that packed codes stay byte-aligned
     let per = Math.max(1, Math.floor(CHUNK / unitSize));
@@ -259,12 +265,14 @@ class WasmKernels implements KernelModule {
         pScale,
         pZp,
         pOut,
+        pStats,
       );
       if (s !== 0) break;
       this.take(pScale, scale, u * 4, m * 4);
       this.take(pZp, zp, u * 8, m * 8);
       this.take(pOut, out, codeBytes(q.codes, u * unitSize), codeBytes(q.codes, m * unitSize));
     }
+    if (stats) this.take(pStats, stats, 0, 40);
     return this.status(s); // the kernel reports absolute indices: it was given first + u
   }
 
@@ -319,7 +327,23 @@ class WasmKernels implements KernelModule {
       const part = x.subarray(off, off + CHUNK);
       this.put(pX, part);
       this.put(pCodes, codes.subarray(codeBytes(q.codes, off), codeBytes(q.codes, off + part.length)));
-      s = this.e.quality(pX, pCodes, start + off, part.length, l.outer, l.channels, l.inner, pScale, pZp, q.codes, q.qmin, q.qmax, +q.addFirst, +q.rejectInf, pStats);
+      s = this.e.quality(
+        pX,
+        pCodes,
+        start + off,
+        part.length,
+        l.outer,
+        l.channels,
+        l.inner,
+        pScale,
+        pZp,
+        q.codes,
+        q.qmin,
+        q.qmax,
+        +q.addFirst,
+        +q.rejectInf,
+        pStats,
+      );
     }
     this.take(pStats, stats, 0, 40);
     return this.status(s);

@@ -32,6 +32,12 @@ function packageRoot(): string {
 
 export const WORKER_PATH = join(packageRoot(), 'dist', 'workers', 'kernel-worker.js');
 
+/** QUANTD_TEST_TASK_DELAY_MS: a non-negative integer of milliseconds, else 0. */
+function testTaskDelayMs(): number {
+  const raw = process.env['QUANTD_TEST_TASK_DELAY_MS']?.trim() ?? '';
+  return /^\d+$/.test(raw) ? Number(raw) : 0;
+}
+
 type Reply = TaskResult | { ok: false; code: string; message: string };
 
 export class KernelPool implements Executor {
@@ -54,6 +60,8 @@ export class KernelPool implements Executor {
         backend: options.backend,
         isa: options.isa,
         testHooks: process.env['QUANTD_TEST_HOOKS'] === '1',
+        // test hooks only: every kernel task is held this long first (slow requests in tests)
+        taskDelayMs: testTaskDelayMs(),
       },
       ...(options.workerHeapMb ? { resourceLimits: { maxOldGenerationSizeMb: options.workerHeapMb } } : {}),
     });
@@ -124,7 +132,13 @@ export class KernelPool implements Executor {
 
   private failure(reason: unknown, tensor: string, signal?: AbortSignal): QuantdError {
     if (reason instanceof QuantdError) return reason;
-    if (signal?.aborted) return new QuantdError('CANCELLED', { detail: '' });
+    // Aborted: the signal's reason says why (REQUEST_TIMEOUT, the client gone), not Piscina's
+    // AbortError.
+    if (signal?.aborted) {
+      return signal.reason instanceof QuantdError
+        ? signal.reason
+        : new QuantdError('CANCELLED', { detail: '' });
+    }
     const message = reason instanceof Error ? reason.message : String(reason);
     return new QuantdError('WORKER_FAILED', { tensor, detail: message.split('\n')[0] });
   }

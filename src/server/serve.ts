@@ -5,6 +5,8 @@
  */
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig, type Config } from '../config.js';
 import { buildApp } from '../http/app.js';
@@ -12,6 +14,7 @@ import { describeKernels } from '../kernels/index.js';
 import { startGrpc, type RunningGrpc } from '../grpc/server.js';
 import { createCompute, type ComputeHandle } from '../pool/index.js';
 import { Admission } from '../service/index.js';
+import { JobManager } from '../jobs/manager.js';
 
 export interface RunningServer {
   readonly config: Config;
@@ -24,9 +27,30 @@ export interface RunningServer {
   shutdown(reason: string): Promise<void>;
 }
 
+/**
+ * The version in quantd's package.json, found by walking up from this module's directory: the
+ * module runs from dist/src/server/ (built) or src/server/ (the sources, under vitest or tsx),
+ * and as an installed dependency from node_modules/quantd/…. The first package.json with a
+ * version is the package's own (a nested one that only sets "type" has none).
+ */
 export function packageVersion(): string {
-  const pkg = new URL('../../../package.json', import.meta.url);
-  return (JSON.parse(readFileSync(pkg, 'utf8')) as { version: string }).version;
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    let text: string | undefined;
+    try {
+      text = readFileSync(join(dir, 'package.json'), 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+    if (text !== undefined) {
+      const version = (JSON.parse(text) as { version?: unknown }).version;
+      if (typeof version === 'string') return version;
+    }
+    const parent = dirname(dir);
+    if (parent === dir)
+      throw new Error(`no package.json with a version above ${fileURLToPath(import.meta.url)}`);
+    dir = parent;
+  }
 }
 
 export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise<RunningServer> {
@@ -38,37 +62,63 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
     maxQueue: config.queueLimit,
     inlineLimit: config.inlineLimit,
   });
-  handle.pool?.workers(); // start the workers now, so that ready means warm
   let draining = false;
   const isReady = (): boolean => !draining;
   const admission = new Admission(config.poolSize + config.queueLimit);
-  const http = await buildApp({ config, handle, version: packageVersion(), isReady, admission });
+  let http: FastifyInstance | undefined;
   let grpc: RunningGrpc;
+  // Jobs (/v1/jobs) run in the background on the same pool; each uses all its threads.
+  const jobs = new JobManager({
+    dataDir: config.dataDir,
+    compute: handle.compute,
+    concurrency: config.jobConcurrency,
+    threads: config.poolSize,
+  });
   try {
+    handle.pool?.workers(); // start the workers now, so that ready means warm
+    http = await buildApp({ config, handle, version: packageVersion(), isReady, admission, jobs });
+    jobs.log = http.log;
+    await jobs.start(); // resumes what the previous process left
     await http.listen({ host: config.host, port: config.httpPort });
     grpc = await startGrpc({ config, handle, admission, isReady, log: http.log });
   } catch (err) {
-    await http.close();
-    await handle.close();
+    // whatever started goes down again: the listener, and the pool's worker threads
+    await http?.close().catch(() => {});
+    await jobs.stop().catch(() => {});
+    await handle.close().catch(() => {});
     throw err;
   }
-  const httpPort = (http.server.address() as AddressInfo).port;
-  http.log.info(
-    { backend: handle.kernels.backend, isa: handle.kernels.isa },
-    describeKernels(handle.kernels),
-  );
+  const app = http;
+  const httpPort = (app.server.address() as AddressInfo).port;
+  app.log.info({ backend: handle.kernels.backend, isa: handle.kernels.isa }, describeKernels(handle.kernels));
 
   let stopping: Promise<void> | undefined;
   const shutdown = (reason: string): Promise<void> => {
     stopping ??= (async () => {
+      // From here API requests are refused and every response closes its connection (app.ts).
       draining = true;
-      http.log.info({ reason }, 'shutting down: draining in-flight requests');
-      const timeout = new Promise<void>((resolve) => setTimeout(resolve, config.shutdownTimeoutMs).unref());
-      await Promise.race([Promise.all([http.close(), grpc.shutdown(config.shutdownTimeoutMs)]), timeout]);
+      app.log.info({ reason }, 'shutting down: draining in-flight requests');
+      // running jobs stop now, left as they are on disk: the next start runs them again
+      const jobsStopped = jobs.stop();
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<'timeout'>((resolve) => {
+        timer = setTimeout(() => resolve('timeout'), config.shutdownTimeoutMs);
+        timer.unref();
+      });
+      const closed = Promise.all([app.close(), grpc.shutdown(config.shutdownTimeoutMs)]);
+      // Keep-alive connections with no request in flight would hold close() until they time out.
+      app.server.closeIdleConnections();
+      const outcome = await Promise.race([closed, timeout]);
+      clearTimeout(timer);
+      if (outcome === 'timeout') {
+        app.log.warn('shutdown timeout: closing the connections still open');
+        app.server.closeAllConnections();
+      }
+      await jobsStopped;
       await handle.close();
-      http.log.info('shut down');
+      app.log.info('shut down');
     })();
     return stopping;
   };
-  return { config, handle, http, httpPort, grpc, grpcPort: grpc.port, shutdown };
+  return { config, handle, http: app, httpPort, grpc, grpcPort: grpc.port, shutdown };
 }

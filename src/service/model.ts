@@ -9,15 +9,16 @@
  *   directory beside them; shards are moved into place once all are written, the index last, so
  *   an index never names a shard that is not complete.
  */
-import { mkdir, open, rename, rm } from 'node:fs/promises';
+import { mkdir, rename, rm, rmdir, stat } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { QuantdError } from '../errors/index.js';
-import { SafetensorsFileReader, SafetensorsFileWriter } from '../format/index.js';
+import { SafetensorsFileReader, SafetensorsFileWriter, writeFileAtomic } from '../format/index.js';
 import type { Compute } from './compute.js';
 import { executePlan, stepCost, throwIfAborted, type RunSummary, type StepReport } from './execute.js';
 import { planOperation, type OperationRequest, type Plan } from './plan.js';
 import { unusedRules } from './recipe.js';
+import { describeSelection } from './selection.js';
 import { ReportBuilder, type QualityReport } from './report.js';
 import { encodeIndex, resolveModelInput, type ModelInput } from './shards.js';
 
@@ -67,13 +68,21 @@ interface PlannedFile {
   readonly plan: Plan;
 }
 
-/** Plans every file before reading any tensor: a recipe that does not fit fails up front. */
+/**
+ * Plans every file before reading any tensor: a recipe that does not fit fails up front. A
+ * selection (or a dequantize) must find something in the model, not in every shard.
+ */
 async function planAll(model: ModelInput, request: OperationRequest): Promise<PlannedFile[]> {
   const planned: PlannedFile[] = [];
+  const sharded = model.index !== null;
   try {
     for (const input of model.files) {
       const reader = await SafetensorsFileReader.open(input);
-      planned.push({ input, reader, plan: planOperation(reader.header, request, input) });
+      planned.push({ input, reader, plan: planOperation(reader.header, request, input, sharded) });
+    }
+    if (sharded && !planned.some((p) => p.plan.steps.some((s) => s.kind !== 'copy'))) {
+      if (request.op === 'dequantize') throw new QuantdError('NOT_A_QTENSOR', { source: model.index! });
+      throw new QuantdError('NO_TENSOR_SELECTED', { detail: describeSelection(request) });
     }
   } catch (err) {
     await Promise.all(planned.map((p) => p.reader.close()));
@@ -88,10 +97,13 @@ function budgetFor(planned: readonly PlannedFile[], requested: number | undefine
   return Math.max(DEFAULT_MODEL_BUDGET, largest);
 }
 
-/** A directory for the output (created if missing); an existing file there is refused. */
-async function outputDirectory(path: string): Promise<void> {
+/**
+ * A directory for the output (created if missing; an existing file there is refused). Returns
+ * the first directory it created, if any, to be removed again should the run fail.
+ */
+async function outputDirectory(path: string): Promise<string | undefined> {
   try {
-    await mkdir(path, { recursive: true });
+    return await mkdir(path, { recursive: true });
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     const detail =
@@ -102,28 +114,8 @@ async function outputDirectory(path: string): Promise<void> {
   }
 }
 
-/** Writes `text` to `path` atomically (temporary file, fsync, rename). */
-export async function writeFileAtomic(path: string, text: string | Uint8Array): Promise<void> {
-  const temp = join(
-    dirname(path),
-    `.${basename(path).slice(0, 200)}.quantd-tmp-${randomBytes(6).toString('hex')}`,
-  );
-  try {
-    const fh = await open(temp, 'wx');
-    try {
-      await fh.writeFile(text);
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    await rename(temp, path);
-  } catch (err) {
-    await rm(temp, { force: true });
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOSPC' || code === 'EDQUOT') throw new QuantdError('STORAGE_FULL', { path });
-    throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail: (err as Error).message });
-  }
-}
+/** Small files written atomically (kept here for the modules that import it from the service). */
+export { writeFileAtomic };
 
 /**
  * Runs `request` over the model at `input` (file, index or directory) into `output` (a file for
@@ -208,14 +200,15 @@ async function writeSharded(
   execute: ExecuteArgs,
   add: (s: RunSummary) => void,
 ): Promise<OutputFile[]> {
-  if (resolve(output) === resolve(dirname(model.index!))) {
+  if (await sameDirectory(output, dirname(model.index!))) {
     throw new QuantdError('OUTPUT_UNWRITABLE', {
       path: output,
       detail: "it is the input model's own directory; write the quantized shards elsewhere",
     });
   }
-  await outputDirectory(output);
+  const created = await outputDirectory(output);
   const staging = join(output, `.quantd-staging-${randomBytes(6).toString('hex')}`);
+  let done = false;
   await mkdir(staging);
   try {
     const shards = [];
@@ -237,8 +230,22 @@ async function writeSharded(
     const indexText = encodeIndex(shards, model.indexMetadata);
     await writeFileAtomic(indexPath, indexText);
     files.push({ path: indexPath, bytes: Buffer.byteLength(indexText), dataSha256: null });
+    done = true;
     return files;
   } finally {
     await rm(staging, { recursive: true, force: true });
+    // a failed run leaves no directory it made (rmdir: only if still empty)
+    if (!done && created !== undefined) await rmdir(created).catch(() => undefined);
+  }
+}
+
+/** Whether two paths name one directory (through symlinks too); false when `a` does not exist yet. */
+async function sameDirectory(a: string, b: string): Promise<boolean> {
+  if (resolve(a) === resolve(b)) return true;
+  try {
+    const [sa, sb] = await Promise.all([stat(a), stat(b)]);
+    return sa.dev === sb.dev && sa.ino === sb.ino;
+  } catch {
+    return false;
   }
 }

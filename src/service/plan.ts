@@ -127,9 +127,14 @@ function finish(
   return { request, steps, tensors, metadata };
 }
 
-function planTransform(header: SafetensorsHeader, request: OperationRequest, source: string): Plan {
+function planTransform(
+  header: SafetensorsHeader,
+  request: OperationRequest,
+  source: string,
+  allowEmpty: boolean,
+): Plan {
   if (request.op === 'fake-quantize' && !request.recipe) checkFakeQuantizable(request.spec);
-  const selected = new Set(selectTensors(header, request).map((e) => e.name));
+  const selected = new Set(selectTensors(header, request, allowEmpty).map((e) => e.name));
   // A qtensor container passes through: keep the metadata of its quantized tensors.
   const carried = findQuantizedGroups(header, source);
   const metadata = metadataObject(
@@ -157,7 +162,9 @@ function planTransform(header: SafetensorsHeader, request: OperationRequest, sou
       ? decide(request.recipe, entry.name, entry.shape)
       : { action: 'quantize' as const, spec: request.spec, by: 'request' };
     if (decision.action === 'pass') {
-      if (!consumed) steps.push(copyStep(entry, `${decision.reason} (${decision.by})`));
+      // as for unselected tensors: a qparams file holds qparams only
+      if (!consumed && request.op !== 'qparams')
+        steps.push(copyStep(entry, `${decision.reason} (${decision.by})`));
       continue;
     }
     const spec = decision.spec;
@@ -201,9 +208,14 @@ function outputStDType(dtype: FloatDType): 'F32' | 'F16' | 'BF16' {
   return dtype === 'float32' ? 'F32' : dtype === 'float16' ? 'F16' : 'BF16';
 }
 
-function planDequantize(header: SafetensorsHeader, request: OperationRequest, source: string): Plan {
+function planDequantize(
+  header: SafetensorsHeader,
+  request: OperationRequest,
+  source: string,
+  shard: boolean,
+): Plan {
   const groups = findQuantizedGroups(header, source);
-  if (groups.length === 0) throw new QuantdError('NOT_A_QTENSOR', { source });
+  if (groups.length === 0 && !shard) throw new QuantdError('NOT_A_QTENSOR', { source });
   const byCodes = new Map(groups.map((g) => [g.codes.name, g]));
   const consumed = new Set(groups.flatMap((g) => [g.scale.name, g.zeroPoint.name]));
   const steps: Step[] = [];
@@ -222,9 +234,17 @@ function planDequantize(header: SafetensorsHeader, request: OperationRequest, so
   return finish(request, steps, metadataObject({ ...FLOAT_OUTPUT_METADATA }), source);
 }
 
-/** The complete output of `request` applied to a file with this header. */
-export function planOperation(header: SafetensorsHeader, request: OperationRequest, source: string): Plan {
+/**
+ * The complete output of `request` applied to a file with this header. `shard`: the file is one
+ * shard of a model, where a selection that matches none of its tensors is not an error.
+ */
+export function planOperation(
+  header: SafetensorsHeader,
+  request: OperationRequest,
+  source: string,
+  shard = false,
+): Plan {
   return request.op === 'dequantize'
-    ? planDequantize(header, request, source)
-    : planTransform(header, request, source);
+    ? planDequantize(header, request, source, shard)
+    : planTransform(header, request, source, shard);
 }

@@ -127,17 +127,24 @@ function matcherOf(where: string, kind: 'glob' | 'regex', pattern: string): (nam
 function ruleOf(value: unknown, index: number): RecipeRule {
   const position = `rule ${index + 1}`;
   if (!isObject(value)) throw invalid(position, `must be an object, got ${JSON.stringify(value)}`);
-  checkKeys(position, value, RULE_KEYS);
   const { glob, regex } = value;
-  if ((glob === undefined) === (regex === undefined)) {
-    throw invalid(position, 'needs exactly one of "glob" and "regex"');
-  }
   const kind = glob !== undefined ? 'glob' : 'regex';
   const pattern = glob ?? regex;
-  if (typeof pattern !== 'string') throw invalid(position, `${kind} must be a string`);
   const name = value['name'];
-  if (name !== undefined && typeof name !== 'string') throw invalid(position, 'name must be a string');
-  const label = `${position} (${name ?? `${kind === 'regex' ? 're:' : ''}${pattern}`})`;
+  // the label, as far as the rule allows one, names it in every error that follows
+  const shown =
+    typeof name === 'string'
+      ? name
+      : typeof pattern === 'string'
+        ? `${kind === 'regex' ? 're:' : ''}${pattern}`
+        : '';
+  const label = shown ? `${position} (${shown})` : position;
+  checkKeys(label, value, RULE_KEYS);
+  if ((glob === undefined) === (regex === undefined)) {
+    throw invalid(label, 'needs exactly one of "glob" and "regex"');
+  }
+  if (typeof pattern !== 'string') throw invalid(label, `${kind} must be a string`);
+  if (name !== undefined && typeof name !== 'string') throw invalid(label, 'name must be a string');
   const test = matcherOf(label, kind, pattern);
   const skip = flagOf(label, 'skip', value['skip']) ?? false;
   const options = specOptionsOf(label, value);
@@ -214,9 +221,19 @@ export function ruleFromText(text: string): Record<string, unknown> {
     if (eq <= 0) throw invalid(`rule ${JSON.stringify(text)}`, `${JSON.stringify(pair)} is not key=value`);
     const key = pair.slice(0, eq).trim().replace(/-/g, '_');
     const raw = pair.slice(eq + 1).trim();
-    rule[key] = key === 'skip_1d' ? raw === 'true' : key === 'min_size' ? Number(raw) : raw;
+    rule[key] = typedValue(key, raw);
   }
   return rule;
+}
+
+/**
+ * A command-line value as JSON would give it: exact true/false for flags, digits for min_size;
+ * anything else stays a string, for parseRecipe to accept (spec options) or reject with the rule.
+ */
+function typedValue(key: string, raw: string): unknown {
+  if (key === 'skip' || key === 'skip_1d') return raw === 'true' ? true : raw === 'false' ? false : raw;
+  if (key === 'min_size') return /^\d+$/.test(raw) ? Number(raw) : raw;
+  return raw;
 }
 
 export interface RecipeParts {

@@ -47,8 +47,23 @@ function matcher(globs: readonly string[]): (name: string) => boolean {
   return (name) => tests.some((t) => t(name));
 }
 
-/** Entries to transform, in data order. Throws NO_TENSOR_SELECTED when none qualifies. */
-export function selectTensors(header: SafetensorsHeader, selection: Selection): TensorEntry[] {
+/** The selection in words, for NO_TENSOR_SELECTED. */
+export function describeSelection(selection: Selection): string {
+  return [
+    selection.include.length ? `include ${selection.include.join(', ')}` : 'all float tensors',
+    ...(selection.exclude.length ? [`exclude ${selection.exclude.join(', ')}`] : []),
+  ].join('; ');
+}
+
+/**
+ * Entries to transform, in data order. Throws NO_TENSOR_SELECTED when none qualifies, unless
+ * `allowEmpty` (one shard of a model: the model as a whole is checked).
+ */
+export function selectTensors(
+  header: SafetensorsHeader,
+  selection: Selection,
+  allowEmpty = false,
+): TensorEntry[] {
   const included = matcher(selection.include);
   const excluded = matcher(selection.exclude);
   const chosen: TensorEntry[] = [];
@@ -66,12 +81,8 @@ export function selectTensors(header: SafetensorsHeader, selection: Selection): 
     }
     chosen.push(entry);
   }
-  if (chosen.length === 0) {
-    const parts = [
-      selection.include.length ? `include ${selection.include.join(', ')}` : 'all float tensors',
-      ...(selection.exclude.length ? [`exclude ${selection.exclude.join(', ')}`] : []),
-    ];
-    throw new QuantdError('NO_TENSOR_SELECTED', { detail: parts.join('; ') });
+  if (chosen.length === 0 && !allowEmpty) {
+    throw new QuantdError('NO_TENSOR_SELECTED', { detail: describeSelection(selection) });
   }
   return chosen;
 }

@@ -334,9 +334,12 @@ describe.concurrent('FEATURE_UNSUPPORTED', () => {
   it('--remote with a sharded model directory', async () => {
     const dir = scratch(tmp.dir);
     mkdirSync(join(dir, 'sharded'));
-    await failsWith(dir, ['quantize', 'sharded', '-o', OUT, '--remote', 'http://127.0.0.1:9'], 'FEATURE_UNSUPPORTED', [
-      '--remote uploads one .safetensors file',
-    ]);
+    await failsWith(
+      dir,
+      ['quantize', 'sharded', '-o', OUT, '--remote', 'http://127.0.0.1:9'],
+      'FEATURE_UNSUPPORTED',
+      ['--remote uploads one .safetensors file'],
+    );
   });
   it.each([
     ['per_group', ['--scheme', 'per_group'], 'not per_group'],

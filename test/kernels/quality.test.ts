@@ -21,7 +21,7 @@ import {
   type FloatInput,
   type QualityStats,
 } from '../../src/core/index.js';
-import { InlineExecutor, KernelCompute } from '../../src/kernels/index.js';
+import { InlineExecutor, KernelCompute, type KernelModule } from '../../src/kernels/index.js';
 import { referenceCompute } from '../../src/service/compute.js';
 import {
   FP8_QDTYPES,
@@ -168,7 +168,71 @@ describe.each(parityVariants())('quality on %s', (_name, module) => {
       }),
       { numRuns: 150 },
     );
-    expect(splitter.split.has('quality')).toBe(true);
+    // two tensors large enough to be split into ranges for sure, one per measured kernel
+    for (const [options, shape] of [
+      [{ qdtype: 'int8' }, [1000]],
+      [{ qdtype: 'int4', scheme: 'per_group', group_size: 4 }, [200, 8]],
+    ] as const) {
+      const spec = parseSpec(options);
+      const n = shape.reduce((a: number, b: number) => a * b, 1);
+      const x = Float32Array.from({ length: n }, (_, i) => Math.sin(i) * 3);
+      const input: FloatInput = {
+        name: NAME,
+        dtype: 'float32',
+        data: new Uint8Array(x.buffer),
+        layout: planLayout(NAME, shape, spec),
+      };
+      const reference = quantizeTensor(input, spec);
+      const out = await split.quantize(input, spec, undefined, undefined, { quality: true });
+      expect(out.data).toEqual(reference.data);
+      expectClose(
+        'split, fixed',
+        out.quality!,
+        quality(x, reference.data, input.layout, spec, reference.qparams),
+      );
+    }
+    // measured in the quantize tasks themselves (native/src/measured.c), range by range
+    expect(splitter.split.has('quantize') && splitter.split.has('chooseQuantize')).toBe(true);
+  });
+
+  it('greedy range search (quantized by the reference) is measured by quality tasks', async () => {
+    let qualityCalls = 0;
+    const counting: KernelModule = Object.assign(Object.create(module) as KernelModule, {
+      quality: (...args: Parameters<KernelModule['quality']>) => {
+        qualityCalls++;
+        return module.quality(...args);
+      },
+    });
+    const split = new KernelCompute(new SplittingExecutor(counting), module.backend, { minPart: 64 });
+    const greedy = cases.filter(
+      (c) => ['int4', 'uint4', 'int2', 'uint2'].includes(c.qdtype) && c.scheme !== 'per_token',
+    );
+    await fc.assert(
+      fc.asyncProperty(greedy, async (c) => {
+        const { input } = inputOf(c);
+        let spec;
+        let reference;
+        try {
+          spec = parseSpec({ ...optionsOf(c), range_search: 'greedy' });
+        } catch {
+          return; // combinations greedy does not take
+        }
+        try {
+          reference = quantizeTensor(input, spec);
+        } catch {
+          return;
+        }
+        const out = await split.quantize(input, spec, undefined, undefined, { quality: true });
+        expect(out.data).toEqual(reference.data);
+        expectClose(
+          'greedy',
+          out.quality!,
+          quality(c.x, reference.data, input.layout, spec, reference.qparams),
+        );
+      }),
+      { numRuns: 40 },
+    );
+    expect(qualityCalls).toBeGreaterThan(0);
   });
 
   it('agrees with the reference on float16 / bfloat16 input worked in windows', async () => {
@@ -204,6 +268,6 @@ describe.each(parityVariants())('quality on %s', (_name, module) => {
       }),
       { numRuns: 100 },
     );
-    expect([...splitter.windowed].sort()).toEqual(['chooseQuantize', 'minmax', 'quality', 'quantize']);
+    expect([...splitter.windowed].sort()).toEqual(['chooseQuantize', 'minmax', 'quantize']);
   });
 });

@@ -474,6 +474,7 @@ describe('worker death', () => {
     const exit = { op: '__exit' } as unknown as KernelTask;
 
     const direct = await settle(() => p.run([exit], 'model.embed.weight'));
+    expect(direct.ok ? 'ok' : direct.error.split(':')[0]).toBe('WORKER_FAILED');
     expect(direct.ok ? 'ok' : direct.error).toMatch(
       /^WORKER_FAILED: a worker died while processing tensor model\.embed\.weight \(worker exited with code: 7\); it has been replaced$/,
     );

@@ -1,0 +1,79 @@
+/**
+ * `--layout NAME[:key=value,...]`: write a model in a layout another tool loads (GGUF, GPTQ,
+ * AWQ, bitsandbytes NF4/FP4; src/service/layouts), and, for dequantize, read one back: a file
+ * whose first bytes a layout recognizes is dequantized by that layout.
+ */
+import { open } from 'node:fs/promises';
+import { QuantdError } from '../errors/index.js';
+import { LAYOUTS, type InteropLayout, type LayoutOptions } from '../service/layouts/index.js';
+import type { Progress } from '../service/index.js';
+
+/** "gguf:type=Q4_K,arch=llama" → the layout and its options. */
+export function parseLayout(text: string): { layout: InteropLayout; options: LayoutOptions } {
+  const at = text.indexOf(':');
+  const name = (at < 0 ? text : text.slice(0, at)).trim();
+  const layout = LAYOUTS.get(name);
+  if (!layout) {
+    throw new QuantdError('OPTION_INVALID', {
+      option: 'layout',
+      detail: `must be one of ${[...LAYOUTS.keys()].join(', ')}`,
+      value: text,
+    });
+  }
+  const options: Record<string, string> = {};
+  for (const pair of at < 0 ? [] : text.slice(at + 1).split(',')) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) {
+      throw new QuantdError('OPTION_INVALID', {
+        option: 'layout',
+        detail: `takes options as NAME:key=value,key=value (${name}'s options: ${Object.keys(layout.options).join(', ')})`,
+        value: text,
+      });
+    }
+    options[pair.slice(0, eq).trim()] = pair.slice(eq + 1).trim();
+  }
+  return { layout, options };
+}
+
+/** The layout that recognizes the file at `path`, or undefined (then it is a qtensor file). */
+export async function detectLayout(path: string): Promise<InteropLayout | undefined> {
+  let head: Uint8Array;
+  try {
+    const fh = await open(path, 'r');
+    try {
+      const buffer = new Uint8Array(1 << 20);
+      const { bytesRead } = await fh.read(buffer, 0, buffer.length, 0);
+      head = buffer.subarray(0, bytesRead);
+    } finally {
+      await fh.close();
+    }
+  } catch {
+    return undefined; // not a readable file: the ordinary path reports it
+  }
+  return [...LAYOUTS.values()].find((l) => l.detect(path, head));
+}
+
+export function layoutHelp(): string {
+  return [...LAYOUTS.values()]
+    .map(
+      (l) =>
+        `  ${l.name.padEnd(6)} ${l.summary}\n         options: ${Object.keys(l.options).join(', ') || 'none'}`,
+    )
+    .join('\n');
+}
+
+export async function writeLayout(
+  text: string,
+  input: string,
+  output: string,
+  hooks: { onProgress?: (p: Progress) => void },
+): Promise<{ summary: string }> {
+  const { layout, options } = parseLayout(text);
+  const result = await layout.write(input, output, options, hooks);
+  const types = new Map<string, number>();
+  for (const t of result.tensors) types.set(t.type, (types.get(t.type) ?? 0) + 1);
+  const counts = [...types].map(([type, n]) => `${n} ${type}`).join(', ');
+  return {
+    summary: `${layout.name}: ${result.tensors.length} tensors (${counts}); wrote ${result.files.join(', ')}`,
+  };
+}

@@ -1,0 +1,75 @@
+/**
+ * Scalar helpers shared by the ggml block quantizers (ggml-legacy.ts, ggml-kquants.ts): the C
+ * float32 semantics ggml's reference code relies on, spelled out for JavaScript doubles.
+ *
+ * Every float operation of the reference is one IEEE float32 operation: here each one is a
+ * double operation followed by Math.fround, which gives the same result for +, -, *, / and sqrt
+ * (a double carries more than twice float32's precision, so rounding twice is harmless). No
+ * operation is ever fused (no FMA): the result equals ggml's reference compiled without
+ * floating-point contraction.
+ */
+import { float16BitsFromFloat32, float16DecodeTable } from '../float16.js';
+
+/**
+ * One float32 rounding. Hot modules keep their own `const f = Math.fround` rather than importing
+ * this one: a module runner that rewrites imports into property loads (vitest's) would otherwise
+ * stop the builtin from being inlined.
+ */
+export const f = Math.fround;
+
+/** GGML_FP32_TO_FP16: round to nearest, ties to even (F16C `_cvtss_sh(x, 0)` and ggml's bit trick agree). */
+export function fp16Bits(x: number): number {
+  return float16BitsFromFloat32(x);
+}
+
+/** GGML_FP16_TO_FP32 (exact). */
+export function fp16Value(bits: number): number {
+  return float16DecodeTable()[bits & 0xffff]!;
+}
+
+/**
+ * C's float → int conversion as x86-64 performs it (cvttss2si): truncation toward zero, and
+ * INT_MIN for NaN or a value outside int32. Only degenerate blocks (a scale whose reciprocal
+ * overflows float32) reach the second case.
+ */
+export function cInt(x: number): number {
+  if (!(x >= -2147483648 && x < 2147483648)) return -2147483648;
+  return Math.trunc(x) | 0;
+}
+
+/** The int8_t an int converts to (two's complement wrap-around). */
+export function int8(i: number): number {
+  return (i << 24) >> 24;
+}
+
+/** C `roundf`: half away from zero. Exact for float32 input (|x| + 0.5 is exact in a double). */
+export function roundf(x: number): number {
+  if (!Number.isFinite(x)) return x;
+  const r = Math.floor(Math.abs(x) + 0.5);
+  return x < 0 || Object.is(x, -0) ? -r : r;
+}
+
+export function putU16(out: Uint8Array, at: number, v: number): void {
+  out[at] = v & 0xff;
+  out[at + 1] = (v >>> 8) & 0xff;
+}
+
+export function getU16(b: Uint8Array, at: number): number {
+  return b[at]! | (b[at + 1]! << 8);
+}
+
+export function putU32(out: Uint8Array, at: number, v: number): void {
+  out[at] = v & 0xff;
+  out[at + 1] = (v >>> 8) & 0xff;
+  out[at + 2] = (v >>> 16) & 0xff;
+  out[at + 3] = (v >>> 24) & 0xff;
+}
+
+export function getU32(b: Uint8Array, at: number): number {
+  return (b[at]! | (b[at + 1]! << 8) | (b[at + 2]! << 16) | (b[at + 3]! << 24)) >>> 0;
+}
+
+/** A quantizer of one block: `n` floats of `x` from `xo` → the block's bytes at `out[oo]`. */
+export type BlockQuantizer = (x: Float32Array, xo: number, out: Uint8Array, oo: number) => void;
+/** A dequantizer of one block: the block's bytes at `b[bo]` → its floats at `y[yo]`. */
+export type BlockDequantizer = (b: Uint8Array, bo: number, y: Float32Array, yo: number) => void;

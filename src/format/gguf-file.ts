@@ -1,0 +1,299 @@
+/**
+ * GGUF files on disk, one tensor at a time. The reader holds the header (metadata and tensor
+ * infos) and reads tensors on demand; the writer writes the header first — every size is known
+ * up front from shapes and types — and then streams tensors in plan order, each padded to the
+ * alignment. The writer is atomic like the safetensors one: a hidden temporary file beside the
+ * target, fsynced and renamed over it on commit, so the target never holds a partial file.
+ */
+import { randomBytes } from 'node:crypto';
+import { open, realpath, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+
+import { QuantdError } from '../errors/index.js';
+import {
+  GgufNeedMore,
+  parseGgufHeader,
+  planGguf,
+  type GgufHeader,
+  type GgufKv,
+  type GgufTensorInfo,
+  type GgufTensorPlan,
+} from './gguf.js';
+
+/** Largest header (metadata + tensor infos) the reader accepts: tokenizer vocabularies are big. */
+export const GGUF_HEADER_LIMIT = 512 * 1024 * 1024;
+const FIRST_READ = 1024 * 1024;
+
+const errorCode = (err: unknown): string | undefined => (err as NodeJS.ErrnoException | null)?.code;
+const errorDetail = (err: unknown): string => (err instanceof Error ? err.message : String(err));
+
+async function readAt(fh: FileHandle, position: number, length: number, path: string): Promise<Uint8Array> {
+  const buffer = new Uint8Array(length);
+  let done = 0;
+  while (done < length) {
+    let bytesRead: number;
+    try {
+      ({ bytesRead } = await fh.read(buffer, done, length - done, position + done));
+    } catch (err) {
+      throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
+    }
+    if (bytesRead === 0) {
+      throw new QuantdError('GGUF_INVALID', {
+        source: path,
+        detail: `the file ended at byte ${position + done} while reading ${length} bytes at ${position}`,
+      });
+    }
+    done += bytesRead;
+  }
+  return buffer;
+}
+
+export class GgufFileReader {
+  private handle: FileHandle | null;
+
+  private constructor(
+    handle: FileHandle,
+    readonly path: string,
+    readonly size: number,
+    readonly header: GgufHeader,
+  ) {
+    this.handle = handle;
+  }
+
+  /** Opens `path` and reads and validates its header (metadata and tensor infos). */
+  static async open(path: string, options: { headerLimit?: number } = {}): Promise<GgufFileReader> {
+    let fh: FileHandle;
+    try {
+      const info = await stat(path);
+      if (!info.isFile()) {
+        throw new QuantdError('FILE_UNREADABLE', {
+          path,
+          detail: info.isDirectory() ? 'is a directory' : 'not a regular file',
+        });
+      }
+      fh = await open(path, 'r');
+    } catch (err) {
+      if (err instanceof QuantdError) throw err;
+      const code = errorCode(err);
+      if (code === 'ENOENT' || code === 'ENOTDIR') throw new QuantdError('FILE_NOT_FOUND', { path });
+      throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
+    }
+    try {
+      const size = (await fh.stat()).size;
+      const limit = options.headerLimit ?? GGUF_HEADER_LIMIT;
+      let length = Math.min(size, FIRST_READ);
+      for (;;) {
+        const bytes = await readAt(fh, 0, length, path);
+        try {
+          return new GgufFileReader(fh, path, size, parseGgufHeader(bytes, size, path));
+        } catch (err) {
+          if (!(err instanceof GgufNeedMore)) throw err;
+          if (err.bytes > limit) {
+            throw new QuantdError('GGUF_INVALID', {
+              source: path,
+              detail: `the metadata and tensor infos exceed ${limit} bytes`,
+            });
+          }
+          length = Math.min(size, limit, Math.max(2 * length, err.bytes));
+        }
+      }
+    } catch (err) {
+      await fh.close().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** The bytes of one tensor (without padding), in a fresh buffer. */
+  async read(tensor: GgufTensorInfo): Promise<Uint8Array> {
+    if (this.handle === null) {
+      throw new QuantdError('INTERNAL', {
+        detail: `read of GGUF tensor ${JSON.stringify(tensor.name)} after close`,
+      });
+    }
+    return readAt(this.handle, this.header.dataOffset + tensor.offset, tensor.bytes, this.path);
+  }
+
+  async close(): Promise<void> {
+    const fh = this.handle;
+    this.handle = null;
+    await fh?.close();
+  }
+}
+
+// --- writing ---------------------------------------------------------------------------------
+
+const WRITE_ERRORS: Readonly<Record<string, string>> = {
+  ENOENT: 'its directory does not exist',
+  ENOTDIR: 'a component of the path is not a directory',
+  EACCES: 'permission denied',
+  EPERM: 'permission denied',
+  EROFS: 'read-only file system',
+  EISDIR: 'it is a directory',
+};
+
+function writeError(path: string, err: unknown): QuantdError {
+  if (err instanceof QuantdError) return err;
+  const code = errorCode(err);
+  if (code === 'ENOSPC' || code === 'EDQUOT') return new QuantdError('STORAGE_FULL', { path });
+  const known = code !== undefined ? WRITE_ERRORS[code] : undefined;
+  return new QuantdError('OUTPUT_UNWRITABLE', {
+    path,
+    detail: known ? `${known} (${code})` : errorDetail(err),
+  });
+}
+
+/** The file a rename must replace: through a symlink to its target; non-regular files refused. */
+async function resolveOutput(path: string): Promise<string> {
+  let target: string;
+  try {
+    target = await realpath(path);
+  } catch (err) {
+    if (errorCode(err) === 'ENOENT') return path;
+    throw writeError(path, err);
+  }
+  const info = await stat(target);
+  if (!info.isFile()) {
+    throw new QuantdError('OUTPUT_UNWRITABLE', {
+      path,
+      detail: info.isDirectory() ? 'it is a directory' : 'it exists and is not a regular file',
+    });
+  }
+  return target;
+}
+
+export class GgufFileWriter {
+  private next = 0;
+  private state: 'open' | 'committed' | 'aborted' = 'open';
+  private readonly zeros: Uint8Array;
+
+  private constructor(
+    private readonly handle: FileHandle,
+    readonly path: string,
+    private readonly tempPath: string,
+    private readonly target: string,
+    /** The planned tensors, with their offsets in the data section. */
+    readonly tensors: readonly GgufTensorInfo[],
+    readonly dataOffset: number,
+    readonly alignment: number,
+  ) {
+    this.zeros = new Uint8Array(alignment);
+  }
+
+  /** Lays the file out, creates the temporary file and writes the header. */
+  static async create(
+    path: string,
+    kvs: readonly GgufKv[],
+    tensors: readonly GgufTensorPlan[],
+  ): Promise<GgufFileWriter> {
+    const plan = planGguf(kvs, tensors);
+    const target = await resolveOutput(path);
+    const tempPath = join(
+      dirname(target),
+      `.${basename(target).slice(0, 200)}.quantd-tmp-${process.pid}-${randomBytes(6).toString('hex')}`,
+    );
+    let fh: FileHandle;
+    try {
+      fh = await open(tempPath, 'wx');
+    } catch (err) {
+      throw writeError(path, err);
+    }
+    const writer = new GgufFileWriter(
+      fh,
+      path,
+      tempPath,
+      target,
+      plan.tensors,
+      plan.header.length,
+      plan.alignment,
+    );
+    await writer.step(() => writer.writeAt(plan.header, 0));
+    return writer;
+  }
+
+  /** The complete file's size: header plus every tensor with its padding. */
+  get fileBytes(): number {
+    const last = this.tensors.at(-1);
+    return this.dataOffset + (last ? this.padded(last.offset + last.bytes) : 0);
+  }
+
+  private padded(n: number): number {
+    return Math.ceil(n / this.alignment) * this.alignment;
+  }
+
+  /** Writes the next planned tensor (exactly its planned bytes) and its padding. */
+  async write(name: string, data: Uint8Array): Promise<void> {
+    if (this.state !== 'open')
+      throw new QuantdError('INTERNAL', { detail: `write on a GGUF writer that was ${this.state}` });
+    const t = this.tensors[this.next];
+    const fail = async (detail: string): Promise<never> => {
+      await this.abort();
+      throw new QuantdError('INTERNAL', { detail });
+    };
+    if (t === undefined) return fail(`GGUF tensor ${JSON.stringify(name)} written after all planned tensors`);
+    if (t.name !== name) {
+      return fail(
+        `GGUF tensors must be written in plan order: expected ${JSON.stringify(t.name)}, got ${JSON.stringify(name)}`,
+      );
+    }
+    if (data.length !== t.bytes) {
+      return fail(`GGUF tensor ${JSON.stringify(name)} has ${data.length} bytes, its plan needs ${t.bytes}`);
+    }
+    this.next++;
+    const at = this.dataOffset + t.offset;
+    const pad = this.padded(t.bytes) - t.bytes;
+    await this.step(async () => {
+      await this.writeAt(data, at);
+      if (pad > 0) await this.writeAt(this.zeros.subarray(0, pad), at + t.bytes);
+    });
+  }
+
+  /** Flushes to disk and renames the file into place. */
+  async commit(): Promise<void> {
+    if (this.state !== 'open')
+      throw new QuantdError('INTERNAL', { detail: `commit on a GGUF writer that was ${this.state}` });
+    const missing = this.tensors[this.next];
+    if (missing !== undefined) {
+      await this.abort();
+      throw new QuantdError('INTERNAL', {
+        detail: `commit before GGUF tensor ${JSON.stringify(missing.name)} was written`,
+      });
+    }
+    await this.step(async () => {
+      await this.handle.sync();
+      await this.handle.close();
+      await rename(this.tempPath, this.target);
+      this.state = 'committed';
+    });
+    try {
+      const dir = await open(dirname(this.target), 'r');
+      await dir.sync().finally(() => dir.close());
+    } catch {
+      // best effort: some file systems refuse to fsync a directory
+    }
+  }
+
+  /** Discards the temporary file; the target is left as it was. */
+  async abort(): Promise<void> {
+    if (this.state !== 'open') return;
+    this.state = 'aborted';
+    await this.handle.close().catch(() => undefined);
+    await unlink(this.tempPath).catch(() => undefined);
+  }
+
+  private async step(run: () => Promise<void>): Promise<void> {
+    try {
+      await run();
+    } catch (err) {
+      await this.abort();
+      throw writeError(this.path, err);
+    }
+  }
+
+  private async writeAt(data: Uint8Array, position: number): Promise<void> {
+    let done = 0;
+    while (done < data.length) {
+      const { bytesWritten } = await this.handle.write(data, done, data.length - done, position + done);
+      done += bytesWritten;
+    }
+  }
+}

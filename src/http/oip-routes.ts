@@ -1,0 +1,247 @@
+/**
+ * The Open Inference Protocol (KServe v2 / Triton) over HTTP, under /v2 (docs/oip.md): health,
+ * server and model metadata, and inference on the four quantd models, with the binary tensor data
+ * extension. Everything protocol-specific is in src/oip/; this file carries bytes.
+ *
+ * What stock clients need, and differs from /v1: bodies are taken whatever their Content-Type
+ * (or none), gzip / deflate bodies (Content-Encoding) are decompressed — QUANTD_BODY_LIMIT
+ * bounds the decompressed size too — and errors are `{"error": "CODE: message"}` as
+ * application/json, with the catalogue's status. Health (live, ready, model ready) is open;
+ * metadata and inference need the bearer token when QUANTD_API_KEYS is set, and inference takes
+ * an admission slot (503 OVERLOADED when full; SHUTTING_DOWN while draining) before its body is read.
+ */
+import { Readable } from 'node:stream';
+import { constants as bufferConstants } from 'node:buffer';
+import type { IncomingMessage } from 'node:http';
+import { promisify } from 'node:util';
+import zlib from 'node:zlib';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { QuantdError, catalogue } from '../errors/index.js';
+import {
+  HEADER_LENGTH_HEADER,
+  encodeRestResponse,
+  errorJson,
+  findModel,
+  inferSignal,
+  modelMetadata,
+  parseRestInfer,
+  prepareInfer,
+  runInfer,
+  serverMetadata,
+  type InferResult,
+} from '../oip/index.js';
+import type { Admission, Compute } from '../service/index.js';
+import { declaredLength, readBody } from './body.js';
+import { asQuantdError, problemHeaders } from './problem.js';
+
+export const OIP_PREFIX = '/v2';
+
+export interface OipRouteDeps {
+  readonly compute: Compute;
+  readonly admission: Admission;
+  /** The bearer-token check (null: authentication off). */
+  readonly authenticate: ((header: string | undefined) => void) | null;
+  /** False while draining for shutdown: inference is refused, readiness answers false. */
+  readonly isReady: () => boolean;
+  /** Whether the compute can take work now (the pool is up): readiness. */
+  readonly isWarm: () => boolean;
+  readonly version: string;
+  readonly bodyLimit: number;
+  readonly requestTimeoutMs: number;
+}
+
+/** Routes answered without the bearer token: health probes. */
+const OPEN_ROUTES = new Set([
+  '/v2/health/live',
+  '/v2/health/ready',
+  '/v2/models/:model/ready',
+  '/v2/models/:model/versions/:version/ready',
+]);
+
+/** Responses up to this size go out in one write. */
+const SMALL_RESPONSE = 1024 * 1024;
+
+const asBuffer = (v: Uint8Array): Buffer => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+
+const DECODERS = {
+  gzip: promisify(zlib.gunzip),
+  'x-gzip': promisify(zlib.gunzip),
+  deflate: promisify(zlib.inflate),
+  raw: promisify(zlib.inflateRaw),
+} as const;
+
+/** The request's content coding: identity, gzip or deflate (one of them). */
+function contentCoding(header: string | undefined): 'identity' | 'gzip' | 'x-gzip' | 'deflate' {
+  const codings = (header ?? '')
+    .split(',')
+    .map((c) => c.trim().toLowerCase())
+    .filter((c) => c !== '' && c !== 'identity');
+  if (codings.length === 0) return 'identity';
+  const [coding] = codings;
+  if (codings.length === 1 && (coding === 'gzip' || coding === 'x-gzip' || coding === 'deflate'))
+    return coding;
+  throw new QuantdError('HEADER_INVALID', {
+    header: 'Content-Encoding',
+    detail: 'must be gzip, deflate or identity',
+    value: String(header).slice(0, 80),
+  });
+}
+
+/**
+ * A compressed body, decompressed off the event loop (zlib's thread pool) into at most `limit`
+ * bytes: a body that would grow past it is refused as soon as it does (PAYLOAD_TOO_LARGE), so a
+ * small "zip bomb" costs no more than the limit. "deflate" is the zlib format (RFC 9110); a raw
+ * deflate stream, as some clients send, is recognised by its missing zlib header.
+ */
+async function decompress(
+  body: Uint8Array,
+  coding: 'gzip' | 'x-gzip' | 'deflate',
+  limit: number,
+): Promise<Uint8Array> {
+  const zlibHeader =
+    body.byteLength >= 2 && (body[0]! & 0x0f) === 8 && ((body[0]! << 8) | body[1]!) % 31 === 0;
+  const decode = coding === 'deflate' && !zlibHeader ? DECODERS.raw : DECODERS[coding];
+  try {
+    return await decode(body, { maxOutputLength: Math.min(limit, bufferConstants.MAX_LENGTH) });
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    if (e.code === 'ERR_BUFFER_TOO_LARGE' || e instanceof RangeError) {
+      throw new QuantdError('PAYLOAD_TOO_LARGE', {
+        size: `more than ${limit} decompressed`,
+        limit,
+        setting: 'QUANTD_BODY_LIMIT',
+      });
+    }
+    throw new QuantdError('HEADER_INVALID', {
+      header: 'Content-Encoding',
+      detail: `names ${coding}, but the body does not decompress (${e.message})`,
+      value: coding,
+    });
+  }
+}
+
+/** The body parser of /v2: any Content-Type (or none), decompressed, within the body limit. */
+function oipBodyParser(
+  limit: number,
+): (request: FastifyRequest, payload: IncomingMessage) => Promise<Uint8Array> {
+  return async (request, payload) => {
+    const coding = contentCoding(request.headers['content-encoding']);
+    const body = await readBody(payload, declaredLength(request.headers['content-length'], limit), limit);
+    return coding === 'identity' ? body : decompress(body, coding, limit);
+  };
+}
+
+function sendError(err: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const error = asQuantdError(err, request);
+  const status = catalogue[error.code].http;
+  reply.headers(problemHeaders(status));
+  if (!request.raw.complete) {
+    // the rest of the body is not wanted: discard it while answering, then close
+    reply.header('Connection', 'close');
+    if (error.code !== 'BODY_INCOMPLETE') request.raw.resume();
+  }
+  if (status >= 500) request.log.error({ err: error, code: error.code }, error.message);
+  else request.log.info({ code: error.code }, error.message);
+  return reply.code(status).type('application/json').send(errorJson(error));
+}
+
+interface ModelParams {
+  readonly model: string;
+  readonly version?: string;
+}
+
+async function infer(
+  deps: OipRouteDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): Promise<FastifyReply> {
+  const { model, version } = request.params as ModelParams;
+  const body = request.body instanceof Uint8Array ? request.body : undefined;
+  const prepared = prepareInfer(parseRestInfer(body, request.headers[HEADER_LENGTH_HEADER], model, version));
+  const cancel = new AbortController();
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableFinished) {
+      cancel.abort(new QuantdError('CANCELLED', { detail: ': the client closed the connection' }));
+    }
+  });
+  const timing = inferSignal(prepared, deps.requestTimeoutMs, cancel.signal);
+  let result: InferResult;
+  try {
+    result = await runInfer(prepared, deps.compute, timing.signal);
+  } finally {
+    timing.dispose();
+  }
+  reply.raw.once('close', result.release);
+  timing.check();
+  const { json, binary } = encodeRestResponse(result);
+  if (binary.length === 0) return reply.type('application/json').send(json);
+  const head = Buffer.from(json, 'utf8');
+  const length = binary.reduce((n, b) => n + b.byteLength, head.byteLength);
+  reply
+    .header('Inference-Header-Content-Length', String(head.byteLength))
+    .header('Content-Length', String(length))
+    .type('application/octet-stream');
+  const parts = [head, ...binary.map(asBuffer)];
+  if (length <= SMALL_RESPONSE) return reply.send(Buffer.concat(parts, length));
+  return reply.send(Readable.from(parts, { objectMode: false }));
+}
+
+const schema = (summary: string): { schema: Record<string, unknown> } => ({
+  schema: { tags: ['open inference protocol'], summary },
+});
+
+/** /v2, in a scope of its own: its own body parser, error format and not-found answer. */
+export function registerOipRoutes(app: FastifyInstance, deps: OipRouteDeps): PromiseLike<unknown> {
+  return app.register(
+    async (scope) => {
+      scope.removeAllContentTypeParsers();
+      scope.addContentTypeParser('*', oipBodyParser(deps.bodyLimit));
+      scope.setErrorHandler((err, request, reply) => sendError(err, request, reply));
+      scope.setNotFoundHandler((request, reply) => {
+        try {
+          deps.authenticate?.(request.headers.authorization);
+          throw new QuantdError('NOT_FOUND', {
+            detail: `no route ${request.method} ${request.url.split('?')[0]}`,
+          });
+        } catch (err) {
+          return sendError(err, request, reply);
+        }
+      });
+
+      scope.addHook('onRequest', async (request, reply) => {
+        const route = request.routeOptions.url;
+        if (route !== undefined && OPEN_ROUTES.has(route)) return;
+        deps.authenticate?.(request.headers.authorization);
+        if (route === undefined || !route.endsWith('/infer')) return;
+        // before the body is read: the model exists, the server takes work, the body fits
+        const { model, version } = request.params as ModelParams;
+        findModel(model, version);
+        // draining for shutdown: retry elsewhere or later (503 + Retry-After), as /v1
+        if (!deps.isReady()) throw new QuantdError('SHUTTING_DOWN', {});
+        declaredLength(request.headers['content-length'], deps.bodyLimit);
+        reply.raw.once('close', deps.admission.acquire());
+      });
+
+      scope.get('', schema('Server metadata'), async () => serverMetadata(deps.version));
+      scope.get('/health/live', schema('Server liveness'), async () => ({ live: true }));
+      scope.get('/health/ready', schema('Server readiness'), async (_request, reply) => {
+        const ready = deps.isReady() && deps.isWarm();
+        return reply.code(ready ? 200 : 503).send({ live: true, ready });
+      });
+      for (const base of ['/models/:model', '/models/:model/versions/:version']) {
+        scope.get(base, schema('Model metadata'), async (request) => {
+          const { model, version } = request.params as ModelParams;
+          return modelMetadata(findModel(model, version));
+        });
+        scope.get(`${base}/ready`, schema('Model readiness'), async (request, reply) => {
+          const { model, version } = request.params as ModelParams;
+          const found = findModel(model, version);
+          const ready = deps.isReady() && deps.isWarm();
+          return reply.code(ready ? 200 : 503).send({ name: found.name, ready });
+        });
+        scope.post(`${base}/infer`, schema('Inference'), (request, reply) => infer(deps, request, reply));
+      }
+    },
+    { prefix: OIP_PREFIX },
+  );
+}

@@ -1,0 +1,158 @@
+/**
+ * The data directory of jobs (QUANTD_DATA_DIR) and the safety of the paths that reach it.
+ *
+ * Layout:
+ *   <data>/jobs/<id>/job.json            the job (written atomically)
+ *   <data>/jobs/<id>/input.safetensors   an uploaded model
+ *   <data>/jobs/<id>/result/             the result: one file, or the shards and their index
+ *   <data>/jobs/<id>/report.json         the quality report
+ *
+ * Job ids are random UUIDs and are checked against their pattern before they are used in a
+ * path: anything else is JOB_NOT_FOUND, so that an id like `../../etc` never reaches the file
+ * system. A model given by path (the JSON form of POST /v1/jobs) is resolved inside the data
+ * directory with symlinks followed — the path itself, and every file of the model (the shards an
+ * index names, the file a directory holds) — and must stay inside it and outside the jobs area
+ * (other jobs' uploads and results are not inputs): anything else is PATH_FORBIDDEN.
+ */
+import { randomUUID } from 'node:crypto';
+import { realpath } from 'node:fs/promises';
+import { isAbsolute, join, relative, resolve, sep } from 'node:path';
+import { QuantdError } from '../errors/index.js';
+import { resolveModelInput, type ModelInput } from '../service/index.js';
+
+/** A version 4 UUID, lower case, as randomUUID() makes them. */
+const JOB_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+export function newJobId(): string {
+  return randomUUID();
+}
+
+export function isJobId(id: string): boolean {
+  return JOB_ID.test(id);
+}
+
+/** `id` if it is a job id; JOB_NOT_FOUND otherwise (it names no job, whatever it names). */
+export function checkJobId(id: string): string {
+  if (!isJobId(id)) throw new QuantdError('JOB_NOT_FOUND', { id: printable(id) });
+  return id;
+}
+
+/** Short and printable: a user's string echoed in a message. */
+export function printable(text: string): string {
+  const shown = text.replace(/[^\x20-\x7e]/g, '?');
+  return shown.length > 200 ? `${shown.slice(0, 200)}…` : shown;
+}
+
+/** The input file name of an upload, and the result name of a single-file upload. */
+export const UPLOAD_NAME = 'input.safetensors';
+export const UPLOAD_RESULT_NAME = 'model.safetensors';
+
+export class DataDir {
+  /** The data directory, absolute. */
+  readonly root: string;
+  readonly jobs: string;
+
+  constructor(root: string) {
+    this.root = resolve(root);
+    this.jobs = join(this.root, 'jobs');
+  }
+
+  jobDir(id: string): string {
+    return join(this.jobs, checkJobId(id));
+  }
+
+  jobFile(id: string): string {
+    return join(this.jobDir(id), 'job.json');
+  }
+
+  uploadFile(id: string): string {
+    return join(this.jobDir(id), UPLOAD_NAME);
+  }
+
+  resultDir(id: string): string {
+    return join(this.jobDir(id), 'result');
+  }
+
+  reportFile(id: string): string {
+    return join(this.jobDir(id), 'report.json');
+  }
+
+  /** How messages name a path under the data directory: relative to it. */
+  shown(path: string): string {
+    const rel = relative(this.root, path);
+    return rel === '' ? '.' : rel;
+  }
+}
+
+const inside = (root: string, path: string): boolean => path === root || path.startsWith(root + sep);
+
+function forbidden(path: string, detail: string): QuantdError {
+  return new QuantdError('PATH_FORBIDDEN', { path: printable(path), detail });
+}
+
+export interface ResolvedInput {
+  /** The model's path with symlinks resolved (what the job reads). */
+  readonly path: string;
+  readonly model: ModelInput;
+}
+
+/** A path's real path, with a missing file FILE_NOT_FOUND (named as the user gave it). */
+async function real(path: string, shown: string): Promise<string> {
+  try {
+    return await realpath(path);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR')
+      throw new QuantdError('FILE_NOT_FOUND', { path: printable(shown) });
+    if (code === 'ELOOP') throw forbidden(shown, 'is a symlink loop');
+    throw new QuantdError('FILE_UNREADABLE', { path: printable(shown), detail: (err as Error).message });
+  }
+}
+
+/**
+ * Resolves `input` (relative to the data directory, or absolute inside it) to the model it names.
+ * Refused with PATH_FORBIDDEN: paths that lead outside the data directory — by `..`, by being
+ * absolute elsewhere, or through a symlink, of the path or of any file of the model — and paths
+ * into the jobs area. A missing file is FILE_NOT_FOUND; a malformed index or directory the
+ * catalogue error of resolveModelInput.
+ */
+export async function resolveInputPath(data: DataDir, input: string): Promise<ResolvedInput> {
+  if (input === '' || input.includes('\0')) throw forbidden(input, 'is not a path');
+  const candidate = resolve(data.root, input);
+  const lexical = relative(data.root, candidate);
+  if (lexical === '..' || lexical.startsWith(`..${sep}`) || isAbsolute(lexical)) {
+    throw forbidden(input, 'is outside the data directory; give a path relative to it');
+  }
+  const root = await real(data.root, '.');
+  const jobs = join(root, 'jobs');
+  const check = async (path: string, shown: string): Promise<string> => {
+    const resolved = await real(path, shown);
+    if (!inside(root, resolved))
+      throw forbidden(shown, 'leads outside the data directory (through a symlink)');
+    if (inside(jobs, resolved)) {
+      throw forbidden(shown, "is in the data directory's jobs area, which holds jobs' own files, not inputs");
+    }
+    return resolved;
+  };
+  const path = await check(candidate, input);
+  let model: ModelInput;
+  try {
+    model = await resolveModelInput(path);
+  } catch (err) {
+    throw relativeTo(err, root);
+  }
+  // The files the model reads: each resolved on its own (a shard may be a symlink elsewhere).
+  for (const file of [...(model.index === null ? [] : [model.index]), ...model.files]) {
+    await check(file, join(input, relative(path, file)));
+  }
+  return { path, model };
+}
+
+/** An error with the paths in its parameters shown relative to the data directory. */
+function relativeTo(err: unknown, root: string): unknown {
+  if (!(err instanceof QuantdError)) return err;
+  const params = Object.fromEntries(
+    Object.entries(err.params).map(([k, v]) => [k, typeof v === 'string' ? v.split(root + sep).join('') : v]),
+  );
+  return new QuantdError(err.code, params);
+}

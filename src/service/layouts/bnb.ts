@@ -1,0 +1,318 @@
+/**
+ * The "nf4" and "fp4" layouts: bitsandbytes 4-bit checkpoints as transformers saves a model
+ * loaded with `load_in_4bit` (a Linear4bit's state dict: the packed weight plus its QuantState
+ * `as_dict(packed=True)`), for transformers + bitsandbytes — src/core/interop/bnb.ts has the
+ * numerics.
+ *
+ * write: each linear projection weight `X.weight` [out, in] (n values) becomes
+ * - `X.weight` U8 [ceil(n/2), 1]: the packed codes (quant_storage uint8);
+ * - `X.weight.absmax` F32 [ceil(n/blocksize)];
+ * - `X.weight.quant_map` F32 [16]: the code book (get_4bit_type);
+ * - `X.weight.quant_state.bitsandbytes__nf4` (or `__fp4`) U8: the UTF-8 bytes of Python's
+ *   json.dumps({"quant_type", "blocksize", "dtype", "shape"}) (pack_dict_to_tensor).
+ * Everything else (biases included: Linear4bit keeps its bias in the model dtype) passes through.
+ * Beside the model, `quantization_config.json`: `{"quantization_config": {...}}`, the fields of
+ * transformers' BitsAndBytesConfig.to_dict(), to merge into the model's config.json.
+ * Double quantization (compress_statistics / bnb_4bit_use_double_quant) is not written.
+ *
+ * read (either layout reads both types, the quant state names its type): `X.weight` back to
+ * F32 of the quant state's shape; double-quantized states (nested_absmax, nested_quant_map,
+ * nested_offset) are read too.
+ */
+import { dirname, join } from 'node:path';
+
+import {
+  BNB_BLOCKSIZES,
+  bnbDequantize,
+  bnbNestedAbsmax,
+  bnbQuantize,
+  bnbQuantStateJson,
+  codeTable,
+  type BnbQuantType,
+} from '../../core/interop/bnb.js';
+import { typedView } from '../../core/tensor.js';
+import { QuantdError, shapeText } from '../../errors/index.js';
+import { entryByName, type TensorEntry } from '../../format/safetensors.js';
+import { writeFileAtomic } from '../model.js';
+import {
+  boolOption,
+  checkOptions,
+  commonDType,
+  expectTensor,
+  float32Bytes,
+  float32Of,
+  floatDType,
+  headerTensors,
+  intOption,
+  isLinearWeight,
+  layoutInvalid,
+  noLinear,
+  passThrough,
+  ptMetadata,
+  runJobs,
+  unquantizedModules,
+  withReader,
+  type Job,
+} from './linear-common.js';
+import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
+import type { FloatDType } from '../../core/dtypes.js';
+
+const OPTIONS = {
+  blocksize: `values per absmax block: ${BNB_BLOCKSIZES.join(', ')} (default 64)`,
+  compress_statistics: 'double quantization of the absmax values: false only (true is not implemented)',
+} as const;
+
+export interface BnbParams {
+  readonly blocksize: number;
+}
+
+export function bnbParams(layout: string, options: LayoutOptions): BnbParams {
+  const o = checkOptions(layout, OPTIONS, options);
+  const blocksize = intOption(
+    'blocksize',
+    o['blocksize'],
+    64,
+    (n) => BNB_BLOCKSIZES.includes(n),
+    BNB_BLOCKSIZES.join(', '),
+  );
+  if (boolOption('compress_statistics', o['compress_statistics'], false)) {
+    throw new QuantdError('FEATURE_UNSUPPORTED', {
+      detail:
+        'compress_statistics (bitsandbytes double quantization) is not implemented; omit it or pass false',
+    });
+  }
+  return { blocksize };
+}
+
+const STATE_PREFIX = '.quant_state.bitsandbytes__';
+
+/** The quantization_config transformers writes for a 4-bit bitsandbytes model (BitsAndBytesConfig.to_dict). */
+export function bnbQuantizationConfigJson(
+  type: BnbQuantType,
+  computeDType: FloatDType,
+  skipModules: readonly string[],
+): string {
+  const config = {
+    quant_method: 'bitsandbytes',
+    _load_in_4bit: true,
+    _load_in_8bit: false,
+    load_in_4bit: true,
+    load_in_8bit: false,
+    bnb_4bit_quant_type: type,
+    bnb_4bit_use_double_quant: false,
+    bnb_4bit_compute_dtype: computeDType,
+    bnb_4bit_quant_storage: 'uint8',
+    llm_int8_enable_fp32_cpu_offload: false,
+    llm_int8_has_fp16_weight: false,
+    llm_int8_skip_modules: skipModules.length > 0 ? skipModules : null,
+    llm_int8_threshold: 6,
+  };
+  // BitsAndBytesConfig.post_init requires a float threshold: JSON 6.0, which JSON.stringify writes as 6.
+  const text = JSON.stringify({ quantization_config: config }, null, 2).replace(
+    '"llm_int8_threshold": 6\n',
+    '"llm_int8_threshold": 6.0\n',
+  );
+  return `${text}\n`;
+}
+
+function makeWrite(type: BnbQuantType) {
+  return async function write(
+    input: string,
+    output: string,
+    options: LayoutOptions,
+    hooks: Parameters<InteropLayout['write']>[3] = {},
+  ): Promise<LayoutWriteResult> {
+    const { blocksize } = bnbParams(type, options);
+    return withReader(input, async (reader) => {
+      const entries = reader.header.entries;
+      const quantized = new Set(entries.filter(isLinearWeight).map((e) => e.name));
+      if (quantized.size === 0) throw noLinear();
+      const dtypes = new Set<FloatDType>();
+      const tensors: Array<{ name: string; type: string; note?: string }> = [];
+      const code = codeTable(type);
+      const jobs: Job[] = entries.map((entry): Job => {
+        if (!quantized.has(entry.name)) {
+          tensors.push({ name: entry.name, type: entry.dtype, note: 'passed through' });
+          return passThrough(entry);
+        }
+        const dtype = floatDType(entry);
+        dtypes.add(dtype);
+        const n = entry.shape.reduce((a, b) => a * b, 1);
+        if (n === 0) {
+          throw new QuantdError('SHAPE_UNSUPPORTED', {
+            tensor: entry.name,
+            shape: shapeText(entry.shape),
+            detail: 'bitsandbytes cannot quantize an empty weight',
+          });
+        }
+        const state = new TextEncoder().encode(bnbQuantStateJson(type, blocksize, dtype, entry.shape));
+        tensors.push({ name: entry.name, type: `bitsandbytes ${type} blocksize ${blocksize}` });
+        const w = entry.name;
+        return {
+          inputs: [entry],
+          outputs: [
+            { name: w, dtype: 'U8', shape: [Math.ceil(n / 2), 1] },
+            { name: `${w}.absmax`, dtype: 'F32', shape: [Math.ceil(n / blocksize)] },
+            { name: `${w}.quant_map`, dtype: 'F32', shape: [16] },
+            { name: `${w}${STATE_PREFIX}${type}`, dtype: 'U8', shape: [state.length] },
+          ],
+          produce: ([data]) => {
+            const p = bnbQuantize(entry.name, float32Of(entry, data!), type, blocksize);
+            return [p.packed, float32Bytes(p.absmax), float32Bytes(code.slice()), state];
+          },
+        };
+      });
+      await runJobs(reader, output, jobs, ptMetadata({ 'quantd.layout': type }), hooks);
+      const config = join(dirname(output), 'quantization_config.json');
+      await writeFileAtomic(
+        config,
+        bnbQuantizationConfigJson(type, commonDType(dtypes), unquantizedModules(entries, quantized)),
+      );
+      return { files: [output, config], tensors };
+    });
+  };
+}
+
+interface QuantState {
+  readonly quant_type: BnbQuantType;
+  readonly blocksize: number;
+  readonly shape: readonly number[];
+  readonly nested_blocksize?: number;
+  readonly nested_offset?: number;
+}
+
+function parseState(source: string, name: string, bytes: Uint8Array): QuantState {
+  let state: Record<string, unknown>;
+  try {
+    state = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes)) as Record<string, unknown>;
+  } catch (err) {
+    throw layoutInvalid(source, name, `does not hold a JSON quant state (${(err as Error).message})`);
+  }
+  const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+  const { quant_type, blocksize, shape } = state ?? {};
+  if (quant_type !== 'nf4' && quant_type !== 'fp4') {
+    throw layoutInvalid(source, name, `quant_type ${JSON.stringify(quant_type)} is not nf4 or fp4`);
+  }
+  if (!isCount(blocksize) || blocksize === 0)
+    throw layoutInvalid(source, name, `blocksize ${JSON.stringify(blocksize)} is invalid`);
+  if (!Array.isArray(shape) || !shape.every(isCount)) {
+    throw layoutInvalid(source, name, `shape ${JSON.stringify(shape)} is not a list of sizes`);
+  }
+  const nested = state['nested_blocksize'] !== undefined || state['nested_offset'] !== undefined;
+  if (nested && (!isCount(state['nested_blocksize']) || typeof state['nested_offset'] !== 'number')) {
+    throw layoutInvalid(source, name, 'nested_blocksize / nested_offset are invalid');
+  }
+  return nested
+    ? {
+        quant_type,
+        blocksize,
+        shape,
+        nested_blocksize: state['nested_blocksize'] as number,
+        nested_offset: state['nested_offset'] as number,
+      }
+    : { quant_type, blocksize, shape };
+}
+
+async function read(input: string, output: string): Promise<{ readonly tensors: number }> {
+  return withReader(input, async (reader) => {
+    const { header } = reader;
+    const source = reader.path;
+    const states = header.entries.filter((e) => /\.quant_state\.bitsandbytes__(?:nf4|fp4)$/.test(e.name));
+    const member = new Map<string, string>();
+    const parsed = new Map<string, { state: QuantState; stateEntry: TensorEntry }>();
+    for (const stateEntry of states) {
+      const w = stateEntry.name.slice(0, stateEntry.name.lastIndexOf(STATE_PREFIX));
+      if (parsed.has(w)) throw layoutInvalid(source, stateEntry.name, `is the second quant state of ${w}`);
+      expectTensor(source, stateEntry, stateEntry.name, ['U8'], 1);
+      parsed.set(w, {
+        state: parseState(source, stateEntry.name, await reader.read(stateEntry)),
+        stateEntry,
+      });
+      for (const s of ['', '.absmax', '.quant_map', '.nested_absmax', '.nested_quant_map'])
+        member.set(`${w}${s}`, w);
+      member.set(stateEntry.name, w);
+    }
+    const done = new Set<string>();
+    const jobs: Job[] = [];
+    for (const entry of header.entries) {
+      const w = member.get(entry.name);
+      if (w === undefined) {
+        jobs.push(passThrough(entry));
+        continue;
+      }
+      if (done.has(w)) continue;
+      done.add(w);
+      const { state } = parsed.get(w)!;
+      const n = state.shape.reduce((a, b) => a * b, 1);
+      const blocks = Math.ceil(n / state.blocksize);
+      const nested = state.nested_blocksize !== undefined;
+      const get = (
+        suffix: string,
+        dtypes: Parameters<typeof expectTensor>[3],
+        numel: number,
+      ): TensorEntry => {
+        const e = expectTensor(source, entryByName(header, `${w}${suffix}`), `${w}${suffix}`, dtypes, null);
+        const count = e.shape.reduce((a, b) => a * b, 1);
+        if (count !== numel) {
+          throw layoutInvalid(
+            source,
+            e.name,
+            `has shape ${shapeText(e.shape)} (${count} values), expected ${numel}`,
+          );
+        }
+        return e;
+      };
+      const inputs = [
+        get('', ['U8'], Math.ceil(n / 2)),
+        get('.absmax', [nested ? 'U8' : 'F32'], blocks),
+        get('.quant_map', ['F32'], 16),
+      ];
+      if (nested) {
+        inputs.push(get('.nested_absmax', ['F32'], Math.ceil(blocks / state.nested_blocksize!)));
+        inputs.push(get('.nested_quant_map', ['F32'], 256));
+      }
+      jobs.push({
+        inputs,
+        outputs: [{ name: w, dtype: 'F32', shape: state.shape }],
+        produce: ([packed, absmaxBytes, map, nestedAbsmax, nestedMap]) => {
+          const absmax = nested
+            ? bnbNestedAbsmax(
+                absmaxBytes!,
+                typedView(Float32Array, nestedAbsmax!),
+                typedView(Float32Array, nestedMap!),
+                state.nested_blocksize!,
+                state.nested_offset!,
+              )
+            : typedView(Float32Array, absmaxBytes!);
+          const out = bnbDequantize(packed!, absmax, typedView(Float32Array, map!), state.blocksize, n);
+          return [float32Bytes(out)];
+        },
+      });
+    }
+    const tensors = await runJobs(reader, output, jobs, ptMetadata());
+    return { tensors };
+  });
+}
+
+function makeDetect(type: BnbQuantType) {
+  return function detect(path: string, head: Uint8Array): boolean {
+    const tensors = headerTensors(path, head);
+    if (!tensors) return false;
+    for (const name of tensors.keys()) if (name.endsWith(`${STATE_PREFIX}${type}`)) return true;
+    return false;
+  };
+}
+
+function makeLayout(type: BnbQuantType): InteropLayout {
+  return {
+    name: type,
+    summary: `bitsandbytes ${type.toUpperCase()} 4-bit checkpoint (packed weight + absmax/quant_map/quant_state + quantization_config.json), as transformers saves load_in_4bit models`,
+    options: OPTIONS,
+    write: makeWrite(type),
+    read,
+    detect: makeDetect(type),
+  };
+}
+
+export const nf4Layout: InteropLayout = makeLayout('nf4');
+export const fp4Layout: InteropLayout = makeLayout('fp4');

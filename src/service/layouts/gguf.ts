@@ -1,0 +1,459 @@
+/**
+ * The GGUF layout: a safetensors model in, a GGUF v3 file out whose tensor data is byte-exact
+ * with what llama.cpp's reference quantizers produce for the same float32 rows
+ * (src/core/interop/ggml*.ts), and GGUF files back to float32 safetensors. docs/layouts/gguf.md
+ * describes the choices; in short:
+ *
+ * - Which type each tensor gets follows llama.cpp: tensors of rank ≥ 2 whose name ends in
+ *   "weight" get the chosen `type` when their row length (ne[0], the LAST safetensors dim) is a
+ *   whole number of blocks (32, or 256 for the K-quants); otherwise llama-quantize's fallback:
+ *   Q4_K → Q5_0 and Q6_K → Q8_0 when the row is a multiple of 32, else F16 (for the 32-blocks
+ *   llama-quantize refuses and convert_hf_to_gguf.py falls back to F16, as here). Rank ≤ 1
+ *   tensors (norms, biases) are F32, other rank ≥ 2 tensors F16. Integer buffers are skipped.
+ * - Dimensions are written in ggml order (reversed); names are kept, or (names=gguf, llama
+ *   checkpoints) renamed to llama.cpp's (blk.N.attn_q.weight ...) with q/k rows permuted as
+ *   convert_hf_to_gguf.py does.
+ * - Streaming: tensor infos need only shapes and types, so the header is written first and the
+ *   tensors follow one at a time: memory is bounded by the largest tensor.
+ */
+import { basename, extname } from 'node:path';
+
+import { floatDTypeOfSt, type StDType } from '../../core/dtypes.js';
+import {
+  QUANT_TYPES,
+  canDecode,
+  ggmlEncode,
+  ggmlDecode,
+  ggmlTypeByName,
+  isQuantType,
+  type GgmlQuantType,
+  type GgmlWriteType,
+} from '../../core/interop/ggml.js';
+import { bytesOf, toFloat32 } from '../../core/tensor.js';
+import { QuantdError, shapeText } from '../../errors/index.js';
+import { GgufFileReader, GgufFileWriter } from '../../format/gguf-file.js';
+import {
+  GGUF_MAX_DIMS,
+  GGUF_MAX_TENSOR_NAME,
+  isGguf,
+  type GgufKv,
+  type GgufTensorInfo,
+} from '../../format/gguf.js';
+import { SafetensorsFileReader, SafetensorsFileWriter } from '../../format/safetensors-file.js';
+import type { TensorEntry, TensorPlan } from '../../format/safetensors.js';
+import { throwIfAborted } from '../execute.js';
+import type { Progress } from '../model.js';
+import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
+
+const OPTIONS: Readonly<Record<string, string>> = {
+  type: `ggml type of the weights: ${QUANT_TYPES.join(', ')} (default Q8_0)`,
+  arch: 'general.architecture (default "llama" for a llama-like checkpoint; required otherwise)',
+  name: 'general.name (default: the input file name without its extension)',
+  names:
+    'keep (default): the safetensors tensor names; gguf: llama.cpp names (blk.N.attn_q.weight ...), llama checkpoints only',
+  heads:
+    'with names=gguf: attention heads (num_attention_heads), to permute q_proj rows as convert_hf_to_gguf.py does',
+  kv_heads: 'with names=gguf: key/value heads (num_key_value_heads, default: heads), to permute k_proj rows',
+};
+
+/** llama_ftype (general.file_type) of a file whose weights are mostly `type`. */
+export const LLAMA_FTYPE: Readonly<Record<GgmlQuantType, number>> = {
+  Q4_0: 2, // LLAMA_FTYPE_MOSTLY_Q4_0
+  Q4_1: 3, // LLAMA_FTYPE_MOSTLY_Q4_1
+  Q8_0: 7, // LLAMA_FTYPE_MOSTLY_Q8_0
+  Q5_0: 8, // LLAMA_FTYPE_MOSTLY_Q5_0
+  Q5_1: 9, // LLAMA_FTYPE_MOSTLY_Q5_1
+  Q4_K: 14, // LLAMA_FTYPE_MOSTLY_Q4_K_S: all-Q4_K, as `llama-quantize --pure ... Q4_K_S` writes
+  Q6_K: 18, // LLAMA_FTYPE_MOSTLY_Q6_K
+};
+
+/** GGML_QNT_VERSION: the quantization format version llama.cpp writes. */
+export const QUANTIZATION_VERSION = 2;
+export const ALIGNMENT = 32;
+
+interface GgufOptions {
+  readonly type: GgmlQuantType;
+  readonly arch: string | undefined;
+  readonly name: string | undefined;
+  readonly names: 'keep' | 'gguf';
+  readonly heads: number | undefined;
+  readonly kvHeads: number | undefined;
+}
+
+function bad(option: string, detail: string, value: string): QuantdError {
+  return new QuantdError('OPTION_INVALID', { option, detail, value });
+}
+
+function positiveInt(option: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < 1)
+    throw bad(option, 'must be a positive integer', value);
+  return n;
+}
+
+export function ggufOptions(options: LayoutOptions): GgufOptions {
+  for (const [key, value] of Object.entries(options)) {
+    if (value !== undefined && !Object.hasOwn(OPTIONS, key)) {
+      throw bad(
+        key,
+        `is not an option of the gguf layout (its options: ${Object.keys(OPTIONS).join(', ')})`,
+        value,
+      );
+    }
+  }
+  const typeText = options['type'] ?? 'Q8_0';
+  const type = typeText.toUpperCase();
+  if (!isQuantType(type)) throw bad('type', `must be one of ${QUANT_TYPES.join(', ')}`, typeText);
+  const arch = options['arch'];
+  if (arch !== undefined && !/^[a-z0-9][a-z0-9_-]*$/.test(arch)) {
+    throw bad('arch', 'must be a lowercase architecture name such as llama ([a-z0-9_-])', arch);
+  }
+  const names = options['names'] ?? 'keep';
+  if (names !== 'keep' && names !== 'gguf') throw bad('names', 'must be keep or gguf', names);
+  const heads = positiveInt('heads', options['heads']);
+  const kvHeads = positiveInt('kv_heads', options['kv_heads']);
+  if (names === 'gguf' && heads === undefined) {
+    throw bad(
+      'heads',
+      'is required with names=gguf: llama.cpp expects q_proj/k_proj rows permuted per head (num_attention_heads in config.json)',
+      '(none)',
+    );
+  }
+  if (names === 'keep' && (heads !== undefined || kvHeads !== undefined)) {
+    throw bad(
+      heads !== undefined ? 'heads' : 'kv_heads',
+      'only applies with names=gguf',
+      String(heads ?? kvHeads),
+    );
+  }
+  return { type, arch, name: options['name'], names, heads, kvHeads };
+}
+
+// --- which type each tensor gets ---------------------------------------------------------------
+
+export interface TensorChoice {
+  readonly type: GgmlWriteType;
+  readonly note?: string;
+}
+
+/**
+ * The ggml type llama.cpp would give a float tensor of this name and (safetensors) shape when
+ * asked for `quant`; see the module comment. The row is the last safetensors dimension.
+ */
+export function ggufTensorType(name: string, shape: readonly number[], quant: GgmlQuantType): TensorChoice {
+  if (shape.length <= 1) return { type: 'F32', note: 'rank ≤ 1 (norms, biases) stays F32' };
+  if (!name.endsWith('weight'))
+    return { type: 'F16', note: 'not a weight: F16 as convert_hf_to_gguf.py writes it' };
+  const ne0 = shape[shape.length - 1]!;
+  const block = ggmlTypeByName(quant)!.blockSize;
+  if (ne0 % block === 0) return { type: quant };
+  const fallback = quant === 'Q4_K' ? 'Q5_0' : quant === 'Q6_K' ? 'Q8_0' : undefined;
+  if (fallback !== undefined && ne0 % 32 === 0) {
+    return {
+      type: fallback,
+      note: `${fallback} (row of ${ne0} is not a multiple of ${block}; llama-quantize's fallback)`,
+    };
+  }
+  return { type: 'F16', note: `F16 (row of ${ne0} is not a multiple of ${fallback ? 32 : block})` };
+}
+
+// --- llama.cpp names -----------------------------------------------------------------------------
+
+const LLAMA_GLOBAL: Readonly<Record<string, string>> = {
+  'model.embed_tokens.weight': 'token_embd.weight',
+  'model.norm.weight': 'output_norm.weight',
+  'lm_head.weight': 'output.weight',
+};
+
+const LLAMA_LAYER: Readonly<Record<string, string>> = {
+  'input_layernorm.weight': 'attn_norm.weight',
+  'post_attention_layernorm.weight': 'ffn_norm.weight',
+  'self_attn.q_proj.weight': 'attn_q.weight',
+  'self_attn.k_proj.weight': 'attn_k.weight',
+  'self_attn.v_proj.weight': 'attn_v.weight',
+  'self_attn.o_proj.weight': 'attn_output.weight',
+  'self_attn.q_proj.bias': 'attn_q.bias',
+  'self_attn.k_proj.bias': 'attn_k.bias',
+  'self_attn.v_proj.bias': 'attn_v.bias',
+  'self_attn.o_proj.bias': 'attn_output.bias',
+  'mlp.gate_proj.weight': 'ffn_gate.weight',
+  'mlp.up_proj.weight': 'ffn_up.weight',
+  'mlp.down_proj.weight': 'ffn_down.weight',
+};
+
+const LAYER_NAME = /^model\.layers\.(\d+)\.(.+)$/;
+
+/**
+ * llama.cpp's name of a llama checkpoint tensor (convert_hf_to_gguf.py's tensor map), null for
+ * buffers the converter drops (rotary_emb.inv_freq), undefined when it has none.
+ */
+export function llamaGgufName(name: string): string | null | undefined {
+  if (name.endsWith('rotary_emb.inv_freq')) return null;
+  const global = LLAMA_GLOBAL[name];
+  if (global !== undefined) return global;
+  const m = LAYER_NAME.exec(name);
+  const mapped = m ? LLAMA_LAYER[m[2]!] : undefined;
+  return m && mapped !== undefined ? `blk.${m[1]}.${mapped}` : undefined;
+}
+
+/** Whether the checkpoint looks like a llama one (all float tensors have a llama.cpp name). */
+function isLlamaLike(entries: readonly TensorEntry[]): boolean {
+  const floats = entries.filter((e) => floatDTypeOfSt(e.dtype) !== undefined);
+  return (
+    floats.some((e) => /^model\.layers\.\d+\.self_attn\.q_proj\.weight$/.test(e.name)) &&
+    floats.every((e) => llamaGgufName(e.name) !== undefined)
+  );
+}
+
+/**
+ * convert_hf_to_gguf.py's LlamaModel.permute: the rows of each head, (2, half) interleaved into
+ * (half, 2), i.e. new row h·2r + 2i + s = old row h·2r + s·r + i (r = rows / heads / 2).
+ */
+export function permuteHeads(x: Float32Array, rows: number, heads: number, tensor: string): Float32Array {
+  if (rows % (2 * heads) !== 0) {
+    throw new QuantdError('SHAPE_UNSUPPORTED', {
+      tensor,
+      shape: `[${rows}, ...]`,
+      detail: `its ${rows} rows cannot be split into ${heads} heads of an even size (check heads / kv_heads)`,
+    });
+  }
+  const cols = x.length / rows;
+  const r = rows / heads / 2;
+  const out = new Float32Array(x.length);
+  for (let h = 0; h < heads; h++) {
+    for (let s = 0; s < 2; s++) {
+      for (let i = 0; i < r; i++) {
+        const from = (h * 2 * r + s * r + i) * cols;
+        const to = (h * 2 * r + 2 * i + s) * cols;
+        out.set(x.subarray(from, from + cols), to);
+      }
+    }
+  }
+  return out;
+}
+
+// --- writing -----------------------------------------------------------------------------------
+
+interface PlannedTensor {
+  readonly entry: TensorEntry;
+  readonly name: string;
+  readonly dims: number[];
+  readonly type: GgmlWriteType;
+  readonly permute: number | undefined;
+}
+
+function planTensors(
+  entries: readonly TensorEntry[],
+  o: GgufOptions,
+  source: string,
+): { planned: PlannedTensor[]; report: LayoutWriteResult['tensors'][number][] } {
+  const planned: PlannedTensor[] = [];
+  const report: Array<LayoutWriteResult['tensors'][number]> = [];
+  const names = new Map<string, string>();
+  for (const entry of entries) {
+    if (floatDTypeOfSt(entry.dtype) === undefined) {
+      report.push({ name: entry.name, type: 'skipped', note: `${entry.dtype} is not a float tensor` });
+      continue;
+    }
+    let name = entry.name;
+    let permute: number | undefined;
+    if (o.names === 'gguf') {
+      const mapped = llamaGgufName(entry.name);
+      if (mapped === null) {
+        report.push({ name: entry.name, type: 'skipped', note: 'a buffer convert_hf_to_gguf.py drops' });
+        continue;
+      }
+      if (mapped === undefined) {
+        throw new QuantdError('FEATURE_UNSUPPORTED', {
+          detail: `${source}: tensor ${JSON.stringify(entry.name)} has no llama.cpp name; use names=keep`,
+        });
+      }
+      name = mapped;
+      if (/\.self_attn\.q_proj\.(weight|bias)$/.test(entry.name)) permute = o.heads;
+      if (/\.self_attn\.k_proj\.(weight|bias)$/.test(entry.name)) permute = o.kvHeads ?? o.heads;
+    }
+    if (entry.shape.length > GGUF_MAX_DIMS) {
+      throw new QuantdError('SHAPE_UNSUPPORTED', {
+        tensor: entry.name,
+        shape: shapeText(entry.shape),
+        detail: `GGUF (ggml) tensors have at most ${GGUF_MAX_DIMS} dimensions`,
+      });
+    }
+    if (Buffer.byteLength(name) > GGUF_MAX_TENSOR_NAME) {
+      throw new QuantdError('FEATURE_UNSUPPORTED', {
+        detail: `${source}: tensor name ${JSON.stringify(name)} is longer than the ${GGUF_MAX_TENSOR_NAME} bytes ggml allows`,
+      });
+    }
+    const clash = names.get(name);
+    if (clash !== undefined) throw new QuantdError('NAME_COLLISION', { source, tensor: name });
+    names.set(name, entry.name);
+    const choice = ggufTensorType(name, entry.shape, o.type);
+    const dims = entry.shape.length === 0 ? [1] : [...entry.shape].reverse();
+    planned.push({ entry, name, dims, type: choice.type, permute });
+    report.push({ name, type: choice.type, ...(choice.note !== undefined ? { note: choice.note } : {}) });
+  }
+  return { planned, report };
+}
+
+/** The fp16 fields of a block (d, and m / dmin) must be finite: ggml_validate_row_data rejects others. */
+const HALF_FIELDS: Readonly<Record<GgmlWriteType, readonly number[]>> = {
+  F32: [],
+  F16: [0],
+  Q8_0: [0],
+  Q4_0: [0],
+  Q4_1: [0, 2],
+  Q5_0: [0],
+  Q5_1: [0, 2],
+  Q4_K: [0, 2],
+  Q6_K: [208],
+};
+
+function checkEncodable(x: Float32Array, type: GgmlWriteType, bytes: Uint8Array, tensor: string): void {
+  for (let i = 0; i < x.length; i++) {
+    if (!Number.isFinite(x[i]!)) {
+      throw new QuantdError('INPUT_NOT_FINITE', { tensor, value: x[i], index: i, op: `GGUF ${type}` });
+    }
+  }
+  const t = ggmlTypeByName(type)!;
+  for (let at = 0; at < bytes.length; at += t.typeSize) {
+    for (const field of HALF_FIELDS[type]) {
+      if ((bytes[at + field + 1]! & 0x7c) === 0x7c) {
+        const first = (at / t.typeSize) * t.blockSize;
+        throw new QuantdError('FEATURE_UNSUPPORTED', {
+          detail: `tensor ${tensor}: the ${type} block at element ${first} needs a value or scale beyond float16's range (65504)`,
+        });
+      }
+    }
+  }
+}
+
+async function writeGguf(
+  input: string,
+  output: string,
+  options: LayoutOptions,
+  hooks: { readonly onProgress?: (p: Progress) => void; readonly signal?: AbortSignal } = {},
+): Promise<LayoutWriteResult> {
+  const o = ggufOptions(options);
+  const reader = await SafetensorsFileReader.open(input);
+  try {
+    const { entries } = reader.header;
+    const llama = isLlamaLike(entries);
+    if (o.names === 'gguf' && !llama) {
+      throw new QuantdError('FEATURE_UNSUPPORTED', {
+        detail: `${input}: names=gguf renames llama checkpoints only (model.layers.N.self_attn.q_proj.weight ...)`,
+      });
+    }
+    const arch = o.arch ?? (llama ? 'llama' : undefined);
+    if (arch === undefined) {
+      throw bad(
+        'arch',
+        'is required: the checkpoint is not a llama-like one, so general.architecture is unknown',
+        '(none)',
+      );
+    }
+    const { planned, report } = planTensors(entries, o, input);
+    const kvs: GgufKv[] = [
+      { key: 'general.architecture', value: { type: 'string', value: arch } },
+      { key: 'general.name', value: { type: 'string', value: o.name ?? basename(input, extname(input)) } },
+      { key: 'general.file_type', value: { type: 'uint32', value: LLAMA_FTYPE[o.type] } },
+      { key: 'general.quantization_version', value: { type: 'uint32', value: QUANTIZATION_VERSION } },
+      { key: 'general.alignment', value: { type: 'uint32', value: ALIGNMENT } },
+    ];
+    const writer = await GgufFileWriter.create(
+      output,
+      kvs,
+      planned.map((p) => ({ name: p.name, dims: p.dims, type: p.type })),
+    );
+    try {
+      const bytesTotal = planned.reduce((n, p) => n + (p.entry.end - p.entry.begin), 0);
+      let bytesDone = 0;
+      for (const [i, p] of planned.entries()) {
+        throwIfAborted(hooks.signal);
+        const raw = await reader.read(p.entry);
+        let x = toFloat32(raw, floatDTypeOfSt(p.entry.dtype)!);
+        if (p.permute !== undefined) x = permuteHeads(x, p.entry.shape[0] ?? 1, p.permute, p.entry.name);
+        const bytes = ggmlEncode(p.type, x, p.dims[0]!);
+        checkEncodable(x, p.type, bytes, p.entry.name);
+        await writer.write(p.name, bytes);
+        bytesDone += p.entry.end - p.entry.begin;
+        hooks.onProgress?.({
+          tensorsDone: i + 1,
+          tensorsTotal: planned.length,
+          bytesDone,
+          bytesTotal,
+          tensor: p.name,
+        });
+      }
+      throwIfAborted(hooks.signal);
+      await writer.commit();
+    } catch (err) {
+      await writer.abort();
+      throw err;
+    }
+    return { files: [output], tensors: report };
+  } finally {
+    await reader.close();
+  }
+}
+
+// --- reading -----------------------------------------------------------------------------------
+
+/** ggml integer types (and F64) copy through to the safetensors dtype of the same layout. */
+const PASSTHROUGH: Readonly<Record<string, StDType>> = {
+  I8: 'I8',
+  I16: 'I16',
+  I32: 'I32',
+  I64: 'I64',
+  F64: 'F64',
+};
+
+async function readGguf(input: string, output: string): Promise<{ readonly tensors: number }> {
+  const reader = await GgufFileReader.open(input);
+  try {
+    const { header } = reader;
+    const tensors = [...header.tensors].sort((a, b) => a.offset - b.offset);
+    const plan: TensorPlan[] = tensors.map((t: GgufTensorInfo) => {
+      if (!canDecode(t.type.name) && PASSTHROUGH[t.type.name] === undefined) {
+        throw new QuantdError('FEATURE_UNSUPPORTED', {
+          detail: `${input}: tensor ${JSON.stringify(t.name)} is ${t.type.name}; quantd decodes F32, F16, BF16, ${QUANT_TYPES.join(', ')}`,
+        });
+      }
+      const shape = [...t.dims].reverse();
+      return { name: t.name, dtype: PASSTHROUGH[t.type.name] ?? 'F32', shape };
+    });
+    const metadata: Record<string, string> = { format: 'pt', 'quantd.source': 'gguf' };
+    for (const key of ['general.architecture', 'general.name']) {
+      const v = header.kvs.get(key);
+      if (v?.type === 'string') metadata[`gguf.${key}`] = v.value;
+    }
+    const writer = await SafetensorsFileWriter.create(output, plan, metadata);
+    try {
+      for (const t of tensors) {
+        const bytes = await reader.read(t);
+        if (PASSTHROUGH[t.type.name] !== undefined) {
+          await writer.write(t.name, bytes);
+        } else {
+          await writer.write(t.name, bytesOf(ggmlDecode(t.type.name, bytes, t.numel)));
+        }
+      }
+      await writer.commit();
+    } catch (err) {
+      await writer.abort();
+      throw err;
+    }
+    return { tensors: tensors.length };
+  } finally {
+    await reader.close();
+  }
+}
+
+export const ggufLayout: InteropLayout = {
+  name: 'gguf',
+  summary:
+    'GGUF v3 for llama.cpp / ggml: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, byte-exact with its reference quantizers',
+  options: OPTIONS,
+  write: writeGguf,
+  read: readGguf,
+  detect: (_path: string, head: Uint8Array) => isGguf(head),
+};

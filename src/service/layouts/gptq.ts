@@ -1,0 +1,287 @@
+/**
+ * The "gptq" layout: a GPTQ v1 checkpoint (AutoGPTQ / GPTQModel / vLLM / transformers+optimum) of
+ * round-to-nearest codes — src/core/interop/gptq.ts has the numerics and the exact conventions.
+ *
+ * write: each linear projection weight `X.weight` [out, in] (see LINEAR_WEIGHT) becomes
+ * `X.qweight` I32 [in·bits/32, out], `X.qzeros` I32 [groups, out·bits/32], `X.scales` F16
+ * [groups, out] and `X.g_idx` I32 [in] (the buffers of AutoGPTQ's QuantLinear); `X.bias` of such a
+ * layer is cast to F16 (AutoGPTQ's `linear.bias.clone().half()`); every other tensor passes through.
+ * Beside the model, `quantize_config.json` (AutoGPTQ's BaseQuantizeConfig.to_dict, plus
+ * checkpoint_format "gptq").
+ *
+ * read: every `X.qweight` group back to `X.weight` F32 [out, in] (bits from the shapes, g_idx
+ * honoured, so act-order checkpoints read too); other tensors pass through.
+ */
+import { basename, dirname, join } from 'node:path';
+
+import {
+  GPTQ_BITS,
+  gptqDequantize,
+  gptqQuantize,
+  gptqShapes,
+  type GptqBits,
+  type GptqParams,
+} from '../../core/interop/gptq.js';
+import { fromFloat32, toFloat32 } from '../../core/tensor.js';
+import { floatDTypeOfSt } from '../../core/dtypes.js';
+import { QuantdError, shapeText } from '../../errors/index.js';
+import { entryByName, type TensorEntry } from '../../format/safetensors.js';
+import { writeFileAtomic } from '../model.js';
+import {
+  boolOption,
+  checkOptions,
+  expectTensor,
+  float32Bytes,
+  float32Of,
+  floatDType,
+  headerTensors,
+  int32Bytes,
+  int32View,
+  intOption,
+  isLinearWeight,
+  layoutInvalid,
+  moduleOf,
+  noLinear,
+  passThrough,
+  ptMetadata,
+  runJobs,
+  uint16Bytes,
+  withReader,
+  type Job,
+} from './linear-common.js';
+import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
+
+const OPTIONS = {
+  bits: 'bits per weight: 2, 4 or 8 (default 4)',
+  group_size: 'input columns per group: a positive integer, or -1 for one group per row (default 128)',
+  sym: 'symmetric quantization, zero point 2^(bits-1) (default true); false: per-group min/max zero points',
+} as const;
+
+export function gptqParams(options: LayoutOptions): GptqParams {
+  const o = checkOptions('gptq', OPTIONS, options);
+  const bits = intOption('bits', o['bits'], 4, (n) => GPTQ_BITS.includes(n as GptqBits), '2, 4 or 8');
+  const groupSize = intOption(
+    'group_size',
+    o['group_size'],
+    128,
+    (n) => n === -1 || n > 0,
+    'a positive integer or -1',
+  );
+  const sym = boolOption('sym', o['sym'], true);
+  return { bits: bits as GptqBits, groupSize, sym };
+}
+
+/** quantize_config.json as AutoGPTQ writes it (BaseQuantizeConfig.to_dict) for `params`. */
+export function gptqQuantizeConfig(params: GptqParams, modelFileBaseName: string): Record<string, unknown> {
+  return {
+    bits: params.bits,
+    group_size: params.groupSize,
+    damp_percent: 0.01,
+    desc_act: false,
+    static_groups: false,
+    sym: params.sym,
+    true_sequential: true,
+    model_name_or_path: null,
+    model_file_base_name: modelFileBaseName,
+    quant_method: 'gptq',
+    checkpoint_format: 'gptq',
+  };
+}
+
+const bitsLabel = (p: GptqParams): string =>
+  `gptq int${p.bits} ${p.groupSize === -1 ? 'per-row' : `g${p.groupSize}`} ${p.sym ? 'sym' : 'asym'}`;
+
+async function write(
+  input: string,
+  output: string,
+  options: LayoutOptions,
+  hooks: Parameters<InteropLayout['write']>[3] = {},
+): Promise<LayoutWriteResult> {
+  const params = gptqParams(options);
+  return withReader(input, async (reader) => {
+    const entries = reader.header.entries;
+    const quantized = new Set(entries.filter(isLinearWeight).map((e) => e.name));
+    if (quantized.size === 0) throw noLinear();
+    const report = new Map<string, { type: string; note?: string }>();
+    const jobs: Job[] = entries.map((entry): Job => {
+      if (quantized.has(entry.name)) {
+        const dtype = floatDType(entry);
+        const s = gptqShapes(entry.name, entry.shape, params);
+        const m = moduleOf(entry.name);
+        report.set(entry.name, { type: bitsLabel(params) });
+        return {
+          inputs: [entry],
+          outputs: [
+            { name: `${m}.qweight`, dtype: 'I32', shape: s.qweight },
+            { name: `${m}.qzeros`, dtype: 'I32', shape: s.qzeros },
+            { name: `${m}.scales`, dtype: 'F16', shape: s.scales },
+            { name: `${m}.g_idx`, dtype: 'I32', shape: s.gIdx },
+          ],
+          produce: ([data]) => {
+            const p = gptqQuantize(entry.name, float32Of(entry, data!), entry.shape, dtype, params);
+            const notes: string[] = [];
+            if (p.zeroPointZero > 0) {
+              notes.push(
+                `${p.zeroPointZero} group(s) have zero point 0, which GPTQ v1 cannot store; written with ` +
+                  "GPTQModel's v2-to-v1 borrow (exact for GPTQModel, off for per-field +1 kernels)",
+              );
+            }
+            if (p.clampedCodes > 0) {
+              notes.push(
+                `${p.clampedCodes} code(s) re-derived outside [0, ${2 ** params.bits - 1}] by GPTQ's packing ` +
+                  'were clamped (AutoGPTQ would corrupt the neighbouring fields)',
+              );
+            }
+            if (notes.length > 0) report.set(entry.name, { type: bitsLabel(params), note: notes.join('; ') });
+            return [int32Bytes(p.qweight), int32Bytes(p.qzeros), uint16Bytes(p.scales), int32Bytes(p.gIdx)];
+          },
+        };
+      }
+      if (entry.name.endsWith('.bias') && quantized.has(`${moduleOf(entry.name, '.bias')}.weight`)) {
+        const dtype = floatDType(entry);
+        report.set(entry.name, {
+          type: 'F16',
+          note: 'bias of a quantized layer, cast to float16 as AutoGPTQ does',
+        });
+        return {
+          inputs: [entry],
+          outputs: [{ name: entry.name, dtype: 'F16', shape: entry.shape }],
+          produce: ([data]) => [fromFloat32(toFloat32(data!, dtype), 'float16')],
+        };
+      }
+      report.set(entry.name, { type: entry.dtype, note: 'passed through' });
+      return passThrough(entry);
+    });
+    await runJobs(reader, output, jobs, ptMetadata({ 'quantd.layout': 'gptq' }), hooks);
+    const config = join(dirname(output), 'quantize_config.json');
+    const base = basename(output).replace(/\.safetensors$/, '');
+    await writeFileAtomic(config, `${JSON.stringify(gptqQuantizeConfig(params, base), null, 2)}\n`);
+    return {
+      files: [output, config],
+      tensors: entries.map((e) => ({ name: e.name, ...report.get(e.name)! })),
+    };
+  });
+}
+
+/** The GPTQ tensors of module `m` in a file, validated; bits and sizes from their shapes. */
+function gptqGroup(source: string, header: Parameters<typeof entryByName>[0], m: string) {
+  const qweight = expectTensor(source, entryByName(header, `${m}.qweight`), `${m}.qweight`, ['I32'], 2);
+  const qzeros = expectTensor(source, entryByName(header, `${m}.qzeros`), `${m}.qzeros`, ['I32'], 2);
+  const scales = expectTensor(
+    source,
+    entryByName(header, `${m}.scales`),
+    `${m}.scales`,
+    ['F16', 'BF16', 'F32'],
+    2,
+  );
+  const gEntry = entryByName(header, `${m}.g_idx`);
+  const gIdx = gEntry && expectTensor(source, gEntry, `${m}.g_idx`, ['I32'], 1);
+  const [groups, out] = scales.shape as [number, number];
+  const bad = (name: string, e: TensorEntry, expected: string): QuantdError =>
+    layoutInvalid(source, name, `has shape ${shapeText(e.shape)}, expected ${expected}`);
+  if (qzeros.shape[0] !== groups || out === 0 || (qzeros.shape[1]! * 32) % out !== 0) {
+    throw bad(`${m}.qzeros`, qzeros, `[${groups}, ${out} * bits / 32]`);
+  }
+  const bits = (qzeros.shape[1]! * 32) / out;
+  if (bits === 3) {
+    throw new QuantdError('FEATURE_UNSUPPORTED', {
+      detail: `${source}: ${m} is 3-bit GPTQ, which quantd does not read`,
+    });
+  }
+  if (!GPTQ_BITS.includes(bits as GptqBits))
+    throw bad(`${m}.qzeros`, qzeros, `[${groups}, ${out} * bits / 32]`);
+  if (qweight.shape[1] !== out || (qweight.shape[0]! * 32) % bits !== 0) {
+    throw bad(`${m}.qweight`, qweight, `[in * ${bits} / 32, ${out}]`);
+  }
+  const inF = (qweight.shape[0]! * 32) / bits;
+  if (gIdx && gIdx.shape[0] !== inF) throw bad(`${m}.g_idx`, gIdx, `[${inF}]`);
+  if (groups === 0 || groups > inF) throw bad(`${m}.scales`, scales, `[groups <= ${inF}, ${out}]`);
+  if (!gIdx && inF % groups !== 0) {
+    throw layoutInvalid(
+      source,
+      `${m}.g_idx`,
+      `is missing, and ${groups} groups do not divide in_features ${inF}`,
+    );
+  }
+  return { qweight, qzeros, scales, gIdx, out, inF, groups, bits: bits as GptqBits };
+}
+
+async function read(input: string, output: string): Promise<{ readonly tensors: number }> {
+  return withReader(input, async (reader) => {
+    const { header } = reader;
+    const source = reader.path;
+    const modules = header.entries
+      .filter((e) => e.name.endsWith('.qweight'))
+      .map((e) => moduleOf(e.name, '.qweight'));
+    const member = new Map<string, string>();
+    for (const m of modules) {
+      for (const s of ['qweight', 'qzeros', 'scales', 'g_idx']) member.set(`${m}.${s}`, m);
+    }
+    const done = new Set<string>();
+    const jobs: Job[] = [];
+    for (const entry of header.entries) {
+      const m = member.get(entry.name);
+      if (m === undefined) {
+        jobs.push(passThrough(entry));
+        continue;
+      }
+      if (done.has(m)) continue;
+      done.add(m);
+      const g = gptqGroup(source, header, m);
+      const inputs = [g.qweight, g.qzeros, g.scales, ...(g.gIdx ? [g.gIdx] : [])];
+      jobs.push({
+        inputs,
+        outputs: [{ name: `${m}.weight`, dtype: 'F32', shape: [g.out, g.inF] }],
+        produce: ([qw, qz, sc, gi]) => {
+          const gIdx = gi ? int32View(gi) : null;
+          if (gIdx) {
+            for (const [i, v] of gIdx.entries()) {
+              if (!(v >= 0 && v < g.groups)) {
+                throw layoutInvalid(
+                  source,
+                  `${m}.g_idx`,
+                  `g_idx[${i}] = ${v} is not a group of [0, ${g.groups})`,
+                );
+              }
+            }
+          }
+          const scales = toFloat32(sc!, floatDTypeOfSt(g.scales.dtype)!);
+          const w = gptqDequantize(
+            int32View(qw!),
+            int32View(qz!),
+            scales,
+            gIdx,
+            g.out,
+            g.inF,
+            g.groups,
+            g.bits,
+          );
+          return [float32Bytes(w)];
+        },
+      });
+    }
+    const tensors = await runJobs(reader, output, jobs, ptMetadata());
+    return { tensors };
+  });
+}
+
+function detect(path: string, head: Uint8Array): boolean {
+  const tensors = headerTensors(path, head);
+  if (!tensors) return false;
+  for (const name of tensors.keys()) {
+    if (!name.endsWith('.qweight')) continue;
+    const m = moduleOf(name, '.qweight');
+    if (tensors.has(`${m}.g_idx`) && tensors.has(`${m}.qzeros`) && tensors.has(`${m}.scales`)) return true;
+  }
+  return false;
+}
+
+export const gptqLayout: InteropLayout = {
+  name: 'gptq',
+  summary:
+    'GPTQ v1 checkpoint (qweight/qzeros/scales/g_idx + quantize_config.json) of round-to-nearest codes, for AutoGPTQ, GPTQModel, vLLM and transformers',
+  options: OPTIONS,
+  write,
+  read,
+  detect,
+};
