@@ -4,36 +4,11 @@
  * whose first bytes a layout recognizes is dequantized by that layout.
  */
 import { open } from 'node:fs/promises';
-import { QuantdError } from '../errors/index.js';
-import { LAYOUTS, type InteropLayout, type LayoutOptions } from '../service/layouts/index.js';
+import { LAYOUTS, type InteropLayout } from '../service/layouts/index.js';
+import { parseLayout } from '../service/layouts/parse.js';
 import type { Progress } from '../service/index.js';
 
-/** "gguf:type=Q4_K,arch=llama" → the layout and its options. */
-export function parseLayout(text: string): { layout: InteropLayout; options: LayoutOptions } {
-  const at = text.indexOf(':');
-  const name = (at < 0 ? text : text.slice(0, at)).trim();
-  const layout = LAYOUTS.get(name);
-  if (!layout) {
-    throw new QuantdError('OPTION_INVALID', {
-      option: 'layout',
-      detail: `must be one of ${[...LAYOUTS.keys()].join(', ')}`,
-      value: text,
-    });
-  }
-  const options: Record<string, string> = {};
-  for (const pair of at < 0 ? [] : text.slice(at + 1).split(',')) {
-    const eq = pair.indexOf('=');
-    if (eq <= 0) {
-      throw new QuantdError('OPTION_INVALID', {
-        option: 'layout',
-        detail: `takes options as NAME:key=value,key=value (${name}'s options: ${Object.keys(layout.options).join(', ')})`,
-        value: text,
-      });
-    }
-    options[pair.slice(0, eq).trim()] = pair.slice(eq + 1).trim();
-  }
-  return { layout, options };
-}
+export { parseLayout };
 
 /** The layout that recognizes the file at `path`, or undefined (then it is a qtensor file). */
 export async function detectLayout(path: string): Promise<InteropLayout | undefined> {

@@ -74,12 +74,7 @@ function send(
       resolve({ status: res.statusCode ?? 0, headers: res.headers, body: res }),
     );
     req.on('error', (err) =>
-      reject(
-        new QuantdError('FILE_UNREADABLE', {
-          path: url.origin,
-          detail: `cannot reach the server: ${err.message}`,
-        }),
-      ),
+      reject(new QuantdError('SERVER_UNREACHABLE', { url: url.origin, detail: err.message })),
     );
     if (body) body.pipe(req);
     else req.end();

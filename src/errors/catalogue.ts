@@ -202,6 +202,13 @@ export const catalogue = {
     title: 'Payload too large',
     message: 'the request body of {size} bytes exceeds the limit of {limit} bytes ({setting})',
   },
+  RESULT_TOO_LARGE: {
+    http: 500,
+    grpc: 'RESOURCE_EXHAUSTED',
+    title: 'Result too large for one message',
+    message:
+      'the result of {size} bytes exceeds the largest message of {limit} bytes ({setting}); use QuantizeStream, or /v1/jobs over HTTP',
+  },
   UNSUPPORTED_MEDIA_TYPE: {
     http: 415,
     grpc: 'INVALID_ARGUMENT',

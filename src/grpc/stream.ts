@@ -125,7 +125,13 @@ function planOf(header: StreamHeader, deps: StreamDeps): Plan {
   const request = operationRequest(op, paramsOf(op, header.spec, header.dtype));
   const chunkSize = resultChunkSize(header.chunk_bytes, deps.maxMessage);
   const total = Number(header.total_bytes ?? 0);
-  if (!(total <= deps.limit)) throw new QuantdError('PAYLOAD_TOO_LARGE', { size: total, limit: deps.limit });
+  if (!(total <= deps.limit)) {
+    throw new QuantdError('PAYLOAD_TOO_LARGE', {
+      size: total,
+      limit: deps.limit,
+      setting: 'QUANTD_STREAM_LIMIT',
+    });
+  }
   if (header.tensor) {
     const { name, dtype, shape } = checkTensor(header.tensor, total, 'stream tensor');
     // A raw tensor's header is the whole safetensors header: the operation is planned on it now,
@@ -290,7 +296,11 @@ export async function handleStream(call: Call, deps: StreamDeps): Promise<void> 
     1 + varintSize(total) + Object.entries(metadata).reduce((n, [k, v]) => n + mapEntrySize(k, v), 0),
   );
   if (resultSize > deps.maxMessage) {
-    throw new QuantdError('PAYLOAD_TOO_LARGE', { size: resultSize, limit: deps.maxMessage });
+    throw new QuantdError('RESULT_TOO_LARGE', {
+      size: resultSize,
+      limit: deps.maxMessage,
+      setting: 'QUANTD_BODY_LIMIT',
+    });
   }
   await write(call, deps.signal, { result: { total_bytes: total, metadata } });
   let offset = 0;

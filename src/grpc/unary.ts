@@ -205,7 +205,7 @@ export async function runUnary(
  * copied into a message. QuantizeStream carries results of any size.
  */
 function checkResultSize(size: number, limit: number): void {
-  if (size > limit) throw new QuantdError('PAYLOAD_TOO_LARGE', { size, limit });
+  if (size > limit) throw new QuantdError('RESULT_TOO_LARGE', { size, limit, setting: 'QUANTD_BODY_LIMIT' });
 }
 
 // --- protobuf sizes of an OperationResponse (field numbers < 16: one-byte tags) ------------------

@@ -1,14 +1,12 @@
 /**
  * The job manager: accepts jobs, runs them in the background (QUANTD_JOB_CONCURRENCY at a time,
- * each with runModel over the shared worker pool), keeps their job.json current, and cancels,
- * deletes and resumes them.
+ * each a runModel over the shared worker pool, or a layout's writer: runner.ts), keeps their
+ * job.json current (records.ts), and cancels, deletes and resumes them.
  *
  * - Every state change is written to job.json (progress at most once a second); a submission is
- *   answered, and a final state (succeeded, failed, cancelled) shown, only once written. Writes of
- *   one job are serialised and always write the latest state, so a slow progress write never
- *   lands after the final one.
- * - A job is marked succeeded only after runModel has renamed every result file into place (and
- *   the report is written), with each file's size and data SHA-256.
+ *   answered, and a final state (succeeded, failed, cancelled) shown, only once written.
+ * - A job is marked succeeded only after its run has renamed every result file into place (and
+ *   the report, if it has one, is written), with each file's size and data SHA-256.
  * - Start-up resumes what the previous process left: queued and running jobs are run again from
  *   the start (their partial results removed; `attempts` counts the runs), an upload that was
  *   still being received is failed, a succeeded job whose result files are missing or of the wrong
@@ -16,29 +14,20 @@
  * - Stopping (server shutdown) aborts running jobs without changing their state: the next start
  *   runs them again.
  */
-import { stat } from 'node:fs/promises';
-import { basename, join, sep } from 'node:path';
+import { sep } from 'node:path';
 import { QuantdError } from '../errors/index.js';
-import { SafetensorsFileReader } from '../format/index.js';
-import {
-  planOperation,
-  resolveModelInput,
-  runModel,
-  type Compute,
-  type OperationRequest,
-  type Progress,
-} from '../service/index.js';
-import { DataDir, UPLOAD_RESULT_NAME, checkJobId, newJobId, resolveInputPath } from './paths.js';
+import type { Compute, Progress } from '../service/index.js';
+import { DataDir, checkJobId, newJobId, resolveInputPath } from './paths.js';
 import { patientCompute } from './patient-compute.js';
-import { jobRequest } from './request.js';
+import { JobBook, now, type Entry } from './records.js';
+import { isLayoutJob, jobPlan, type JobPlan } from './request.js';
+import { outputPath, progressOf, runPlan, totalBytes, validatePlan } from './runner.js';
 import {
   FINISHED,
   JobStore,
   jobError,
   type Job,
   type JobInput,
-  type JobProgress,
-  type JobRecord,
   type JobResult,
   type Submission,
 } from './store.js';
@@ -61,25 +50,6 @@ export interface JobManagerOptions {
   /** Least interval between progress writes to job.json (default 1000 ms). */
   readonly progressIntervalMs?: number;
 }
-
-/** Why a run stopped early: the job was cancelled, or the server is stopping. */
-type StopReason = 'cancel' | 'shutdown';
-
-interface Entry {
-  record: JobRecord;
-  /** What the API shows while a final state is being written (see finish). */
-  shown?: Job | undefined;
-  controller?: AbortController;
-  stopReason?: StopReason;
-  /** Settles when the run (if any) has ended and cleaned up. */
-  running?: Promise<void>;
-  /** Serialised job.json writes. */
-  writing?: Promise<void>;
-  dirty: boolean;
-  deleted: boolean;
-}
-
-const now = (): string => new Date().toISOString();
 
 const noLog = { info: () => {}, warn: () => {}, error: () => {} };
 

@@ -5,6 +5,10 @@
  * `keep_1d=true`. With any recipe parameter the spec options are the recipe's default, as on the
  * command line. Everything is checked here, when the job is submitted, and again (the same code)
  * when it runs.
+ *
+ * `layout=NAME:key=value,...` makes it a layout job instead (src/service/layouts: GGUF, GPTQ, AWQ,
+ * NF4/FP4, ONNX): op quantize only, and no other option — a layout quantizes as its format defines
+ * and takes its own options — as on the command line (`quantize --layout`).
  */
 import { parseSpec } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
@@ -17,6 +21,8 @@ import {
   type OperationRequest,
   type RequestParams,
 } from '../service/index.js';
+import type { InteropLayout, LayoutOptions } from '../service/layouts/index.js';
+import { parseLayoutChecked } from '../service/layouts/parse.js';
 import type { JobParams, Submission } from './store.js';
 
 const RECIPE_PARAMS = ['rule', 'skip', 'min_size', 'keep_1d'] as const;
@@ -154,4 +160,50 @@ export function jobRequest(submission: Submission): OperationRequest {
     ...(keep1d !== undefined && flag('keep_1d', keep1d) && { skip1d: false }),
   });
   return { ...base, spec: combined.defaultSpec ?? parseSpec({}), recipe: combined };
+}
+
+/** What a job runs: a whole-model operation (runModel), or an interop layout's writer. */
+export type JobPlan =
+  | { readonly kind: 'model'; readonly request: OperationRequest }
+  | {
+      readonly kind: 'layout';
+      /** The `layout` parameter as given: NAME[:key=value,...]. */
+      readonly text: string;
+      readonly layout: InteropLayout;
+      readonly options: LayoutOptions;
+    };
+
+/** Whether a submission names a layout (the `layout` parameter). */
+export function isLayoutJob(submission: Submission): boolean {
+  return submission.params['layout'] !== undefined;
+}
+
+/**
+ * The plan of a submission; throws the catalogue error of the first bad option. A layout job:
+ * op quantize, `layout` one non-empty string, no recipe and no other option (each refused by
+ * name), and the layout's own options valid (parseLayoutChecked).
+ */
+export function jobPlan(submission: Submission): JobPlan {
+  if (!isLayoutJob(submission)) return { kind: 'model', request: jobRequest(submission) };
+  const { op, params, recipe } = submission;
+  const text = one(params, 'layout');
+  if (typeof text !== 'string' || text.trim() === '') {
+    throw invalid('layout', 'must be a layout name with its options, NAME[:key=value,...]', text ?? '');
+  }
+  if (op !== 'quantize') {
+    throw invalid('op', `must be quantize with layout (a layout writes a quantized model; got ${op})`, op);
+  }
+  const notApplicable = (key: string, value: unknown): QuantdError =>
+    invalid(
+      key,
+      `does not apply with layout=${text}: a layout quantizes as its format defines; give its own options as layout=NAME:key=value`,
+      value,
+    );
+  if (recipe !== undefined) throw notApplicable('recipe', recipe);
+  for (const [key, value] of Object.entries(params)) {
+    if (key === 'layout' || value === '' || (Array.isArray(value) && value.length === 0)) continue;
+    throw notApplicable(key, Array.isArray(value) ? value.join(', ') : value);
+  }
+  const { layout, options } = parseLayoutChecked(text);
+  return { kind: 'layout', text, layout, options };
 }

@@ -234,8 +234,23 @@ async function writeSharded(
     return files;
   } finally {
     await rm(staging, { recursive: true, force: true });
-    // a failed run leaves no directory it made (rmdir: only if still empty)
-    if (!done && created !== undefined) await rmdir(created).catch(() => undefined);
+    // a failed run leaves no directory it made: from the output up to the first one created
+    // (rmdir removes only empty ones)
+    if (!done && created !== undefined) await removeCreated(output, created);
+  }
+}
+
+async function removeCreated(output: string, created: string): Promise<void> {
+  const top = resolve(created);
+  for (let dir = resolve(output); ; dir = dirname(dir)) {
+    if (
+      !(await rmdir(dir).then(
+        () => true,
+        () => false,
+      ))
+    )
+      return;
+    if (dir === top || dirname(dir) === dir) return;
   }
 }
 

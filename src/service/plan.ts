@@ -182,6 +182,10 @@ function planTransform(
               { name: entry.name + MASK_SUFFIX, dtype: 'BOOL' as const, shape: entry.shape },
             ];
     if (request.op === 'quantize' || request.op === 'qparams') {
+      // its entry would overwrite the container's own key (finish() refuses passed-through ones)
+      if (RESERVED_METADATA.includes(entry.name)) {
+        throw new QuantdError('TENSOR_NAME_RESERVED', { source, tensor: entry.name });
+      }
       metadata[entry.name] = encodeMeta(spec, layout, dtype);
     }
     steps.push({

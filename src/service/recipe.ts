@@ -138,7 +138,7 @@ function ruleOf(value: unknown, index: number): RecipeRule {
       : typeof pattern === 'string'
         ? `${kind === 'regex' ? 're:' : ''}${pattern}`
         : '';
-  const label = shown ? `${position} (${shown})` : position;
+  const label = typeof name === 'string' || typeof pattern === 'string' ? `${position} (${shown})` : position;
   checkKeys(label, value, RULE_KEYS);
   if ((glob === undefined) === (regex === undefined)) {
     throw invalid(label, 'needs exactly one of "glob" and "regex"');

@@ -462,6 +462,17 @@ describe.concurrent('unary RPCs: catalogue status, details "CODE: message", quan
     expect(ok.safetensors!.byteLength).toBeGreaterThan(0);
   });
 
+  it('a result over QUANTD_BODY_LIMIT: RESULT_TOO_LARGE (RESOURCE_EXHAUSTED), pointing to QuantizeStream', async () => {
+    // fake-quantize returns the values and a mask: 1.25x its float32 input
+    const n = Math.floor((BODY_LIMIT * 0.9) / 4);
+    const err = await rejection(
+      unary(client, 'FakeQuantize', tensor('float32', [n], bytesOf(new Float32Array(n).fill(0.5)))),
+    );
+    expect(err.code, err.details).toBe(grpc.status.RESOURCE_EXHAUSTED);
+    expect(err.metadata.get('quantd-code')).toEqual(['RESULT_TOO_LARGE']);
+    expect(err.details).toMatch(/use QuantizeStream/);
+  });
+
   it('a message just under QUANTD_BODY_LIMIT is taken', async () => {
     const n = (BODY_LIMIT - 256) / 4;
     const ok = await unary(

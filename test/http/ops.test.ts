@@ -368,7 +368,7 @@ describe('tensor names that are special to JavaScript objects or to the containe
     const q = await post('quantize', fileOfNames(['format', 'w']));
     if (q.status !== 200) {
       // refusing the name is fine: the container format has no room for its metadata
-      expectProblem(q, 'NAME_COLLISION', ['format']);
+      expectProblem(q, 'TENSOR_NAME_RESERVED', ['format']);
       return;
     }
     expect(readTensors(q.body).metadata?.['format']).toBe('quantd.qtensor/1');

@@ -3,6 +3,7 @@ import { awqLayout } from './awq.js';
 import { fp4Layout, nf4Layout } from './bnb.js';
 import { ggufLayout } from './gguf.js';
 import { gptqLayout } from './gptq.js';
+import { onnxLayout } from './onnx.js';
 import type { InteropLayout } from './types.js';
 
 export type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
@@ -13,4 +14,5 @@ export const LAYOUTS: ReadonlyMap<string, InteropLayout> = new Map<string, Inter
   ['nf4', nf4Layout],
   ['fp4', fp4Layout],
   ['gguf', ggufLayout],
+  ['onnx', onnxLayout],
 ]);

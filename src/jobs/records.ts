@@ -1,0 +1,123 @@
+/**
+ * The job manager's book of jobs: each job's record (job.json) in memory and its writes to disk.
+ *
+ * - Every state change goes to job.json. Writes of one job are serialised and always write the
+ *   latest state, so a slow progress write never lands after the final one.
+ * - A change to a final state is shown (by get and list) only once job.json holds it: until then
+ *   the API shows the job as it was, so a client never sees a state a crash could take back.
+ * - A job being removed is never written again.
+ */
+import { QuantdError } from '../errors/index.js';
+import { checkJobId } from './paths.js';
+import type { Job, JobInput, JobRecord, JobStore, Submission } from './store.js';
+
+/** Why a run stopped early: the job was cancelled, or the server is stopping. */
+export type StopReason = 'cancel' | 'shutdown';
+
+export interface Entry {
+  record: JobRecord;
+  /** What the API shows while a final state is being written (see finish). */
+  shown?: Job | undefined;
+  controller?: AbortController | undefined;
+  stopReason?: StopReason | undefined;
+  /** Settles when the run (if any) has ended and cleaned up. */
+  running?: Promise<void> | undefined;
+  /** Serialised job.json writes. */
+  writing?: Promise<void> | undefined;
+  dirty: boolean;
+  deleted: boolean;
+}
+
+export const now = (): string => new Date().toISOString();
+
+export class JobBook {
+  /** In the order the jobs were created (loaded by created_at at start-up). */
+  readonly entries = new Map<string, Entry>();
+
+  constructor(private readonly store: JobStore) {}
+
+  /** A new queued job (not yet in the book, not yet written). */
+  newEntry(id: string, submission: Submission, input: JobInput, receiving: JobRecord['receiving']): Entry {
+    const job: Job = {
+      id,
+      state: 'queued',
+      op: submission.op,
+      input,
+      created_at: now(),
+      started_at: null,
+      finished_at: null,
+      progress: null,
+      attempts: 0,
+      error: null,
+      result: null,
+    };
+    return { record: { format: 'quantd.job/1', job, submission, receiving }, dirty: false, deleted: false };
+  }
+
+  /** The entry of a job the API can see (JOB_NOT_FOUND otherwise: unknown, still uploading, removed). */
+  visible(id: string): Entry {
+    const entry = this.entries.get(checkJobId(id));
+    if (!entry || entry.record.receiving !== null || entry.deleted)
+      throw new QuantdError('JOB_NOT_FOUND', { id });
+    return entry;
+  }
+
+  /** Jobs as shown, newest first (uploads still being received are not jobs yet). */
+  list(): Job[] {
+    return [...this.entries.values()]
+      .filter((e) => e.record.receiving === null && !e.deleted)
+      .map((e) => e.shown ?? e.record.job)
+      .reverse();
+  }
+
+  /** Moves an entry to the end of the creation order (an upload becomes a job when accepted). */
+  moveToEnd(id: string, entry: Entry): void {
+    this.entries.delete(id);
+    this.entries.set(id, entry);
+  }
+
+  /** Removes a job: never written again, its directory deleted. */
+  async remove(id: string): Promise<void> {
+    const entry = this.entries.get(id);
+    if (entry) {
+      entry.deleted = true;
+      await entry.writing?.catch(() => {}); // a write in flight must not land after the removal
+      this.entries.delete(id);
+    }
+    await this.store.remove(id);
+  }
+
+  update(entry: Entry, change: Partial<Job>): void {
+    entry.record = { ...entry.record, job: { ...entry.record.job, ...change } };
+  }
+
+  /** A change to a final state: shown once job.json holds it (see the file comment). */
+  async finish(entry: Entry, change: Partial<Job>): Promise<void> {
+    entry.shown = entry.record.job;
+    this.update(entry, change);
+    try {
+      await this.save(entry);
+    } finally {
+      entry.shown = undefined;
+    }
+  }
+
+  /**
+   * Writes the entry's latest state; resolves once a write that includes it has completed, and
+   * rejects with the write's error (STORAGE_FULL, OUTPUT_UNWRITABLE).
+   */
+  save(entry: Entry): Promise<void> {
+    entry.dirty = true;
+    entry.writing ??= (async () => {
+      try {
+        while (entry.dirty && !entry.deleted) {
+          entry.dirty = false;
+          await this.store.write(entry.record);
+        }
+      } finally {
+        entry.writing = undefined;
+      }
+    })();
+    return entry.writing;
+  }
+}
