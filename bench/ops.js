@@ -19,6 +19,15 @@ export function randomFloats(numel, seed = 1) {
 
 const bytesOf = (x) => new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
 
+/** bfloat16 bytes of x (truncated: the bench needs representative data, not exact rounding), shared like x. */
+function bf16Bytes(x) {
+  const bits = new Uint32Array(x.buffer, x.byteOffset, x.length);
+  const Buffer = x.buffer instanceof SharedArrayBuffer ? SharedArrayBuffer : ArrayBuffer;
+  const out = new Uint16Array(new Buffer(x.length * 2));
+  for (let i = 0; i < x.length; i++) out[i] = bits[i] >>> 16;
+  return new Uint8Array(out.buffer);
+}
+
 function input(x, shape, spec) {
   return { name: 'x', dtype: 'float32', data: bytesOf(x), layout: planLayout('x', shape, spec) };
 }
@@ -68,6 +77,21 @@ function benchOpsOn(x) {
       done(c, r.data, r.mask);
     }),
   ];
+  // what model runs do: int4 g128 with the quality statistics, and from bfloat16 (half the bytes in)
+  const g128 = { qdtype: 'int4', scheme: 'per_group', group_size: 128, mode: 'symmetric' };
+  const measured = async (c, inp, spec) =>
+    done(c, (await c.quantize(inp, spec, undefined, undefined, { quality: true })).data);
+  ops.push(op('choose+quantize+pack+quality per_group int4 g128', g128, [rows, cols], measured));
+  {
+    const spec = parseSpec(g128);
+    const bf16 = bf16Bytes(x);
+    const inp = { name: 'x', dtype: 'bfloat16', data: bf16, layout: planLayout('x', [rows, cols], spec) };
+    ops.push({
+      name: 'choose+quantize+pack+quality per_group int4 g128, bfloat16 in',
+      inputBytes: numel * 2,
+      run: (c) => measured(c, inp, spec),
+    });
+  }
   for (const qdtype of ['int8', 'int4']) {
     const spec = parseSpec({ qdtype, scheme: 'per_channel' });
     const layout = planLayout('x', [rows, cols], spec);

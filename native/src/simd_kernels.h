@@ -503,18 +503,75 @@ QD_TARGET static qd_status QD_NAME(fake_quantize)(const float *x, uint64_t start
  * totals (flushing every few vectors made the kernel 5x slower): the statistics agree with the
  * reference to rounding, about 64 float32 ulps at worst (not bit for bit). */
 
-/* Whether a block's float32 sums of squares (per lane, with the lane's largest |error| and |x|)
+/* Whether a block's float32 sums of squares (per lane, with the lane's largest |error|, and |x| bits)
  * are good to float32 precision: not when a square overflowed (|x| > 1.8e19; or NaN), nor when
  * nonzero squares fell among float32 subnormals (a lane sum under 2^-100). Such blocks are
  * summed again in float64, as the reference does. */
-static int QD_NAME(float32_sums_hold)(const float *err_sq, const float *val_sq, const float *err_max, const float *val_max) {
+static int QD_NAME(float32_sums_hold)(const float *err_sq, const float *val_sq, const float *err_max,
+                                      const int32_t *val_bits) {
   const float tiny = 0x1p-100f;
   for (int k = 0; k < VL; k++) {
     if (!qd_is_finite(err_sq[k]) || !qd_is_finite(val_sq[k])) return 0;
-    if ((err_max[k] > 0 && err_sq[k] < tiny) || (val_max[k] > 0 && val_sq[k] < tiny)) return 0;
+    if ((err_max[k] > 0 && err_sq[k] < tiny) || (val_bits[k] != 0 && val_sq[k] < tiny)) return 0;
   }
   return 1;
 }
+
+/* A quality block's vectors: where each starts in the range, so that a block whose float32 sums
+ * do not hold can be summed again element by element (element k of the range is element
+ * start + k of the tensor, whose unit gives its qparams). */
+typedef struct {
+  int n;
+  uint64_t at[64];
+} QD_NAME(quality_block);
+
+/* Adds a block's per-lane sums to the float64 totals, or, when they do not hold, its elements one
+ * by one. */
+QD_TARGET static void QD_NAME(quality_flush)(QD_NAME(quality_block) * b, vf err_sq, vf val_sq, vf err_max,
+                                             vi val_bits, uint64_t clipped, const float *x, const void *codes,
+                                             uint64_t start, const qd_layout *l, const float *scale,
+                                             const float *zero_point, const qd_quant *q, qd_quality *stats) {
+  if (b->n == 0) return;
+  float sums[3][VL];
+  int32_t bits[VL];
+  vf_store(sums[0], err_sq);
+  vf_store(sums[1], val_sq);
+  vf_store(sums[2], err_max);
+  vi_store(bits, val_bits);
+  if (!QD_NAME(float32_sums_hold)(sums[0], sums[1], sums[2], bits)) {
+    for (int v = 0; v < b->n; v++) {
+      for (uint64_t k = b->at[v]; k < b->at[v] + VL; k++) {
+        const uint64_t unit = ((start + k) / l->inner) % l->channels;
+        const float s = scale[unit];
+        qd_quality_one(x[k], qd_load_code(codes, q->codes, k), s, 1.0f / s, zero_point[unit], q, stats);
+      }
+    }
+  } else {
+    for (int k = 0; k < VL; k++) {
+      stats->sum_sq_error += (double)sums[0][k];
+      stats->sum_sq_value += (double)sums[1][k];
+      if ((double)sums[2][k] > stats->max_abs_error) stats->max_abs_error = (double)sums[2][k];
+    }
+    stats->clipped += clipped;
+  }
+  b->n = 0;
+}
+
+/* One vector's contribution to a set of accumulators. */
+#define QD_QUALITY_STEP(at_, ERR_SQ, VAL_SQ, ERR_MAX)                                                          \
+  do {                                                                                                          \
+    vf v = vf_load(x + (at_));                                                                                  \
+    vf err = vf_sub(v, vf_mul(vf_sub(code_values(codes, kind, (at_)), vzp), vs));                               \
+    ERR_SQ = vf_add(ERR_SQ, vf_mul(err, err));                                                                  \
+    VAL_SQ = vf_add(VAL_SQ, vf_mul(v, v));                                                                      \
+    vf abs_err = vi_bits(vi_and(vf_bits(err), abs_mask));                                                       \
+    ERR_MAX = vf_select(vf_gt(abs_err, ERR_MAX), abs_err, ERR_MAX);                                             \
+    val_bits = vi_or(val_bits, vi_and(vf_bits(v), abs_mask));                                                   \
+    vf t = vf_mul(v, vinv);                                                                                     \
+    vf u = fp8 ? t : (q->add_zero_point_first ? vf_round(vf_add(t, vzp)) : vf_add(vf_round(t), vzp));          \
+    clipped += (uint64_t)vm_count(vm_or(vf_lt(u, lo), vf_gt(u, hi)));                                           \
+    b.at[b.n++] = (at_);                                                                                        \
+  } while (0)
 
 QD_TARGET static qd_status QD_NAME(quality)(const float *x, const void *codes, uint64_t start, uint64_t count,
                                             const qd_layout *l, const float *scale, const float *zero_point,
@@ -525,7 +582,24 @@ QD_TARGET static qd_status QD_NAME(quality)(const float *x, const void *codes, u
     return qd_quality_ref(x, codes, start, count, l, scale, zero_point, q, stats);
   const uint64_t per = (uint64_t)qd_codes_per_byte(kind);
   const int fp8 = kind == QD_CODES_E4M3 || kind == QD_CODES_E5M2;
-  const vf lo = vf_set((float)q->qmin), hi = vf_set((float)q->qmax);
+  const vf lo = vf_set((float)q->qmin), hi = vf_set((float)q->qmax), zero = vf_set(0.0f);
+  const vi abs_mask = vi_set(0x7fffffff);
+  /* Two accumulator sets, so that consecutive vectors do not wait on each other; a block spans
+   * units (per_group rows are short) and goes to float64 every 64 vectors or so. */
+  vf err_sq0 = zero, err_sq1 = zero, val_sq0 = zero, val_sq1 = zero, err_max0 = zero, err_max1 = zero;
+  vi val_bits = vi_set(0);
+  uint64_t clipped = 0;
+  QD_NAME(quality_block) b;
+  b.n = 0;
+#define QD_QUALITY_FLUSH()                                                                                      \
+  do {                                                                                                          \
+    QD_NAME(quality_flush)(&b, vf_add(err_sq0, err_sq1), vf_add(val_sq0, val_sq1),                              \
+                           vf_select(vf_gt(err_max1, err_max0), err_max1, err_max0), val_bits, clipped, x, codes, \
+                           start, l, scale, zero_point, q, stats);                                              \
+    err_sq0 = err_sq1 = val_sq0 = val_sq1 = err_max0 = err_max1 = zero;                                          \
+    val_bits = vi_set(0);                                                                                       \
+    clipped = 0;                                                                                                \
+  } while (0)
   for (uint64_t i = 0; i < count;) {
     uint64_t pos = start + i, unit = (pos / l->inner) % l->channels;
     uint64_t n = l->inner - pos % l->inner;
@@ -535,47 +609,25 @@ QD_TARGET static qd_status QD_NAME(quality)(const float *x, const void *codes, u
     for (; j < n && (i + j) % per; j++)
       qd_quality_one(x[i + j], qd_load_code(codes, kind, i + j), s, inv, zp, q, stats);
     const vf vs = vf_set(s), vinv = vf_set(inv), vzp = vf_set(zp);
-    while (j + VL <= n) {
-      vf err_sq = vf_set(0.0f), val_sq = vf_set(0.0f), err_max = vf_set(0.0f), val_max = vf_set(0.0f);
-      uint64_t clipped = 0;
-      const uint64_t block = j;
-      for (int b = 0; b < 64 && j + VL <= n; b++, j += VL) {
-        vf v = vf_load(x + i + j);
-        vf back = vf_mul(vf_sub(code_values(codes, kind, i + j), vzp), vs);
-        vf err = vf_sub(v, back);
-        err_sq = vf_add(err_sq, vf_mul(err, err));
-        val_sq = vf_add(val_sq, vf_mul(v, v));
-        vf abs_err = vi_bits(vi_and(vf_bits(err), vi_set(0x7fffffff)));
-        err_max = vf_select(vf_gt(abs_err, err_max), abs_err, err_max);
-        vf abs_v = vi_bits(vi_and(vf_bits(v), vi_set(0x7fffffff)));
-        val_max = vf_select(vf_gt(abs_v, val_max), abs_v, val_max);
-        vf t = vf_mul(v, vinv);
-        vf u = fp8 ? t : (q->add_zero_point_first ? vf_round(vf_add(t, vzp)) : vf_add(vf_round(t), vzp));
-        clipped += (uint64_t)vm_count(vm_or(vf_lt(u, lo), vf_gt(u, hi)));
-      }
-      float sums[4][VL];
-      vf_store(sums[0], err_sq);
-      vf_store(sums[1], val_sq);
-      vf_store(sums[2], err_max);
-      vf_store(sums[3], val_max);
-      if (!QD_NAME(float32_sums_hold)(sums[0], sums[1], sums[2], sums[3])) {
-        for (uint64_t b = block; b < j; b++)
-          qd_quality_one(x[i + b], qd_load_code(codes, kind, i + b), s, inv, zp, q, stats);
-        continue;
-      }
-      for (int k = 0; k < VL; k++) {
-        stats->sum_sq_error += (double)sums[0][k];
-        stats->sum_sq_value += (double)sums[1][k];
-        if ((double)sums[2][k] > stats->max_abs_error) stats->max_abs_error = (double)sums[2][k];
-      }
-      stats->clipped += clipped;
+    for (; j + 2 * VL <= n; j += 2 * VL) {
+      QD_QUALITY_STEP(i + j, err_sq0, val_sq0, err_max0);
+      QD_QUALITY_STEP(i + j + VL, err_sq1, val_sq1, err_max1);
+      if (b.n >= 62) QD_QUALITY_FLUSH();
+    }
+    if (j + VL <= n) {
+      QD_QUALITY_STEP(i + j, err_sq0, val_sq0, err_max0);
+      if (b.n >= 62) QD_QUALITY_FLUSH();
+      j += VL;
     }
     for (; j < n; j++) qd_quality_one(x[i + j], qd_load_code(codes, kind, i + j), s, inv, zp, q, stats);
     i += n;
   }
+  QD_QUALITY_FLUSH();
+#undef QD_QUALITY_FLUSH
   stats->count += count;
   return QD_OK;
 }
+#undef QD_QUALITY_STEP
 
 /* ---- conversions ---- */
 

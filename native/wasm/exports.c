@@ -14,6 +14,14 @@ static uint64_t bad;
 
 EXPORT("heap_base") uint32_t qdw_heap_base(void) { return (uint32_t)(uintptr_t)&__heap_base; }
 
+/* The module links no libc (-nostdlib), but clang lowers the zeroing of a struct to memset. The
+ * volatile store keeps it from turning this loop back into a call to itself. */
+void *memset(void *dst, int c, __SIZE_TYPE__ n) {
+  volatile unsigned char *p = (volatile unsigned char *)dst;
+  while (n--) *p++ = (unsigned char)c;
+  return dst;
+}
+
 /* 1: the SIMD128 kernels, 0: the scalar reference. */
 EXPORT("select") int32_t qdw_select(int32_t simd) {
   kernels = qd_select(simd ? "simd128" : "scalar");

@@ -1,7 +1,8 @@
 /**
  * `--layout NAME[:key=value,...]`: write a model in a layout another tool loads (GGUF, GPTQ,
- * AWQ, bitsandbytes NF4/FP4; src/service/layouts), and, for dequantize, read one back: a file
- * whose first bytes a layout recognizes is dequantized by that layout.
+ * AWQ, bitsandbytes NF4/FP4, ONNX MatMulNBits; src/service/layouts), and, for dequantize, read
+ * one back: a file whose first bytes a layout recognizes is dequantized by that layout. The
+ * NAME:key=value syntax is parsed in src/service/layouts/parse.ts (shared with the jobs API).
  */
 import { open } from 'node:fs/promises';
 import { LAYOUTS, type InteropLayout } from '../service/layouts/index.js';

@@ -226,6 +226,9 @@ export class SafetensorsFileReader {
   }
 }
 
+/** Bytes written between background flushes to disk (see SafetensorsFileWriter.flushing). */
+const SYNC_EVERY = 64 * 1024 * 1024;
+
 /** Metadata key of the data section's SHA-256 (WriterOptions.checksum). */
 export const DATA_SHA256_KEY = 'quantd.data_sha256';
 const PLACEHOLDER = '0'.repeat(64);
@@ -261,6 +264,14 @@ export class SafetensorsFileWriter {
   /** The operation in progress; abort() waits for it so it never races a write. */
   private busy: Promise<void> | null = null;
   private readonly hash: Hash | null;
+  /**
+   * A flush of what is written so far, started in the background every SYNC_EVERY bytes: the
+   * disk writes while the next tensors are computed, and commit()'s final fsync is short
+   * (measured: 0.5 s of a 2 s model run went to one fsync at the end).
+   */
+  private flushing: Promise<void> | null = null;
+  private flushError: unknown = null;
+  private unsynced = 0;
 
   private constructor(
     private readonly handle: FileHandle,
@@ -330,6 +341,17 @@ export class SafetensorsFileWriter {
     this.next++;
     this.hash?.update(data);
     await this.run(() => this.writeAt(data, this.dataOffset + entry.begin));
+    this.unsynced += data.length;
+    if (this.unsynced >= SYNC_EVERY && this.flushing === null) {
+      this.unsynced = 0;
+      this.flushing = this.handle.datasync().then(
+        () => void (this.flushing = null),
+        (err: unknown) => {
+          this.flushError = err;
+          this.flushing = null;
+        },
+      );
+    }
   }
 
   /** Flushes the file to disk and renames it over `path`. */
@@ -340,6 +362,8 @@ export class SafetensorsFileWriter {
       return this.fail(`commit before tensor ${JSON.stringify(missing.name)} (and any after it) was written`);
     }
     await this.run(async () => {
+      await this.flushing;
+      if (this.flushError !== null) throw this.flushError;
       if (this.hash && this.headerWith) {
         this.digest = this.hash.digest('hex');
         const header = this.headerWith(this.digest);
@@ -359,6 +383,7 @@ export class SafetensorsFileWriter {
     if (this.state !== 'open') return;
     this.state = 'aborted';
     await this.busy?.catch(() => undefined);
+    await this.flushing;
     await this.handle.close().catch(() => undefined);
     await unlink(this.tempPath).catch(() => undefined);
   }

@@ -156,3 +156,20 @@ function relativeTo(err: unknown, root: string): unknown {
   );
   return new QuantdError(err.code, params);
 }
+
+/**
+ * An error as a client sees it: the paths in its parameters relative to the data directory, and
+ * job `id`'s upload named "upload" (where it is stored is the server's business).
+ */
+export function clientError(err: unknown, data: DataDir, id: string): unknown {
+  if (!(err instanceof QuantdError)) return err;
+  const upload = data.uploadFile(id);
+  const root = data.root + sep;
+  const params = Object.fromEntries(
+    Object.entries(err.params).map(([k, v]) => [
+      k,
+      typeof v === 'string' ? v.split(upload).join('upload').split(root).join('') : v,
+    ]),
+  );
+  return new QuantdError(err.code, params);
+}

@@ -1,7 +1,8 @@
 /**
- * Running one job's plan (request.ts): a whole-model operation with runModel, or an interop
- * layout's writer (`layout.write`) — where its input is read, where its result goes, what it
- * leaves (result files with their sizes and data SHA-256, a quality report or none) — and the
+ * Running one job (runJob): its state from running to succeeded or failed in job.json, its
+ * progress, and its plan (request.ts) — a whole-model operation with runModel, or an interop
+ * layout's writer (`layout.write`): where its input is read, where its result goes, what it
+ * leaves (result files with their sizes and data SHA-256, a quality report or none). Also the
  * checks of a submission that need the model's headers but no tensor data.
  *
  * Result names: an upload's result is `model.safetensors` (a layout's: `model.gguf`, `model.onnx`,
@@ -23,9 +24,11 @@ import {
   type Progress,
 } from '../service/index.js';
 import { layoutExtension } from '../service/layouts/parse.js';
-import { UPLOAD_RESULT_NAME } from './paths.js';
-import type { JobPlan } from './request.js';
-import type { JobProgress, ResultFile } from './store.js';
+import type { JobLog } from './manager.js';
+import { DataDir, UPLOAD_RESULT_NAME, clientError, resolveInputPath } from './paths.js';
+import { now, type Entry, type JobBook } from './records.js';
+import { jobPlan, type JobPlan } from './request.js';
+import { jobError, type JobProgress, type JobStore, type ResultFile } from './store.js';
 
 export interface RunContext {
   readonly compute: Compute;
@@ -138,6 +141,119 @@ async function dataSha256(path: string): Promise<string | null> {
   } finally {
     await reader.close();
   }
+}
+
+export interface RunDeps {
+  readonly book: JobBook;
+  readonly store: JobStore;
+  readonly data: DataDir;
+  readonly compute: Compute;
+  readonly threads: number;
+  /** Least interval between progress writes to job.json. */
+  readonly progressIntervalMs: number;
+  readonly log: () => JobLog;
+}
+
+/**
+ * Runs a queued job to its end: running → succeeded (every result file in place, the report
+ * written) or failed (its partial files removed). A cancelled job's files are removed and its
+ * state left as cancelled; a run stopped by shutdown leaves the job as it is, to run again.
+ */
+export async function runJob(entry: Entry, deps: RunDeps): Promise<void> {
+  const { book, store, data } = deps;
+  const id = entry.record.job.id;
+  const controller = new AbortController();
+  entry.controller = controller;
+  entry.stopReason = undefined;
+  const started = Date.now();
+  book.update(entry, {
+    state: 'running',
+    started_at: new Date(started).toISOString(),
+    finished_at: null,
+    attempts: entry.record.job.attempts + 1,
+    progress: {
+      tensors_done: 0,
+      tensors_total: null,
+      bytes_done: 0,
+      bytes_total: null,
+      bytes_per_second: null,
+      eta_seconds: null,
+    },
+    error: null,
+    result: null,
+  });
+  let lastWrite = 0;
+  const onProgress = (p: Progress): void => {
+    if (entry.record.job.state !== 'running') return;
+    book.update(entry, { progress: progressOf(p, started) });
+    const t = Date.now();
+    if (t - lastWrite >= deps.progressIntervalMs) {
+      lastWrite = t;
+      book
+        .save(entry)
+        .catch((err: unknown) =>
+          deps.log().warn({ err, job: id }, `jobs: progress not saved: ${(err as Error).message}`),
+        );
+    }
+  };
+  try {
+    await book.save(entry);
+    await store.clearResult(id);
+    const plan = jobPlan(entry.record.submission);
+    const resultDir = data.resultDir(id);
+    const { input, output } = await paths(entry, plan, deps);
+    const run = await runPlan(plan, input, output, resultDir, {
+      compute: deps.compute,
+      threads: deps.threads,
+      signal: controller.signal,
+      onProgress,
+    });
+    if (run.report !== null) await store.writeReport(id, run.report);
+    // cancelled (or stopping) just as the run ended: the cancellation wins (checked right
+    // before the state changes, with nothing awaited in between)
+    if (controller.signal.aborted || entry.record.job.state !== 'running') {
+      throw new QuantdError('CANCELLED', { detail: '' });
+    }
+    const last = entry.record.job.progress;
+    await book.finish(entry, {
+      state: 'succeeded',
+      finished_at: now(),
+      result: { sharded: run.sharded, files: run.files },
+      progress: last && { ...last, eta_seconds: 0 },
+    });
+    if (entry.record.job.input.kind === 'upload') await store.removeUpload(id);
+    deps.log().info({ job: id, seconds: (Date.now() - started) / 1000 }, 'jobs: succeeded');
+  } catch (err) {
+    if (entry.stopReason === 'shutdown') return; // runs again on the next start
+    if (entry.stopReason === 'cancel' || entry.record.job.state === 'cancelled') {
+      await store.clearResult(id);
+      return;
+    }
+    const error = jobError(clientError(err, data, id));
+    deps.log().warn({ job: id, code: error.code }, `jobs: failed: ${error.message}`);
+    await store.clearResult(id).catch(() => {});
+    await book
+      .finish(entry, { state: 'failed', finished_at: now(), error, result: null })
+      .catch((e: unknown) =>
+        deps.log().error({ err: e, job: id }, `jobs: state not saved: ${(e as Error).message}`),
+      );
+    if (entry.record.job.input.kind === 'upload') await store.removeUpload(id).catch(() => {});
+  }
+}
+
+/** What a job reads and where its result goes (outputPath). */
+async function paths(entry: Entry, plan: JobPlan, deps: RunDeps): Promise<{ input: string; output: string }> {
+  const { job } = entry.record;
+  const resultDir = deps.data.resultDir(job.id);
+  if (job.input.kind === 'upload') {
+    await deps.store.makeDir(resultDir);
+    return { input: deps.data.uploadFile(job.id), output: outputPath(plan, resultDir, { kind: 'upload' }) };
+  }
+  // resolved again: what the path names may have changed since the submission
+  const resolved = await resolveInputPath(deps.data, job.input.path);
+  const output = outputPath(plan, resultDir, { kind: 'path', model: resolved.model });
+  if (output !== resultDir) await deps.store.makeDir(resultDir);
+  return { input: resolved.path, output };
 }
 
 /** A run's progress as job.json shows it, with its rate and ETA since `started`. */

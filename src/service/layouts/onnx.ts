@@ -79,7 +79,7 @@ export function onnxParams(options: LayoutOptions): OnnxLayoutParams {
     o['block_size'],
     32,
     (n) => MATMULNBITS_BLOCK_SIZES.includes(n),
-    MATMULNBITS_BLOCK_SIZES.join(', '),
+    `one of ${MATMULNBITS_BLOCK_SIZES.join(', ')}`,
   );
   const sym = boolOption('sym', o['sym'], false);
   const accuracyLevel =
