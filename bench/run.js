@@ -6,6 +6,7 @@
 import { parseArgs } from 'node:util';
 import { InlineExecutor, KernelCompute, loadNative, loadWasm } from '../dist/src/kernels/index.js';
 import { PoolCompute } from '../dist/src/pool/index.js';
+import { benchLayouts } from './layouts.js';
 import { benchOps, referenceCompute } from './ops.js';
 import { measureMemcpy, timeBestAsync } from './timing.js';
 
@@ -76,8 +77,11 @@ if (!values.only || values.only === 'native') {
   }
 }
 
+const layoutMib = 4;
+const layouts = values.only ? [] : await benchLayouts(mib, layoutMib, reps);
+
 if (values.json) {
-  console.log(JSON.stringify({ mib, reps, memcpy_gbs: memcpy, rows, scaling }, null, 2));
+  console.log(JSON.stringify({ mib, reps, memcpy_gbs: memcpy, rows, scaling, layouts }, null, 2));
 } else {
   console.log(`tensor: ${mib} MiB of float32 (${numel} elements); best of ${reps}`);
   console.log(`memcpy: ${memcpy.toFixed(2)} GB/s (one thread, same run)`);
@@ -92,5 +96,14 @@ if (values.json) {
     console.log('|---|---:|---:|---:|');
     for (const s of scaling)
       console.log(`| ${s.op} | ${s.one.toFixed(2)} | ${s.two.toFixed(2)} | ${s.speedup.toFixed(2)}× |`);
+  }
+  if (layouts.length) {
+    console.log('');
+    console.log(`Interop layouts (kernels: ${mib} MiB; TypeScript: ${layoutMib} MiB, [rows, ${4096}])`);
+    console.log('');
+    console.log('| layout | backend | GB/s | × memcpy |');
+    console.log('|---|---|---:|---:|');
+    for (const r of layouts)
+      console.log(`| ${r.layout} | ${r.backend} | ${r.gbs.toFixed(2)} | ${(r.gbs / memcpy).toFixed(2)} |`);
   }
 }

@@ -315,6 +315,20 @@ static napi_value js_quality(napi_env env, napi_callback_info info) {
   return status_of(env, s, 0);
 }
 
+/* ggmlQuantize(type, x, out): x.length / 32 ggml blocks (0 Q8_0: 34 bytes, 1 Q4_0: 18 bytes) */
+static napi_value js_ggml_quantize(napi_env env, napi_callback_info info) {
+  ARGS(3);
+  int32_t type;
+  view x, out;
+  if (!get_i32(env, argv[0], &type) || !get_view(env, argv[1], &x) || !get_view(env, argv[2], &out) ||
+      (type != QD_GGML_Q8_0 && type != QD_GGML_Q4_0))
+    return throw_error(env, "quantd addon: ggmlQuantize arguments");
+  const uint64_t blocks = x.bytes / (4 * 32);
+  if (x.bytes % (4 * 32) != 0 || out.bytes < blocks * (type == QD_GGML_Q8_0 ? 34 : 18))
+    return throw_error(env, "quantd addon: ggmlQuantize sizes");
+  return status_of(env, kernels->ggml_quantize(type, x.data, blocks, out.data), 0);
+}
+
 typedef napi_value (*js_fn)(napi_env, napi_callback_info);
 
 /* bind(isa: string) -> an object of kernel functions on that ISA's table, or null when the CPU
@@ -339,7 +353,7 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
       {"minmax", js_minmax},       {"quantize", js_quantize},     {"dequantize", js_dequantize},
       {"fakeQuantize", js_fake_quantize}, {"chooseQuantize", js_choose_quantize}, {"determine", js_determine},
       {"convert", js_convert}, {"quality", js_quality}, {"quantizeMeasured", js_quantize_measured},
-      {"chooseQuantizeMeasured", js_choose_quantize_measured},
+      {"chooseQuantizeMeasured", js_choose_quantize_measured}, {"ggmlQuantize", js_ggml_quantize},
   };
   napi_create_object(env, &out);
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {

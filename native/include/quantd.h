@@ -111,6 +111,18 @@ typedef qd_status (*qd_quality_fn)(const float *x, const void *codes, uint64_t s
                                    const qd_layout *l, const float *scale, const float *zero_point, const qd_quant *q,
                                    qd_quality *stats);
 
+/* ggml's 32-element block types that have kernels (the others are quantized in TypeScript,
+ * src/core/interop/ggml-legacy.ts, which these match byte for byte). */
+typedef enum {
+  QD_GGML_Q8_0 = 0, /* d:f16, qs:int8[32]; 34 bytes */
+  QD_GGML_Q4_0 = 1, /* d:f16, qs:u8[16]; 18 bytes */
+} qd_ggml_type;
+
+/* `blocks` consecutive blocks of 32 floats → ggml blocks, with the rounding of ggml's reference
+ * quantizers (quantize_row_q8_0_ref / _q4_0_ref, compiled without contraction): never fails but
+ * for an unknown type (QD_BAD_ARGUMENT); NaN and Infinity give the bytes the reference gives. */
+typedef qd_status (*qd_ggml_quantize_fn)(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
+
 typedef struct {
   const char *isa;
   qd_minmax_fn minmax;
@@ -120,6 +132,7 @@ typedef struct {
   qd_choose_quantize_fn choose_quantize;
   qd_convert_fn f16_to_f32, bf16_to_f32, f32_to_f16, f32_to_bf16;
   qd_quality_fn quality;
+  qd_ggml_quantize_fn ggml_quantize;
 } qd_kernels;
 
 /* Qparams of each unit from its min and max (torch determine_qparams and the per_token rules).

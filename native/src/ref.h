@@ -25,4 +25,9 @@ void qd_f32_to_bf16_ref(const void *in, uint64_t n, void *out);
 qd_status qd_quality_ref(const float *x, const void *codes, uint64_t start, uint64_t count, const qd_layout *l,
                          const float *scale, const float *zero_point, const qd_quant *q, qd_quality *stats);
 
+/* ggml block quantizers (ggml_ref.c): one block of 32 floats, and the table entry. */
+void qd_ggml_q8_0_block_ref(const float *x, uint8_t *out);
+void qd_ggml_q4_0_block_ref(const float *x, uint8_t *out);
+qd_status qd_ggml_quantize_ref(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
+
 #endif

@@ -31,6 +31,7 @@ QD_V vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
 QD_V vf vf_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 QD_V vf vf_div(vf a, vf b) { return _mm256_div_ps(a, b); }
 QD_V vf vf_round(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+QD_V vf vf_trunc(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
 QD_V vf vf_min(vf a, vf b) { return _mm256_min_ps(a, b); }
 QD_V vf vf_max(vf a, vf b) { return _mm256_max_ps(a, b); }
 
@@ -114,6 +115,11 @@ QD_V __m256i pack4_bytes(vi a, vi b, vi c, vi d, int is_unsigned) {
   return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 QD_V void store4_i8(void *out, vi a, vi b, vi c, vi d) { vi_store(out, pack4_bytes(a, b, c, d, 0)); }
+/* The low byte of each lane (lanes already within 0…255) to VL bytes. */
+QD_V void vi_store_u8(void *p, vi v) {
+  __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
+}
 QD_V void store4_u8(void *out, vi a, vi b, vi c, vi d) { vi_store(out, pack4_bytes(a, b, c, d, 1)); }
 QD_V void store4_i16(void *out, vi a, vi b, vi c, vi d) {
   vi_store(out, _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8));

@@ -30,6 +30,7 @@ QD_V vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
 QD_V vf vf_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 QD_V vf vf_div(vf a, vf b) { return _mm512_div_ps(a, b); }
 QD_V vf vf_round(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+QD_V vf vf_trunc(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
 QD_V vf vf_min(vf a, vf b) { return _mm512_min_ps(a, b); }
 QD_V vf vf_max(vf a, vf b) { return _mm512_max_ps(a, b); }
 
@@ -99,6 +100,8 @@ QD_V void store4_i8(void *out, vi a, vi b, vi c, vi d) {
   _mm_storeu_si128((__m128i *)(o + 32), _mm512_cvtepi32_epi8(c));
   _mm_storeu_si128((__m128i *)(o + 48), _mm512_cvtepi32_epi8(d));
 }
+/* The low byte of each lane (lanes already within 0…255) to VL bytes. */
+QD_V void vi_store_u8(void *p, vi v) { _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(v)); }
 QD_V void store4_u8(void *out, vi a, vi b, vi c, vi d) { store4_i8(out, a, b, c, d); }
 QD_V void store4_i16(void *out, vi a, vi b, vi c, vi d) {
   uint8_t *o = (uint8_t *)out;

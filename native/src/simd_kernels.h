@@ -676,6 +676,8 @@ QD_TARGET static void QD_NAME(f32_to_f16)(const void *in, uint64_t n, void *out)
 #define QD_F32_TO_F16 qd_f32_to_f16_ref
 #endif
 
+#include "simd_ggml.h"
+
 const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_ISA_NAME,
     QD_NAME(minmax),
@@ -688,4 +690,5 @@ const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_F32_TO_F16,
     QD_NAME(f32_to_bf16),
     QD_NAME(quality),
+    QD_NAME(ggml_quantize),
 };

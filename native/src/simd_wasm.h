@@ -31,6 +31,7 @@ QD_V vf vf_add(vf a, vf b) { return wasm_f32x4_add(a, b); }
 QD_V vf vf_sub(vf a, vf b) { return wasm_f32x4_sub(a, b); }
 QD_V vf vf_div(vf a, vf b) { return wasm_f32x4_div(a, b); }
 QD_V vf vf_round(vf a) { return wasm_f32x4_nearest(a); }
+QD_V vf vf_trunc(vf a) { return wasm_f32x4_trunc(a); }
 /* pmin/pmax (a < b ? ...) map to single SSE instructions in engines; NaN lanes are flagged apart. */
 QD_V vf vf_min(vf a, vf b) { return wasm_f32x4_pmin(a, b); }
 QD_V vf vf_max(vf a, vf b) { return wasm_f32x4_pmax(a, b); }
@@ -108,6 +109,11 @@ QD_V vf vf_gather(const float *table, vi idx) {
 /* ---- codes out ---- */
 QD_V void store4_i8(void *out, vi a, vi b, vi c, vi d) {
   wasm_v128_store(out, wasm_i8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(a, b), wasm_i16x8_narrow_i32x4(c, d)));
+}
+/* The low byte of each lane (lanes already within 0…255) to VL bytes. */
+QD_V void vi_store_u8(void *p, vi v) {
+  v128_t w = wasm_u16x8_narrow_i32x4(v, v);
+  wasm_v128_store32_lane(p, wasm_u8x16_narrow_i16x8(w, w), 0);
 }
 QD_V void store4_u8(void *out, vi a, vi b, vi c, vi d) {
   wasm_v128_store(out, wasm_u8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(a, b), wasm_i16x8_narrow_i32x4(c, d)));

@@ -413,6 +413,30 @@ static void test_conversions(const qd_kernels *k) {
   free(h), free(f1), free(f2), free(o1), free(o2);
 }
 
+/* ggml Q8_0 / Q4_0: every variant equals the scalar twin of ggml's reference, block for block,
+ * on blocks of interesting values (halves, ±0, subnormals, huge, ±Inf, NaN) and of one value. */
+static void test_ggml(const qd_kernels *k) {
+  enum { BLOCKS = 64 };
+  float *x = malloc(4 * 32 * BLOCKS);
+  uint8_t *o1 = malloc(34 * BLOCKS), *o2 = malloc(34 * BLOCKS);
+  for (int iter = 0; iter < 300; iter++) {
+    const float scale = iter % 3 == 0 ? 1.0f : iter % 3 == 1 ? 1e-3f : 1e-40f;
+    for (int i = 0; i < 32 * BLOCKS; i++) x[i] = interesting(scale, iter % 4 == 0, iter % 2 == 0);
+    if (iter % 5 == 0) {
+      for (int i = 0; i < 32; i++) x[i] = x[0]; /* all-equal block */
+    }
+    for (int32_t type = QD_GGML_Q8_0; type <= QD_GGML_Q4_0; type++) {
+      const size_t bytes = (type == QD_GGML_Q8_0 ? 34 : 18) * (size_t)BLOCKS;
+      memset(o1, 0xa5, bytes), memset(o2, 0x5a, bytes);
+      CHECK(qd_kernels_ref.ggml_quantize(type, x, BLOCKS, o1) == QD_OK, "ggml ref status");
+      CHECK(k->ggml_quantize(type, x, BLOCKS, o2) == QD_OK, "%s ggml status", k->isa);
+      CHECK(!memcmp(o1, o2, bytes), "%s ggml type %d iteration %d", k->isa, type, iter);
+    }
+  }
+  CHECK(k->ggml_quantize(7, x, 1, o2) == QD_BAD_ARGUMENT, "%s ggml: unknown type", k->isa);
+  free(x), free(o1), free(o2);
+}
+
 /* The reference's own arithmetic on a few hand-checked values (the TS side has the goldens). */
 static void test_reference_values(void) {
   CHECK(qd_rint(2.5f) == 2.0f && qd_rint(3.5f) == 4.0f && qd_rint(-2.5f) == -2.0f, "rint ties to even");
@@ -434,6 +458,18 @@ static void test_reference_values(void) {
   double z;
   qd_determine(&lo, &hi, 1, &c, &s, &z, &bad);
   CHECK(s == 4.0f / 255.0f && z == 64, "uint8 affine on [-1, 3]: scale 4/255, zero point 64");
+  /* ggml: amax 127 gives d = 1 (fp16 0x3c00), and ±2.5 round away from zero to ±3 in Q8_0;
+   * in Q4_0 the largest magnitude -8 gives d = 1, id = 1, and 7.5 + 8.5 = 16 clamps to 15. */
+  float block[32] = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f};
+  uint8_t q8[34], q4[18];
+  qd_kernels_ref.ggml_quantize(QD_GGML_Q8_0, block, 1, q8);
+  CHECK(q8[0] == 0x00 && q8[1] == 0x3c && q8[2] == 127 && q8[3] == 3 && q8[4] == 0xfd && q8[5] == 1 &&
+            q8[6] == 0xff && q8[7] == 0,
+        "Q8_0 rounds half away from zero");
+  float block4[32] = {-8.0f, 7.5f, -0.5f, 0.49f};
+  qd_kernels_ref.ggml_quantize(QD_GGML_Q4_0, block4, 1, q4);
+  CHECK(q4[0] == 0x00 && q4[1] == 0x3c && q4[2] == 0x80 && q4[3] == 0x8f && q4[4] == 0x88 && q4[5] == 0x88,
+        "Q4_0 truncates x·id + 8.5 and clamps at 15");
 }
 
 int main(int argc, char **argv) {
@@ -459,6 +495,7 @@ int main(int argc, char **argv) {
     test_conversions(k);
     test_quality(k);
     test_measured(k);
+    test_ggml(k);
     printf("%s: ok\n", k->isa);
     tested++;
   }

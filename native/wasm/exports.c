@@ -129,3 +129,9 @@ int32_t qdw_quality(const float *x, const void *codes, double start, double coun
   stats_out(&acc, stats);
   return s;
 }
+
+/* x: `blocks` × 32 floats → ggml blocks (type 0 Q8_0, 1 Q4_0) at out */
+EXPORT("ggml_quantize")
+int32_t qdw_ggml_quantize(int32_t type, const float *x, double blocks, uint8_t *out) {
+  return kernels->ggml_quantize(type, x, (uint64_t)blocks, out);
+}

@@ -1,6 +1,7 @@
 /**
  * The gRPC server (quantd.v1.Quantizer, proto/quantd/v1/quantd.proto) beside HTTP, on the same
- * compute, admission and error catalogue. Unary RPCs carry a whole input and result per message;
+ * compute, admission and error catalogue — and quantd.v1.Jobs (jobs.proto, jobs.ts) on HTTP's job
+ * manager. Unary RPCs carry a whole input and result per message;
  * QuantizeStream carries inputs and results of any size in chunks. grpc.health.v1 and server
  * reflection are served too, so grpcurl works without the proto file.
  */
@@ -13,11 +14,13 @@ import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import type { Config } from '../config.js';
 import { QuantdError } from '../errors/index.js';
+import type { JobManager } from '../jobs/manager.js';
 import type { ComputeHandle } from '../pool/index.js';
 import type { Admission } from '../service/index.js';
 import { errorForGrpc, type GrpcError } from './errors.js';
 import { makeMetadataAuthenticator } from './auth.js';
 import { handleStream } from './stream.js';
+import { JOBS_PROTO_FILE, JOBS_SERVICE_NAME, addJobsService } from './jobs.js';
 import { OIP_PROTO_FILE, addOipService } from './oip.js';
 import { runUnary, type UnaryRequest, type UnaryResponse } from './unary.js';
 
@@ -48,6 +51,8 @@ export interface GrpcServerOptions {
   readonly handle: ComputeHandle;
   readonly admission: Admission;
   readonly isReady: () => boolean;
+  /** The job manager HTTP's /v1/jobs uses: quantd.v1.Jobs is served on it when given. */
+  readonly jobs?: JobManager;
   readonly log: { info(obj: object, msg: string): void; error(obj: object, msg: string): void };
 }
 
@@ -67,10 +72,11 @@ const UNARY = {
 
 export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc> {
   const { config, handle, admission } = options;
-  // quantd.v1 and the Open Inference Protocol's inference.GRPCInferenceService (reflection lists both)
-  const definition = protoLoader.loadSync([PROTO_FILE, OIP_PROTO_FILE], LOADER_OPTIONS);
+  // quantd.v1 (Quantizer, Jobs) and the Open Inference Protocol's inference.GRPCInferenceService
+  // (reflection lists them all)
+  const definition = protoLoader.loadSync([PROTO_FILE, JOBS_PROTO_FILE, OIP_PROTO_FILE], LOADER_OPTIONS);
   const proto = grpc.loadPackageDefinition(definition) as unknown as {
-    quantd: { v1: { Quantizer: grpc.ServiceClientConstructor } };
+    quantd: { v1: { Quantizer: grpc.ServiceClientConstructor; Jobs: grpc.ServiceClientConstructor } };
   };
   const limit = Math.min(config.bodyLimit, MAX_MESSAGE);
   const server = new grpc.Server({
@@ -148,7 +154,20 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     report: (err, rpc) => reportError(err, options, rpc),
   });
 
-  const health = new HealthImplementation({ '': 'SERVING', [SERVICE_NAME]: 'SERVING' });
+  // Without a job manager Jobs is not served (UNIMPLEMENTED), as HTTP has no /v1/jobs routes then.
+  if (options.jobs) {
+    addJobsService(server, proto.quantd.v1.Jobs.service, {
+      jobs: options.jobs,
+      admit,
+      report: (err, rpc) => reportError(err, options, rpc),
+    });
+  }
+
+  const served = options.jobs ? [SERVICE_NAME, JOBS_SERVICE_NAME] : [SERVICE_NAME];
+  const health = new HealthImplementation({
+    '': 'SERVING',
+    ...Object.fromEntries(served.map((name) => [name, 'SERVING' as const])),
+  });
   health.addToServer(server);
   new ReflectionService(definition).addToServer(server);
 
@@ -169,8 +188,7 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     port,
     shutdown: (timeoutMs) =>
       new Promise<void>((resolve) => {
-        health.setStatus('', 'NOT_SERVING');
-        health.setStatus(SERVICE_NAME, 'NOT_SERVING');
+        for (const name of ['', ...served]) health.setStatus(name, 'NOT_SERVING');
         const timer = setTimeout(() => {
           server.forceShutdown();
           resolve();

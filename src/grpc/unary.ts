@@ -71,8 +71,11 @@ const SPEC_FIELDS = [
   'exclude',
 ] as const satisfies readonly (keyof SpecMessage)[];
 
-/** The fields of a Spec that are set (an unset field, an empty string or list counts as unset). */
-function specValues(spec: SpecMessage | undefined): Record<string, string | number | string[]> {
+/**
+ * The fields of a Spec that are set (an unset field, an empty string or list counts as unset), in
+ * the HTTP query's names; the Jobs service builds a job's options from them too (job-messages.ts).
+ */
+export function specValues(spec: SpecMessage | undefined): Record<string, string | number | string[]> {
   const values: Record<string, string | number | string[]> = {};
   for (const key of SPEC_FIELDS) {
     const value: unknown = spec?.[key];

@@ -32,6 +32,12 @@ export const CHOOSE_MODE = {
 } as const;
 
 /** Conversion kinds of convert(). */
+/** ggml block types with kernels (native/src/ggml_ref.c): block bytes per 32 floats. */
+export const GGML_KERNEL_TYPES = {
+  Q8_0: { id: 0, blockBytes: 34 },
+  Q4_0: { id: 1, blockBytes: 18 },
+} as const;
+
 export const CONVERT = { f16ToF32: 0, bf16ToF32: 1, f32ToF16: 2, f32ToBf16: 3 } as const;
 
 export interface LayoutArgs {
@@ -128,4 +134,6 @@ export interface KernelModule {
     q: QuantArgs,
     stats: Float64Array,
   ): number;
+  /** x.length / 32 ggml blocks of GGML_KERNEL_TYPES[·].id into out, ggml's reference rounding. */
+  ggmlQuantize(type: number, x: Float32Array, out: Uint8Array): number;
 }

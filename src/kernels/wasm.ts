@@ -34,6 +34,7 @@ interface Exports {
   determine(...args: number[]): number;
   convert(...args: number[]): void;
   quality(...args: number[]): number;
+  ggml_quantize(type: number, x: number, blocks: number, out: number): number;
 }
 
 const CODE_BITS = [8, 8, 16, 32, 4, 4, 2, 2, 8, 8];
@@ -346,6 +347,22 @@ class WasmKernels implements KernelModule {
       );
     }
     this.take(pStats, stats, 0, 40);
+    return this.status(s);
+  }
+
+  ggmlQuantize(type: number, x: Float32Array, out: Uint8Array): number {
+    this.reset();
+    const blockBytes = type === 0 ? 34 : 18;
+    const n = Math.min(CHUNK, x.length);
+    const pX = this.alloc(n * 4);
+    const pOut = this.alloc((n / 32) * blockBytes);
+    let s = 0;
+    for (let off = 0; off < x.length && s === 0; off += CHUNK) {
+      const part = x.subarray(off, off + CHUNK);
+      this.put(pX, part);
+      s = this.e.ggml_quantize(type, pX, part.length / 32, pOut);
+      if (s === 0) this.take(pOut, out, (off / 32) * blockBytes, (part.length / 32) * blockBytes);
+    }
     return this.status(s);
   }
 

@@ -67,7 +67,8 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
   const admission = new Admission(config.poolSize + config.queueLimit);
   let http: FastifyInstance | undefined;
   let grpc: RunningGrpc;
-  // Jobs (/v1/jobs) run in the background on the same pool; each uses all its threads.
+  // Jobs (/v1/jobs, and quantd.v1.Jobs over gRPC: one manager, so one set of jobs) run in the
+  // background on the same pool; each uses all its threads.
   const jobs = new JobManager({
     dataDir: config.dataDir,
     compute: handle.compute,
@@ -80,7 +81,7 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
     jobs.log = http.log;
     await jobs.start(); // resumes what the previous process left
     await http.listen({ host: config.host, port: config.httpPort });
-    grpc = await startGrpc({ config, handle, admission, isReady, log: http.log });
+    grpc = await startGrpc({ config, handle, admission, isReady, jobs, log: http.log });
   } catch (err) {
     // whatever started goes down again: the listener, and the pool's worker threads
     await http?.close().catch(() => {});

@@ -1,9 +1,10 @@
 /**
- * The gRPC side services: grpc.health.v1.Health (Check answers SERVING for '' and
- * quantd.v1.Quantizer, NOT_FOUND for others; Watch sees NOT_SERVING when shutdown starts; a call
+ * The gRPC side services: grpc.health.v1.Health (Check answers SERVING for '',
+ * quantd.v1.Quantizer and quantd.v1.Jobs, NOT_FOUND for others; Watch sees NOT_SERVING when shutdown starts; a call
  * in flight at shutdown still completes, new calls are refused) and server reflection (v1 and
- * v1alpha ServerReflectionInfo list quantd.v1.Quantizer and return the file descriptor that
- * declares it, with its five methods), each over a real connection with clients built from the
+ * v1alpha ServerReflectionInfo list quantd.v1.Quantizer and quantd.v1.Jobs and return the file
+ * descriptor that declares them — @grpc/reflection merges a package's proto files into one — with
+ * the Quantizer's five methods), each over a real connection with clients built from the
  * packages' own proto files.
  */
 import { createRequire } from 'node:module';
@@ -187,7 +188,7 @@ afterAll(async () => {
 });
 
 describe('grpc.health.v1.Health', () => {
-  it.each(['', 'quantd.v1.Quantizer'])('Check(%j) is SERVING', async (service) => {
+  it.each(['', 'quantd.v1.Quantizer', 'quantd.v1.Jobs'])('Check(%j) is SERVING', async (service) => {
     expect(await check(health, service)).toBe('SERVING');
   });
 
@@ -203,10 +204,11 @@ describe('grpc.health.v1.Health', () => {
 describe.each(['v1', 'v1alpha'] as const)('server reflection %s', (version) => {
   const Ctor = reflectionClass(version);
 
-  it('list_services names quantd.v1.Quantizer', async () => {
+  it('list_services names quantd.v1.Quantizer and quantd.v1.Jobs', async () => {
     const r = await reflect(Ctor, t.target, { list_services: '' });
     const names = r.list_services_response?.service.map((s) => s.name) ?? [];
     expect(names, JSON.stringify(r)).toContain('quantd.v1.Quantizer');
+    expect(names, JSON.stringify(r)).toContain('quantd.v1.Jobs');
   });
 
   it.each(['quantd.v1.Quantizer', 'quantd.v1.Quantizer.QuantizeStream', 'quantd.v1.OperationRequest'])(
@@ -252,7 +254,8 @@ describe.each(['v1', 'v1alpha'] as const)('server reflection %s', (version) => {
     const name = fd.find((f) => f.package === 'quantd.v1')!.name;
     const byName = await reflect(Ctor, t.target, { file_by_filename: name });
     const again = byName.file_descriptor_response?.file_descriptor_proto.map(decodeFileDescriptor) ?? [];
-    expect(again.find((f) => f.name === name)?.services.map((s) => s.name)).toEqual(['Quantizer']);
+    // one file per package: quantd.proto's Quantizer and jobs.proto's Jobs
+    expect(again.find((f) => f.name === name)?.services.map((s) => s.name)).toEqual(['Quantizer', 'Jobs']);
   });
 
   it('an unknown symbol is NOT_FOUND in error_response', async () => {

@@ -13,6 +13,7 @@ const ROOT = new URL('../../', import.meta.url).pathname;
 const SOURCES = [
   'native/test/kernels_test.c',
   'native/src/ref.c',
+  'native/src/ggml_ref.c',
   'native/src/measured.c',
   'native/src/dispatch.c',
   'native/src/x86_avx2.c',

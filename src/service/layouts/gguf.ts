@@ -31,6 +31,7 @@ import {
 } from '../../core/interop/ggml.js';
 import { bytesOf, toFloat32 } from '../../core/tensor.js';
 import { QuantdError, shapeText } from '../../errors/index.js';
+import { GGML_KERNEL_TYPES, mainThreadKernels } from '../../kernels/index.js';
 import { GgufFileReader, GgufFileWriter } from '../../format/gguf-file.js';
 import {
   GGUF_MAX_DIMS,
@@ -373,7 +374,7 @@ async function writeGguf(
         const raw = await reader.read(p.entry);
         let x = toFloat32(raw, floatDTypeOfSt(p.entry.dtype)!);
         if (p.permute !== undefined) x = permuteHeads(x, p.entry.shape[0] ?? 1, p.permute, p.entry.name);
-        const bytes = ggmlEncode(p.type, x, p.dims[0]!);
+        const bytes = encodeTensor(p.type, x, p.dims[0]!);
         checkEncodable(x, p.type, bytes, p.entry.name);
         await writer.write(p.name, bytes);
         bytesDone += p.entry.end - p.entry.begin;
@@ -398,6 +399,22 @@ async function writeGguf(
 }
 
 // --- reading -----------------------------------------------------------------------------------
+
+/**
+ * Q8_0 and Q4_0 through the C kernels (native or wasm, byte-identical to ggmlEncode, tested in
+ * test/interop/gguf-kernels.test.ts) when a kernel backend is loaded; every other type, and
+ * QUANTD_BACKEND=js, in TypeScript.
+ */
+function encodeTensor(type: GgmlWriteType, x: Float32Array, ne0: number): Uint8Array {
+  const kernel = type === 'Q8_0' || type === 'Q4_0' ? GGML_KERNEL_TYPES[type] : undefined;
+  const module = kernel === undefined ? null : mainThreadKernels().module;
+  if (kernel === undefined || module === null) return ggmlEncode(type, x, ne0);
+  const out = new Uint8Array((x.length / 32) * kernel.blockBytes);
+  const status = module.ggmlQuantize(kernel.id, x, out);
+  if (status !== 0)
+    throw new QuantdError('INTERNAL', { detail: `ggml ${type} kernel returned status ${status}` });
+  return out;
+}
 
 /** ggml integer types (and F64) copy through to the safetensors dtype of the same layout. */
 const PASSTHROUGH: Readonly<Record<string, StDType>> = {

@@ -1,0 +1,57 @@
+// The interop layouts' block quantizers (issue: GGUF Q8_0 and Q4_0 must beat ggml's own
+// quantize_row_q8_0 ≈ 0.77× and quantize_row_q4_0 ≈ 0.25–0.35× memcpy on this machine). Q8_0 and
+// Q4_0 run in the C kernels (native, wasm) and in TypeScript; the other layouts are TypeScript
+// only and run on a smaller matrix (their rate does not depend on the size).
+import { awqQuantize } from '../dist/src/core/interop/awq.js';
+import { bnbQuantize } from '../dist/src/core/interop/bnb.js';
+import { ggmlEncode } from '../dist/src/core/interop/ggml.js';
+import { gptqQuantize } from '../dist/src/core/interop/gptq.js';
+import { matMulNBitsQuantize } from '../dist/src/core/interop/onnx.js';
+import { GGML_KERNEL_TYPES, loadNative, loadWasm } from '../dist/src/kernels/index.js';
+import { randomFloats } from './ops.js';
+import { timeBestAsync } from './timing.js';
+
+const COLS = 4096;
+
+/** Rows of { layout, backend, gbs } for a float32 matrix of `mib` MiB (`smallMib` for TypeScript). */
+export async function benchLayouts(mib, smallMib, reps) {
+  const rows = [];
+  const time = async (layout, backend, bytes, fn, n = reps) => {
+    const seconds = await timeBestAsync(async () => fn(), n);
+    rows.push({ layout, backend, gbs: bytes / seconds / 1e9 });
+  };
+  const x = randomFloats((mib * 1024 * 1024) / 4);
+  const modules = [];
+  for (const [name, load] of [
+    ['native', loadNative],
+    ['wasm', loadWasm],
+  ]) {
+    try {
+      modules.push([name, load()]);
+    } catch (err) {
+      console.error(`(${name} unavailable: ${err.message})`);
+    }
+  }
+  for (const type of ['Q8_0', 'Q4_0']) {
+    const t = GGML_KERNEL_TYPES[type];
+    const out = new Uint8Array((x.length / 32) * t.blockBytes);
+    for (const [name, m] of modules)
+      await time(`gguf ${type}`, `${name} ${m.isa}`, x.byteLength, () => m.ggmlQuantize(t.id, x, out));
+  }
+
+  const small = randomFloats((smallMib * 1024 * 1024) / 4, 7);
+  const shape = [small.length / COLS, COLS];
+  const ts = (layout, fn) => time(layout, 'js', small.byteLength, fn, Math.min(reps, 2));
+  for (const type of ['Q8_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q4_K', 'Q6_K']) {
+    await ts(`gguf ${type}`, () => ggmlEncode(type, small, COLS));
+  }
+  await ts('gptq 4-bit g128 asym', () =>
+    gptqQuantize('w', small, shape, 'float32', { bits: 4, groupSize: 128, sym: false }),
+  );
+  await ts('awq 4-bit g128', () => awqQuantize('w', small, shape, { groupSize: 128 }));
+  await ts('onnx MatMulNBits b32 asym', () =>
+    matMulNBitsQuantize('w', small, shape, { blockSize: 32, sym: false, scaleType: 'float32' }),
+  );
+  await ts('bitsandbytes nf4 b64', () => bnbQuantize('w', small, 'nf4', 64));
+  return rows;
+}

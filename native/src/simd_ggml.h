@@ -1,0 +1,183 @@
+/*
+ * ggml's Q8_0 and Q4_0 block quantizers over the vector primitives (included by
+ * simd_kernels.h): operation for operation what ggml_ref.c does, so the bytes are identical.
+ * A block of 32 floats is QD_GGML_VECS vectors. A block holding NaN goes to the scalar
+ * reference, whose comparison order decides what NaN does; ±Infinity needs no special case
+ * (every step is the same IEEE operation in both).
+ */
+#define QD_GGML_VECS (32 / VL)
+
+QD_V vf vf_abs(vf v) { return vi_bits(vi_and(vf_bits(v), vi_set(0x7fffffff))); }
+
+/* roundf (half away from zero): trunc, then one step away from zero when the dropped fraction
+ * is at least one half; v - trunc(v) is exact in float32. */
+QD_V vf vf_roundf(vf v) {
+  vf t = vf_trunc(v);
+  vm up = vf_ge(vf_abs(vf_sub(v, t)), vf_set(0.5f));
+  vf one = vi_bits(vi_or(vi_and(vf_bits(v), vi_set(INT32_MIN)), vi_set(0x3f800000))); /* copysign(1, v) */
+  return vf_select(up, vf_add(t, one), t);
+}
+
+/* c_int of integral lanes, except that NaN and values outside int32 (INT32_MIN in C) give 0:
+ * only the low byte of the result is ever used, and INT32_MIN's is 0 too. */
+QD_V vi vi_c_int_low(vf r) {
+  vm in_range = vm_and(vf_ge(r, vf_set(-2147483648.0f)), vf_lt(r, vf_set(2147483648.0f)));
+  return vi_select(in_range, vf_to_vi_sat(r), vi_set(0));
+}
+
+/* Loads a block; 0 when it holds NaN. *amax: the largest magnitude (the bits of non-negative
+ * floats order as integers). */
+QD_V int ggml_load_block(const float *x, vf *v, float *amax) {
+  vm nan = vm_none();
+  vi top = vi_set(0);
+  for (int k = 0; k < QD_GGML_VECS; k++) {
+    v[k] = vf_load(x + k * VL);
+    nan = vm_or(nan, vf_unord(v[k]));
+    top = vi_max(top, vf_bits(vf_abs(v[k])));
+  }
+  int32_t bits = vi_hmax(top);
+  __builtin_memcpy(amax, &bits, 4);
+  return !vm_any(nan);
+}
+
+QD_INLINE void ggml_put_f16(uint8_t *out, float d) {
+  uint16_t h = qd_f32_to_f16(d);
+  out[0] = (uint8_t)h;
+  out[1] = (uint8_t)(h >> 8);
+}
+
+/* Blocks per group: the scales of a group are computed as vectors (two divisions and the fp16
+ * conversion per lane instead of per block), then each block's codes with its broadcast id. */
+#define QD_GGML_GROUP 16
+
+/* What the reference stores for `amax`: d = amax / 127 (Q8_0) or max / -8 (Q4_0) with its fp16
+ * bits, and id = d ? 1/d : 0 — lane for lane the reference's float32 operations. */
+QD_TARGET static void QD_NAME(ggml_scales)(const float *top, float divisor, int n, float *ids, uint8_t *out,
+                                        uint64_t block_bytes) {
+  float d[QD_GGML_GROUP];
+  int i = 0;
+  for (; i + VL <= n; i += VL) {
+    vf dv = vf_div(vf_load(top + i), vf_set(divisor));
+    vm zero = vf_ge(vf_set(0.0f), vf_abs(dv)); /* d == ±0 */
+    vf_store(ids + i, vf_select(zero, vf_set(0.0f), vf_div(vf_set(1.0f), dv)));
+    vf_store(d + i, dv);
+  }
+  for (; i < n; i++) {
+    d[i] = top[i] / divisor;
+    ids[i] = d[i] != 0.0f ? 1.0f / d[i] : 0.0f;
+  }
+  for (int b = 0; b < n; b++) ggml_put_f16(out + block_bytes * (uint64_t)b, d[b]);
+}
+
+/* Codes whose products are far from int32's limits (id finite and at most 2^20: |x·id| stays
+ * near 127, or is NaN from Inf·0) need no range check: NaN converts to a low byte of 0 either way. */
+#define QD_GGML_TAME(id) ((id) <= 1048576.0f)
+
+QD_TARGET static void QD_NAME(ggml_q8_0_group)(const float *x, int n, uint8_t *out) {
+  float top[QD_GGML_GROUP] = {0}, ids[QD_GGML_GROUP];
+  vf v[QD_GGML_VECS];
+  for (int b = 0; b < n; b++) {
+    if (!ggml_load_block(x + 32 * b, v, &top[b])) { /* NaN: the reference's order decides */
+      for (int c = 0; c < n; c++) qd_ggml_q8_0_block_ref(x + 32 * c, out + 34 * c);
+      return;
+    }
+  }
+  QD_NAME(ggml_scales)(top, 127.0f, n, ids, out, 34);
+  for (int b = 0; b < n; b++) {
+    const float *xb = x + 32 * b;
+    uint8_t *ob = out + 34 * b + 2;
+    const vf id = vf_set(ids[b]);
+    vi q[QD_GGML_VECS];
+    if (QD_GGML_TAME(ids[b])) {
+      for (int k = 0; k < QD_GGML_VECS; k++)
+        q[k] = vi_and(vf_to_vi_sat(vf_roundf(vf_mul(vf_load(xb + k * VL), id))), vi_set(0xff));
+    } else {
+      for (int k = 0; k < QD_GGML_VECS; k++)
+        q[k] = vi_and(vi_c_int_low(vf_roundf(vf_mul(vf_load(xb + k * VL), id))), vi_set(0xff));
+    }
+#if 32 % (4 * VL) == 0
+    for (int k = 0; k < QD_GGML_VECS; k += 4) store4_u8(ob + k * VL, q[k], q[k + 1], q[k + 2], q[k + 3]);
+#else
+    for (int k = 0; k < QD_GGML_VECS; k++) vi_store_u8(ob + k * VL, q[k]);
+#endif
+  }
+}
+
+/* The first value of largest magnitude `amax` (the reference's strict `<` keeps the first);
+ * +0 when every value is ±0, as the reference starts from max = 0. */
+QD_TARGET static float QD_NAME(ggml_first_max)(const float *x, float amax) {
+  if (amax == 0.0f) return 0.0f;
+  const vf target = vf_set(amax);
+  for (int k = 0; k < QD_GGML_VECS; k++) {
+    if (!vm_any(vf_ge(vf_abs(vf_load(x + k * VL)), target))) continue;
+    for (int j = k * VL;; j++) {
+      if (__builtin_fabsf(x[j]) == amax) return x[j];
+    }
+  }
+  return 0.0f; /* not reached: amax is one of the magnitudes */
+}
+
+/* The reference's max for Q4_0 from the block's smallest and largest values (order keys, so
+ * that no NaN-free block needs a scan): the one of larger magnitude, unless both magnitudes are
+ * equal — then whichever comes first. 0 when NaN is present. */
+QD_TARGET static int QD_NAME(ggml_signed_max)(const float *x, float *max) {
+  vm nan = vm_none();
+  vi hi = vi_set(INT32_MIN), lo = vi_set(INT32_MAX);
+  for (int k = 0; k < QD_GGML_VECS; k++) {
+    vf v = vf_load(x + k * VL);
+    nan = vm_or(nan, vf_unord(v));
+    vi key = key_of(vf_bits(v));
+    hi = vi_max(hi, key);
+    lo = vi_min(lo, key);
+  }
+  if (vm_any(nan)) return 0;
+  int32_t hk = vi_hmax(hi), lk = vi_hmin(lo);
+  hk ^= (int32_t)((uint32_t)(hk >> 31) >> 1), lk ^= (int32_t)((uint32_t)(lk >> 31) >> 1); /* keys back to bits */
+  float h, l;
+  __builtin_memcpy(&h, &hk, 4);
+  __builtin_memcpy(&l, &lk, 4);
+  const float ah = __builtin_fabsf(h), al = __builtin_fabsf(l);
+  *max = ah > al ? h : al > ah ? l : QD_NAME(ggml_first_max)(x, ah);
+  return 1;
+}
+
+QD_TARGET static void QD_NAME(ggml_q4_0_group)(const float *x, int n, uint8_t *out) {
+  float top[QD_GGML_GROUP] = {0}, ids[QD_GGML_GROUP];
+  for (int b = 0; b < n; b++) {
+    if (!QD_NAME(ggml_signed_max)(x + 32 * b, &top[b])) { /* NaN: the reference's order decides */
+      for (int c = 0; c < n; c++) qd_ggml_q4_0_block_ref(x + 32 * c, out + 18 * c);
+      return;
+    }
+  }
+  QD_NAME(ggml_scales)(top, -8.0f, n, ids, out, 18);
+  for (int b = 0; b < n; b++) {
+    const float *xb = x + 32 * b;
+    const vf id = vf_set(ids[b]);
+    vi q[QD_GGML_VECS];
+    for (int k = 0; k < QD_GGML_VECS; k++) {
+      vf y = vf_trunc(vf_add(vf_mul(vf_load(xb + k * VL), id), vf_set(8.5f)));
+      vi i = QD_GGML_TAME(ids[b]) ? vf_to_vi_sat(y) : vi_c_int_low(y);
+      q[k] = vi_min(vi_sra(vi_sll(i, 24), 24), vi_set(15)); /* (int8_t), then MIN(15, ·) */
+    }
+    /* byte j: element j in the low nibble (all eight bits of it, as the reference ORs them),
+     * element j + 16 in the high one */
+    uint8_t *ob = out + 18 * b + 2;
+    for (int k = 0; k < QD_GGML_VECS / 2; k++) {
+      vi lo = vi_and(q[k], vi_set(0xff)), hi = vi_sll(vi_and(q[k + QD_GGML_VECS / 2], vi_set(0x0f)), 4);
+      vi_store_u8(ob + k * VL, vi_and(vi_or(lo, hi), vi_set(0xff)));
+    }
+  }
+}
+
+QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, uint64_t blocks, uint8_t *out) {
+  if (type != QD_GGML_Q8_0 && type != QD_GGML_Q4_0) return QD_BAD_ARGUMENT;
+  const uint64_t size = type == QD_GGML_Q8_0 ? 34 : 18;
+  for (uint64_t b = 0; b < blocks; b += QD_GGML_GROUP) {
+    const int n = blocks - b < QD_GGML_GROUP ? (int)(blocks - b) : QD_GGML_GROUP;
+    if (type == QD_GGML_Q8_0)
+      QD_NAME(ggml_q8_0_group)(x + 32 * b, n, out + size * b);
+    else
+      QD_NAME(ggml_q4_0_group)(x + 32 * b, n, out + size * b);
+  }
+  return QD_OK;
+}

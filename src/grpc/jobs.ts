@@ -1,0 +1,195 @@
+/**
+ * quantd.v1.Jobs (proto/quantd/v1/jobs.proto): the HTTP jobs API (src/http/job-routes.ts) over
+ * gRPC, on the server's one JobManager — a job is the same job whichever API made or reads it.
+ * Validation, paths, state and result checks are the manager's; this file only maps messages and
+ * streams files.
+ *
+ * Every call is admitted like a Quantizer call (token, readiness, an admission slot) — as HTTP
+ * admits every /v1 request — and Result / Report hold their slot until the stream has ended, as an
+ * HTTP download holds its until the response is closed.
+ */
+import { once } from 'node:events';
+import type { Stats } from 'node:fs';
+import { open, stat, type FileHandle } from 'node:fs/promises';
+import { basename, join } from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import { QuantdError } from '../errors/index.js';
+import type { JobManager } from '../jobs/manager.js';
+import type { ResultFile } from '../jobs/store.js';
+import type { GrpcError } from './errors.js';
+import { jobMessage, submissionOf, type SubmitJobMessage } from './job-messages.js';
+
+export const JOBS_PROTO_FILE = 'quantd/v1/jobs.proto';
+export const JOBS_SERVICE_NAME = 'quantd.v1.Jobs';
+
+/** Data bytes per ResultChunk: under every gRPC client's default 4 MiB receive limit. */
+export const RESULT_CHUNK_BYTES = 1024 * 1024;
+
+export interface JobsServiceDeps {
+  readonly jobs: JobManager;
+  /** Auth, readiness and admission for one call; returns the release of its slot. */
+  readonly admit: (metadata: grpc.Metadata) => () => void;
+  /** The gRPC error for a failure (logged). */
+  readonly report: (err: unknown, rpc: string) => GrpcError;
+}
+
+type Unary<Req> = (call: grpc.ServerUnaryCall<Req, unknown>, callback: grpc.sendUnaryData<unknown>) => void;
+type Streaming<Req> = (call: grpc.ServerWritableStream<Req, unknown>) => void;
+
+/** A file to stream: where it is, the name it is sent under, its size and data hash. */
+interface Outgoing {
+  readonly path: string;
+  readonly file: ResultFile;
+}
+
+export function addJobsService(
+  server: grpc.Server,
+  service: grpc.ServiceDefinition,
+  deps: JobsServiceDeps,
+): void {
+  const { jobs, admit, report } = deps;
+
+  const unary =
+    <Req>(rpc: string, run: (request: Req) => unknown): Unary<Req> =>
+    (call, callback) => {
+      let release: (() => void) | undefined;
+      Promise.resolve()
+        .then(() => {
+          release = admit(call.metadata);
+          return run(call.request);
+        })
+        .then(
+          (response) => callback(null, response),
+          (err: unknown) => callback(report(err, rpc)),
+        )
+        .finally(() => release?.());
+    };
+
+  const streaming =
+    <Req>(rpc: string, files: (request: Req) => Promise<Outgoing[]>): Streaming<Req> =>
+    (call) => {
+      let release: (() => void) | undefined;
+      // the slot is held until the call has ended: its status sent, or the client gone
+      const done = (): void => {
+        release?.();
+        release = undefined;
+      };
+      const gone = new AbortController();
+      call.once('cancelled', () => {
+        gone.abort(
+          new QuantdError('CANCELLED', { detail: ': the call ended (cancelled, or past its deadline)' }),
+        );
+        done();
+      });
+      call.once('close', done);
+      Promise.resolve()
+        .then(async () => {
+          release = admit(call.metadata);
+          await sendFiles(call, await files(call.request), gone.signal);
+        })
+        .catch((err: unknown) => {
+          // a call that has ended (cancelled, past its deadline) has had its status
+          if (!call.cancelled) call.emit('error', report(err, rpc));
+        })
+        .finally(done);
+    };
+
+  const implementation: grpc.UntypedServiceImplementation = {
+    Submit: unary<SubmitJobMessage>('Submit', async (request) => {
+      const { path, submission } = submissionOf(request);
+      return jobMessage(await jobs.submitPath(submission, path));
+    }),
+    Get: unary<{ id?: string }>('Get', (request) => jobMessage(jobs.get(request.id ?? ''))),
+    List: unary<unknown>('List', () => ({ jobs: jobs.list().map(jobMessage) })),
+    Cancel: unary<{ id?: string }>('Cancel', async (request) => {
+      const id = request.id ?? '';
+      // HTTP's DELETE answers 204 for a finished job it removed; here the job is returned as it was
+      const before = jobs.get(id);
+      return jobMessage((await jobs.delete(id)) ?? before);
+    }),
+    Result: streaming<{ id?: string; file?: string }>('Result', async (request) => {
+      const id = request.id ?? '';
+      const { result, dir } = await jobs.result(id);
+      const wanted = request.file ?? '';
+      const chosen = wanted === '' ? result.files : result.files.filter((f) => f.name === wanted);
+      if (chosen.length === 0) {
+        throw new QuantdError('NOT_FOUND', {
+          detail: `job ${id} has no result file ${JSON.stringify(wanted)} (files: ${result.files.map((f) => f.name).join(', ')})`,
+        });
+      }
+      return chosen.map((file) => ({ path: join(dir, file.name), file }));
+    }),
+    Report: streaming<{ id?: string }>('Report', async (request) => {
+      const path = jobs.reportPath(request.id ?? '');
+      const bytes = (await fileStat(path, jobs.data.shown(path))).size;
+      return [{ path, file: { name: basename(path), bytes, data_sha256: null } }];
+    }),
+  };
+  server.addService(service, implementation);
+}
+
+/** A file that is gone is FILE_NOT_FOUND (named by `shown`), as over HTTP. */
+function missing(err: unknown, shown: string): unknown {
+  return (err as NodeJS.ErrnoException).code === 'ENOENT'
+    ? new QuantdError('FILE_NOT_FOUND', { path: shown })
+    : err;
+}
+
+async function openFile(path: string, shown: string): Promise<FileHandle> {
+  return open(path, 'r').catch((err: unknown) => {
+    throw missing(err, shown);
+  });
+}
+
+async function fileStat(path: string, shown: string): Promise<Stats> {
+  return stat(path).catch((err: unknown) => {
+    throw missing(err, shown);
+  });
+}
+
+/** Streams each file in chunks (ResultChunk), at the client's pace, then ends the call. */
+async function sendFiles(
+  call: grpc.ServerWritableStream<unknown, unknown>,
+  files: Outgoing[],
+  signal: AbortSignal,
+): Promise<void> {
+  for (const { path, file } of files) {
+    const handle = await openFile(path, file.name);
+    try {
+      const size = (await handle.stat()).size;
+      if (size !== file.bytes) {
+        throw new QuantdError('INTERNAL', { detail: `result file ${file.name} changed while being opened` });
+      }
+      let offset = 0;
+      do {
+        if (signal.aborted) return;
+        // a fresh buffer per chunk: grpc-js serializes a message only when it leaves the queue
+        const data = Buffer.allocUnsafe(Math.min(RESULT_CHUNK_BYTES, size - offset));
+        const { bytesRead } = await handle.read(data, 0, data.byteLength, offset);
+        if (bytesRead !== data.byteLength) {
+          throw new QuantdError('INTERNAL', { detail: `result file ${file.name} changed while being read` });
+        }
+        const first = offset === 0;
+        const chunk = {
+          file: file.name,
+          offset,
+          data,
+          ...(first && { total_bytes: size }),
+          ...(first && file.data_sha256 !== null && { data_sha256: file.data_sha256 }),
+        };
+        offset += data.byteLength;
+        if (!call.write(chunk)) {
+          try {
+            await once(call, 'drain', { signal });
+          } catch (err) {
+            if (signal.aborted) return; // the client is gone: nothing more to send
+            throw err;
+          }
+        }
+      } while (offset < size);
+    } finally {
+      await handle.close();
+    }
+  }
+  if (!signal.aborted) call.end();
+}
