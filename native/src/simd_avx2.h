@@ -52,6 +52,8 @@ QD_V vi vf_bits(vf v) { return _mm256_castps_si256(v); }
 QD_V vf vi_bits(vi v) { return _mm256_castsi256_ps(v); }
 QD_V vf vi_to_vf(vi v) { return _mm256_cvtepi32_ps(v); }
 
+/* Truncating conversion; NaN and out-of-range lanes give INT32_MIN. */
+QD_V vi vf_to_vi_trunc(vf v) { return _mm256_cvttps_epi32(v); }
 /* Integral float32 lanes to int32, saturating: 2^31 and above (and +Inf) become INT32_MAX;
  * cvtps already turns -2^31 and below (and -Inf) into INT32_MIN. */
 QD_V vi vf_to_vi_sat(vf u) {

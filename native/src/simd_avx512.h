@@ -51,6 +51,8 @@ QD_V vi vf_bits(vf v) { return _mm512_castps_si512(v); }
 QD_V vf vi_bits(vi v) { return _mm512_castsi512_ps(v); }
 QD_V vf vi_to_vf(vi v) { return _mm512_cvtepi32_ps(v); }
 
+/* Truncating conversion; NaN and out-of-range lanes give INT32_MIN. */
+QD_V vi vf_to_vi_trunc(vf v) { return _mm512_cvttps_epi32(v); }
 /* Integral lanes to int32, saturating (see simd_avx2.h). */
 QD_V vi vf_to_vi_sat(vf u) {
   vi c = _mm512_cvtps_epi32(u);

@@ -1,9 +1,10 @@
 /*
  * ggml's Q8_0 and Q4_0 block quantizers over the vector primitives (included by
  * simd_kernels.h): operation for operation what ggml_ref.c does, so the bytes are identical.
- * A block of 32 floats is QD_GGML_VECS vectors. A block holding NaN goes to the scalar
- * reference, whose comparison order decides what NaN does; ±Infinity needs no special case
- * (every step is the same IEEE operation in both).
+ * A block of 32 floats is QD_GGML_VECS vectors; the scales of a group of blocks are vectors
+ * too (a scalar fp16 conversion per block cost more than all the rest of Q8_0). A block holding
+ * NaN goes to the scalar reference, whose comparison order decides what NaN does; ±Infinity
+ * needs no special case (every step is the same IEEE operation in both).
  */
 #define QD_GGML_VECS (32 / VL)
 
@@ -40,12 +41,6 @@ QD_V int ggml_load_block(const float *x, vf *v, float *amax) {
   return !vm_any(nan);
 }
 
-QD_INLINE void ggml_put_f16(uint8_t *out, float d) {
-  uint16_t h = qd_f32_to_f16(d);
-  out[0] = (uint8_t)h;
-  out[1] = (uint8_t)(h >> 8);
-}
-
 /* Blocks per group: the scales of a group are computed as vectors (two divisions and the fp16
  * conversion per lane instead of per block), then each block's codes with its broadcast id. */
 #define QD_GGML_GROUP 16
@@ -55,23 +50,42 @@ QD_INLINE void ggml_put_f16(uint8_t *out, float d) {
 QD_TARGET static void QD_NAME(ggml_scales)(const float *top, float divisor, int n, float *ids, uint8_t *out,
                                         uint64_t block_bytes) {
   float d[QD_GGML_GROUP];
+  uint16_t h[QD_GGML_GROUP];
   int i = 0;
   for (; i + VL <= n; i += VL) {
     vf dv = vf_div(vf_load(top + i), vf_set(divisor));
     vm zero = vf_ge(vf_set(0.0f), vf_abs(dv)); /* d == ±0 */
     vf_store(ids + i, vf_select(zero, vf_set(0.0f), vf_div(vf_set(1.0f), dv)));
+#if QD_HAS_F16C
+    vf_store_f16(h + i, dv);
+#else
     vf_store(d + i, dv);
+    for (int j = i; j < i + VL; j++) h[j] = qd_f32_to_f16(d[j]);
+#endif
   }
   for (; i < n; i++) {
     d[i] = top[i] / divisor;
     ids[i] = d[i] != 0.0f ? 1.0f / d[i] : 0.0f;
+    h[i] = qd_f32_to_f16(d[i]);
   }
-  for (int b = 0; b < n; b++) ggml_put_f16(out + block_bytes * (uint64_t)b, d[b]);
+  for (int b = 0; b < n; b++) {
+    out[block_bytes * (uint64_t)b] = (uint8_t)h[b];
+    out[block_bytes * (uint64_t)b + 1] = (uint8_t)(h[b] >> 8);
+  }
 }
 
 /* Codes whose products are far from int32's limits (id finite and at most 2^20: |x·id| stays
  * near 127, or is NaN from Inf·0) need no range check: NaN converts to a low byte of 0 either way. */
 #define QD_GGML_TAME(id) ((id) <= 1048576.0f)
+
+/* roundf for tame lanes, to int: trunc(v + copysign(½, v)) is exact for |v| ≥ ½ (the sum can
+ * only round onto an integer it already truncates to), and |v| < ½ is 0 — where the sum may
+ * round up to 1. NaN stays NaN, whose conversion has a low byte of 0. */
+QD_V vi vi_roundf_tame(vf v) {
+  vf half = vi_bits(vi_or(vi_and(vf_bits(v), vi_set(INT32_MIN)), vi_set(0x3f000000))); /* copysign(½, v) */
+  vi r = vf_to_vi_trunc(vf_add(v, half));
+  return vi_select(vf_lt(vf_abs(v), vf_set(0.5f)), vi_set(0), r);
+}
 
 QD_TARGET static void QD_NAME(ggml_q8_0_group)(const float *x, int n, uint8_t *out) {
   float top[QD_GGML_GROUP] = {0}, ids[QD_GGML_GROUP];
@@ -90,7 +104,7 @@ QD_TARGET static void QD_NAME(ggml_q8_0_group)(const float *x, int n, uint8_t *o
     vi q[QD_GGML_VECS];
     if (QD_GGML_TAME(ids[b])) {
       for (int k = 0; k < QD_GGML_VECS; k++)
-        q[k] = vi_and(vf_to_vi_sat(vf_roundf(vf_mul(vf_load(xb + k * VL), id))), vi_set(0xff));
+        q[k] = vi_and(vi_roundf_tame(vf_mul(vf_load(xb + k * VL), id)), vi_set(0xff));
     } else {
       for (int k = 0; k < QD_GGML_VECS; k++)
         q[k] = vi_and(vi_c_int_low(vf_roundf(vf_mul(vf_load(xb + k * VL), id))), vi_set(0xff));
@@ -155,8 +169,8 @@ QD_TARGET static void QD_NAME(ggml_q4_0_group)(const float *x, int n, uint8_t *o
     const vf id = vf_set(ids[b]);
     vi q[QD_GGML_VECS];
     for (int k = 0; k < QD_GGML_VECS; k++) {
-      vf y = vf_trunc(vf_add(vf_mul(vf_load(xb + k * VL), id), vf_set(8.5f)));
-      vi i = QD_GGML_TAME(ids[b]) ? vf_to_vi_sat(y) : vi_c_int_low(y);
+      vf y = vf_add(vf_mul(vf_load(xb + k * VL), id), vf_set(8.5f));
+      vi i = QD_GGML_TAME(ids[b]) ? vf_to_vi_trunc(y) : vi_c_int_low(vf_trunc(y));
       q[k] = vi_min(vi_sra(vi_sll(i, 24), 24), vi_set(15)); /* (int8_t), then MIN(15, ·) */
     }
     /* byte j: element j in the low nibble (all eight bits of it, as the reference ORs them),

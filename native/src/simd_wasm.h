@@ -36,6 +36,8 @@ QD_V vf vf_trunc(vf a) { return wasm_f32x4_trunc(a); }
 QD_V vf vf_min(vf a, vf b) { return wasm_f32x4_pmin(a, b); }
 QD_V vf vf_max(vf a, vf b) { return wasm_f32x4_pmax(a, b); }
 
+/* Truncating conversion; NaN gives 0 and out-of-range lanes saturate (unlike x86). */
+QD_V vi vf_to_vi_trunc(vf v) { return wasm_i32x4_trunc_sat_f32x4(v); }
 QD_V vi vi_load(const void *p) { return wasm_v128_load(p); }
 QD_V void vi_store(void *p, vi v) { wasm_v128_store(p, v); }
 QD_V vi vi_set(int32_t x) { return wasm_i32x4_splat(x); }
