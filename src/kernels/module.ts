@@ -31,13 +31,13 @@ export const CHOOSE_MODE = {
   token_affine: 4,
 } as const;
 
-/** Conversion kinds of convert(). */
 /** ggml block types with kernels (native/src/ggml_ref.c): block bytes per 32 floats. */
 export const GGML_KERNEL_TYPES = {
   Q8_0: { id: 0, blockBytes: 34 },
   Q4_0: { id: 1, blockBytes: 18 },
 } as const;
 
+/** Conversion kinds of convert(). */
 export const CONVERT = { f16ToF32: 0, bf16ToF32: 1, f32ToF16: 2, f32ToBf16: 3 } as const;
 
 export interface LayoutArgs {

@@ -7,7 +7,13 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { KernelLoadError } from './native.js';
-import type { ChooseArgs, KernelModule, LayoutArgs, QuantArgs } from './module.js';
+import {
+  GGML_KERNEL_TYPES,
+  type ChooseArgs,
+  type KernelModule,
+  type LayoutArgs,
+  type QuantArgs,
+} from './module.js';
 
 function packageRoot(): string {
   const here = new URL('.', import.meta.url).pathname;
@@ -352,7 +358,10 @@ class WasmKernels implements KernelModule {
 
   ggmlQuantize(type: number, x: Float32Array, out: Uint8Array): number {
     this.reset();
-    const blockBytes = type === 0 ? 34 : 18;
+    const blockBytes =
+      type === GGML_KERNEL_TYPES.Q8_0.id
+        ? GGML_KERNEL_TYPES.Q8_0.blockBytes
+        : GGML_KERNEL_TYPES.Q4_0.blockBytes;
     const n = Math.min(CHUNK, x.length);
     const pX = this.alloc(n * 4);
     const pOut = this.alloc((n / 32) * blockBytes);
