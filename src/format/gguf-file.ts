@@ -5,11 +5,11 @@
  * alignment. The writer is atomic like the safetensors one: a hidden temporary file beside the
  * target, fsynced and renamed over it on commit, so the target never holds a partial file.
  */
-import { randomBytes } from 'node:crypto';
-import { open, realpath, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
+import { open, rename, unlink, type FileHandle } from 'node:fs/promises';
+import { dirname } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
+import { errorDetail, openRegularFile, resolveOutput, tempPathFor, writeError } from './file-errors.js';
 import {
   GgufNeedMore,
   parseGgufHeader,
@@ -23,9 +23,6 @@ import {
 /** Largest header (metadata + tensor infos) the reader accepts: tokenizer vocabularies are big. */
 export const GGUF_HEADER_LIMIT = 512 * 1024 * 1024;
 const FIRST_READ = 1024 * 1024;
-
-const errorCode = (err: unknown): string | undefined => (err as NodeJS.ErrnoException | null)?.code;
-const errorDetail = (err: unknown): string => (err instanceof Error ? err.message : String(err));
 
 async function readAt(fh: FileHandle, position: number, length: number, path: string): Promise<Uint8Array> {
   const buffer = new Uint8Array(length);
@@ -62,22 +59,7 @@ export class GgufFileReader {
 
   /** Opens `path` and reads and validates its header (metadata and tensor infos). */
   static async open(path: string, options: { headerLimit?: number } = {}): Promise<GgufFileReader> {
-    let fh: FileHandle;
-    try {
-      const info = await stat(path);
-      if (!info.isFile()) {
-        throw new QuantdError('FILE_UNREADABLE', {
-          path,
-          detail: info.isDirectory() ? 'is a directory' : 'not a regular file',
-        });
-      }
-      fh = await open(path, 'r');
-    } catch (err) {
-      if (err instanceof QuantdError) throw err;
-      const code = errorCode(err);
-      if (code === 'ENOENT' || code === 'ENOTDIR') throw new QuantdError('FILE_NOT_FOUND', { path });
-      throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
-    }
+    const fh = await openRegularFile(path);
     try {
       const size = (await fh.stat()).size;
       const limit = options.headerLimit ?? GGUF_HEADER_LIMIT;
@@ -122,45 +104,6 @@ export class GgufFileReader {
 
 // --- writing ---------------------------------------------------------------------------------
 
-const WRITE_ERRORS: Readonly<Record<string, string>> = {
-  ENOENT: 'its directory does not exist',
-  ENOTDIR: 'a component of the path is not a directory',
-  EACCES: 'permission denied',
-  EPERM: 'permission denied',
-  EROFS: 'read-only file system',
-  EISDIR: 'it is a directory',
-};
-
-function writeError(path: string, err: unknown): QuantdError {
-  if (err instanceof QuantdError) return err;
-  const code = errorCode(err);
-  if (code === 'ENOSPC' || code === 'EDQUOT') return new QuantdError('STORAGE_FULL', { path });
-  const known = code !== undefined ? WRITE_ERRORS[code] : undefined;
-  return new QuantdError('OUTPUT_UNWRITABLE', {
-    path,
-    detail: known ? `${known} (${code})` : errorDetail(err),
-  });
-}
-
-/** The file a rename must replace: through a symlink to its target; non-regular files refused. */
-async function resolveOutput(path: string): Promise<string> {
-  let target: string;
-  try {
-    target = await realpath(path);
-  } catch (err) {
-    if (errorCode(err) === 'ENOENT') return path;
-    throw writeError(path, err);
-  }
-  const info = await stat(target);
-  if (!info.isFile()) {
-    throw new QuantdError('OUTPUT_UNWRITABLE', {
-      path,
-      detail: info.isDirectory() ? 'it is a directory' : 'it exists and is not a regular file',
-    });
-  }
-  return target;
-}
-
 export class GgufFileWriter {
   private next = 0;
   private state: 'open' | 'committed' | 'aborted' = 'open';
@@ -187,10 +130,7 @@ export class GgufFileWriter {
   ): Promise<GgufFileWriter> {
     const plan = planGguf(kvs, tensors);
     const target = await resolveOutput(path);
-    const tempPath = join(
-      dirname(target),
-      `.${basename(target).slice(0, 200)}.quantd-tmp-${process.pid}-${randomBytes(6).toString('hex')}`,
-    );
+    const tempPath = tempPathFor(target);
     let fh: FileHandle;
     try {
       fh = await open(tempPath, 'wx');

@@ -27,7 +27,7 @@ import {
   type OnnxInitializer,
   type OnnxModel,
 } from './onnx.js';
-import { tempPathFor, writeError } from './safetensors-file.js';
+import { tempPathFor, writeError } from './file-errors.js';
 
 /** Largest model file (ModelProto) read: protobuf's own message limit. */
 export const ONNX_MODEL_LIMIT = 2 ** 31 - 1;

@@ -4,11 +4,12 @@
  * The writer is atomic: it fills a temporary file beside the target and renames it over the
  * target only on commit, so `path` never holds a half-written file.
  */
-import { createHash, randomBytes, type Hash } from 'node:crypto';
-import { open, realpath, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
+import { createHash, type Hash } from 'node:crypto';
+import { open, rename, unlink, type FileHandle } from 'node:fs/promises';
+import { dirname } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
+import { errorDetail, openRegularFile, resolveOutput, tempPathFor, writeError } from './file-errors.js';
 import {
   DEFAULT_HEADER_LIMIT,
   encodeHeader,
@@ -20,63 +21,6 @@ import {
 } from './safetensors.js';
 
 const PREFIX_BYTES = 8;
-
-function errorCode(err: unknown): string | undefined {
-  return (err as NodeJS.ErrnoException | null)?.code;
-}
-
-function errorDetail(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
-const WRITE_ERRORS: Readonly<Record<string, string>> = {
-  ENOENT: 'its directory does not exist',
-  ENOTDIR: 'a component of the path is not a directory',
-  EACCES: 'permission denied',
-  EPERM: 'permission denied',
-  EROFS: 'read-only file system',
-  ENOSPC: 'no space left on device',
-  EDQUOT: 'disk quota exceeded',
-  EISDIR: 'it is a directory',
-};
-
-/** A failed write as a catalogued error: STORAGE_FULL when the disk or quota is full. */
-export function writeError(path: string, err: unknown): QuantdError {
-  const code = errorCode(err);
-  if (code === 'ENOSPC' || code === 'EDQUOT') return new QuantdError('STORAGE_FULL', { path });
-  return new QuantdError('OUTPUT_UNWRITABLE', { path, detail: writeErrorDetail(err) });
-}
-
-/** Why a write failed, without the temporary file's name (which differs on every run). */
-function writeErrorDetail(err: unknown): string {
-  const code = errorCode(err);
-  return code !== undefined && WRITE_ERRORS[code] !== undefined
-    ? `${WRITE_ERRORS[code]} (${code})`
-    : errorDetail(err);
-}
-
-/**
- * Where an output file really goes: through a symlink to its target, so that the rename replaces
- * the file and not the link; an existing non-regular file (a directory, a device) is refused
- * rather than replaced.
- */
-async function resolveOutput(path: string): Promise<string> {
-  let target: string;
-  try {
-    target = await realpath(path);
-  } catch (err) {
-    if (errorCode(err) === 'ENOENT') return path; // a new file
-    throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail: writeErrorDetail(err) });
-  }
-  const info = await stat(target);
-  if (!info.isFile()) {
-    throw new QuantdError('OUTPUT_UNWRITABLE', {
-      path,
-      detail: info.isDirectory() ? 'it is a directory' : 'it exists and is not a regular file',
-    });
-  }
-  return target;
-}
 
 function internal(detail: string): QuantdError {
   return new QuantdError('INTERNAL', { detail });
@@ -131,23 +75,7 @@ export class SafetensorsFileReader {
 
   /** Opens `path` and reads and validates its header (and nothing else). */
   static async open(path: string, options: { headerLimit?: number } = {}): Promise<SafetensorsFileReader> {
-    let fh: FileHandle;
-    try {
-      // stat first: opening a FIFO would block until a writer appears
-      const info = await stat(path);
-      if (!info.isFile()) {
-        throw new QuantdError('FILE_UNREADABLE', {
-          path,
-          detail: info.isDirectory() ? 'is a directory' : 'not a regular file',
-        });
-      }
-      fh = await open(path, 'r');
-    } catch (err) {
-      if (err instanceof QuantdError) throw err;
-      const code = errorCode(err);
-      if (code === 'ENOENT' || code === 'ENOTDIR') throw new QuantdError('FILE_NOT_FOUND', { path });
-      throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
-    }
+    const fh = await openRegularFile(path);
     try {
       let size: number;
       try {
@@ -240,13 +168,6 @@ function withDigest(
   const out = Object.assign(Object.create(null) as Record<string, string>, metadata ?? {});
   out[DATA_SHA256_KEY] = digest;
   return out;
-}
-
-/** The temporary file's name: hidden, beside the target (so rename is atomic), and unique. */
-export function tempPathFor(path: string): string {
-  // Keep the name under NAME_MAX (255) however long the target's name is.
-  const base = basename(path).slice(0, 200);
-  return join(dirname(path), `.${base}.quantd-tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
 }
 
 export interface WriterOptions {
