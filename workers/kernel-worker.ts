@@ -4,8 +4,11 @@
  * status (and, for reductions, small arrays). It never throws across the boundary: a task it
  * cannot run comes back as { ok: false, code, message }.
  */
+import { setPriority } from 'node:os';
 import { workerData } from 'node:worker_threads';
 import { GarbageQuota } from '../src/kernels/gc.js';
+import { QuantdError } from '../src/errors/index.js';
+import { runEncodeTask, type EncodeReply, type EncodeTask } from '../src/kernels/encoders.js';
 import { loadKernels } from '../src/kernels/loader.js';
 import { runKernelTask, type KernelTask, type TaskResult } from '../src/kernels/tasks.js';
 
@@ -25,24 +28,54 @@ function spin(ms: number): void {
 }
 
 const config = workerData as WorkerConfig;
+
+/**
+ * Compute threads yield to the event loop: on Linux, setpriority on "this process" renices only
+ * the calling thread, so the server's main thread (health checks, admission, I/O) preempts the
+ * kernels whenever it has work, even with every core busy. Elsewhere it may renice the whole
+ * process or fail; either way the bytes are the same, so a failure is ignored.
+ */
+const WORKER_NICE = 10;
+if (process.platform === 'linux') {
+  try {
+    setPriority(WORKER_NICE);
+  } catch {
+    // not permitted here: run at the process's priority
+  }
+}
 const kernels = loadKernels(config.backend, config.isa);
 /** This thread's handles keep the tensors' shared buffers alive until it collects (gc.ts). */
 const quota = new GarbageQuota();
 
 /** Bytes of the shared arrays a task hands this thread. */
-function taskBytes(task: KernelTask): number {
+function taskBytes(task: KernelTask | EncodeTask): number {
   let n = 0;
-  for (const value of Object.values(task)) if (ArrayBuffer.isView(value)) n += value.byteLength;
+  for (const value of Object.values(task)) {
+    if (ArrayBuffer.isView(value)) n += value.byteLength;
+    else if (Array.isArray(value)) for (const v of value) if (ArrayBuffer.isView(v)) n += v.byteLength;
+  }
   return n;
 }
 
 /** Tasks only the pool's own tests send (QUANTD_TEST_HOOKS=1): a worker dying, a slow task. */
 type TestTask = { readonly op: '__exit' } | { readonly op: '__spin'; readonly ms: number };
 
-export type WorkerReply =
-  TaskResult | { readonly ok: false; readonly code: string; readonly message: string };
+/** A task that failed: a catalogued error keeps its code and parameters across the boundary. */
+export interface WorkerFailure {
+  readonly ok: false;
+  readonly code: string;
+  readonly message: string;
+  readonly params?: Readonly<Record<string, unknown>>;
+}
 
-export default function run(task: KernelTask | TestTask): WorkerReply {
+export type WorkerReply = TaskResult | EncodeReply | WorkerFailure;
+
+function failure(err: unknown): WorkerFailure {
+  if (err instanceof QuantdError) return { ok: false, ...err.toJSON() };
+  return { ok: false, code: 'INTERNAL', message: (err as Error).message };
+}
+
+export default function run(task: KernelTask | EncodeTask | TestTask): WorkerReply {
   if (task.op === '__exit' || task.op === '__spin') {
     if (!config.testHooks) return { ok: false, code: 'INTERNAL', message: `unknown task ${task.op}` };
     if (task.op === '__exit') process.exit(7);
@@ -50,6 +83,16 @@ export default function run(task: KernelTask | TestTask): WorkerReply {
     return { status: 0, bad: -1 };
   }
   if (config.testHooks && config.taskDelayMs > 0) spin(config.taskDelayMs);
+  if (task.op === 'encode') {
+    // layout encoders have a TypeScript path for every type: they run without a kernel module too
+    try {
+      const reply = runEncodeTask(kernels.module, task);
+      quota.add(taskBytes(task));
+      return reply;
+    } catch (err) {
+      return failure(err);
+    }
+  }
   if (kernels.module === null) {
     return {
       ok: false,

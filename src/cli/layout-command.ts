@@ -7,7 +7,7 @@
 import { open } from 'node:fs/promises';
 import { LAYOUTS, type InteropLayout } from '../service/layouts/index.js';
 import { parseLayout } from '../service/layouts/parse.js';
-import type { Progress } from '../service/index.js';
+import type { LayoutHooks } from '../service/layouts/types.js';
 
 export { parseLayout };
 
@@ -42,7 +42,7 @@ export async function writeLayout(
   text: string,
   input: string,
   output: string,
-  hooks: { onProgress?: (p: Progress) => void },
+  hooks: LayoutHooks,
 ): Promise<{ summary: string }> {
   const { layout, options } = parseLayout(text);
   const result = await layout.write(input, output, options, hooks);

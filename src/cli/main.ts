@@ -154,7 +154,13 @@ async function runLayout(
   if (op === 'dequantize') {
     const layout = await detectLayout(input);
     if (!layout) return false;
-    const { tensors } = await layout.read(input, output);
+    const handle = createCompute();
+    let tensors: number;
+    try {
+      ({ tensors } = await layout.read(input, output, { encoding: handle.encoding() }));
+    } finally {
+      await handle.close();
+    }
     if (!parsed.values['quiet'])
       io.stderr(`dequantize: ${tensors} tensors of a ${layout.name} file; wrote ${output}`);
     return true;
@@ -172,12 +178,17 @@ async function runLayout(
     io.progress && !quiet && !parsed.values['no-progress']
       ? new ProgressReporter(io.progress, 'quantize')
       : null;
+  const handle = createCompute();
   try {
-    const { summary } = await writeLayout(text!, input, output, { onProgress: (p) => progress?.update(p) });
+    const { summary } = await writeLayout(text!, input, output, {
+      onProgress: (p) => progress?.update(p),
+      encoding: handle.encoding(),
+    });
     progress?.done();
     if (!quiet) io.stderr(summary);
   } finally {
     progress?.done();
+    await handle.close();
   }
   return true;
 }

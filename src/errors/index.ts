@@ -1,2 +1,3 @@
 export * from './catalogue.js';
 export * from './quantd-error.js';
+export * from './abort.js';

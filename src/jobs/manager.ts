@@ -17,7 +17,8 @@
 import { QuantdError } from '../errors/index.js';
 import type { Compute } from '../service/index.js';
 import { DataDir, clientError, newJobId, resolveInputPath } from './paths.js';
-import { patientCompute } from './patient-compute.js';
+import { referenceEncoding, type Encoding } from '../kernels/encoders.js';
+import { patientCompute, patientEncoding } from './patient-compute.js';
 import { JobBook, now, type Entry } from './records.js';
 import { isLayoutJob, jobPlan, type JobPlan } from './request.js';
 import { runJob, totalBytes, validatePlan, type RunDeps } from './runner.js';
@@ -41,6 +42,8 @@ export interface JobLog {
 export interface JobManagerOptions {
   readonly dataDir: string;
   readonly compute: Compute;
+  /** Where layout jobs encode: the server's worker pool (default: the TypeScript reference inline). */
+  readonly encoding?: () => Encoding;
   /** Jobs run at once (QUANTD_JOB_CONCURRENCY). */
   readonly concurrency: number;
   /** Tensors a job processes at once (the pool's threads). */
@@ -77,6 +80,7 @@ export class JobManager {
       store: this.store,
       data: this.data,
       compute: this.compute,
+      encoding: () => patientEncoding(options.encoding?.() ?? referenceEncoding),
       threads: options.threads,
       progressIntervalMs: options.progressIntervalMs ?? 1000,
       log: () => this.log,

@@ -6,6 +6,7 @@
  * it is admitted or the job is cancelled.
  */
 import { QuantdError } from '../errors/index.js';
+import type { Encoding } from '../kernels/encoders.js';
 import type { Compute } from '../service/index.js';
 
 const FIRST_WAIT_MS = 10;
@@ -58,4 +59,13 @@ export function patientCompute(compute: Compute): Compute {
     compute.release && { release: compute.release.bind(compute) },
     compute.allocate && { allocate: compute.allocate.bind(compute) },
   );
+}
+
+/** A layout's encode tasks, waiting out a full pool as patientCompute's operations do. */
+export function patientEncoding(encoding: Encoding): Encoding {
+  return {
+    parallelism: encoding.parallelism,
+    shared: encoding.shared,
+    encode: (task, signal) => patiently(signal, () => encoding.encode(task, signal)),
+  };
 }

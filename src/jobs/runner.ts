@@ -27,11 +27,14 @@ import { layoutExtension } from '../service/layouts/parse.js';
 import type { JobLog } from './manager.js';
 import { DataDir, UPLOAD_RESULT_NAME, clientError, resolveInputPath } from './paths.js';
 import { now, type Entry, type JobBook } from './records.js';
+import type { Encoding } from '../kernels/encoders.js';
 import { jobPlan, type JobPlan } from './request.js';
 import { jobError, type JobProgress, type JobStore, type ResultFile } from './store.js';
 
 export interface RunContext {
   readonly compute: Compute;
+  /** Where a layout's encode tasks run (the worker pool). */
+  readonly encoding: Encoding;
   /** Tensors processed at once (model operations). */
   readonly threads: number;
   readonly signal: AbortSignal;
@@ -93,6 +96,7 @@ export async function runPlan(
   const written = await plan.layout.write(input, output, plan.options, {
     onProgress: ctx.onProgress,
     signal: ctx.signal,
+    encoding: ctx.encoding,
   });
   const files: ResultFile[] = [];
   for (const path of written.files) {
@@ -148,6 +152,7 @@ export interface RunDeps {
   readonly store: JobStore;
   readonly data: DataDir;
   readonly compute: Compute;
+  readonly encoding: () => Encoding;
   readonly threads: number;
   /** Least interval between progress writes to job.json. */
   readonly progressIntervalMs: number;
@@ -204,6 +209,7 @@ export async function runJob(entry: Entry, deps: RunDeps): Promise<void> {
     const { input, output } = await paths(entry, plan, deps);
     const run = await runPlan(plan, input, output, resultDir, {
       compute: deps.compute,
+      encoding: deps.encoding(),
       threads: deps.threads,
       signal: controller.signal,
       onProgress,

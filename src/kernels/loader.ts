@@ -67,14 +67,3 @@ export function describeKernels(k: LoadedKernels): string {
   const why = k.fallbacks.length ? ` (${k.fallbacks.join('; ')})` : '';
   return `kernels: ${k.backend} ${k.isa}${why}`;
 }
-
-let mainThread: LoadedKernels | undefined;
-
-/**
- * The kernels for work done on the calling thread rather than in the pool (the interop layouts
- * quantize tensor by tensor as they stream): loaded once, with the same QUANTD_BACKEND choice.
- */
-export function mainThreadKernels(): LoadedKernels {
-  mainThread ??= loadKernels();
-  return mainThread;
-}

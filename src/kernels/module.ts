@@ -4,6 +4,7 @@
  * from their lengths. Each call returns the kernel's status; the index of a rejected element is
  * read with lastBad().
  */
+import { ggmlTypeByName } from '../core/interop/ggml.js';
 
 /** qd_status in native/include/quantd.h */
 export const KernelStatus = { OK: 0, NOT_FINITE: 1, RANGE_OVERFLOW: 2, BAD_ARGUMENT: 3 } as const;
@@ -31,11 +32,13 @@ export const CHOOSE_MODE = {
   token_affine: 4,
 } as const;
 
-/** ggml block types with kernels (native/src/ggml_ref.c): block bytes per 32 floats. */
-export const GGML_KERNEL_TYPES = {
-  Q8_0: { id: 0, blockBytes: 34 },
-  Q4_0: { id: 1, blockBytes: 18 },
-} as const;
+/** The ggml types' rows with a C kernel (native/src/ggml_ref.c): its id and bytes per 32 floats. */
+function kernelRow(name: 'Q8_0' | 'Q4_0'): { readonly id: number; readonly blockBytes: number } {
+  const t = ggmlTypeByName(name)!;
+  return { id: t.kernel!, blockBytes: t.typeSize };
+}
+
+export const GGML_KERNEL_TYPES = { Q8_0: kernelRow('Q8_0'), Q4_0: kernelRow('Q4_0') } as const;
 
 /** Conversion kinds of convert(). */
 export const CONVERT = { f16ToF32: 0, bf16ToF32: 1, f32ToF16: 2, f32ToBf16: 3 } as const;

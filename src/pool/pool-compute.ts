@@ -13,6 +13,7 @@ import type {
   QuantizedInput,
 } from '../core/index.js';
 import { BufferArena } from '../kernels/arena.js';
+import type { Encoding } from '../kernels/encoders.js';
 import { InlineExecutor } from '../kernels/executors.js';
 import type { LoadedKernels } from '../kernels/loader.js';
 import type { KernelModule } from '../kernels/module.js';
@@ -110,6 +111,11 @@ export class PoolCompute implements Compute {
 
   dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array> {
     return this.on(input.layout.numel, (c) => c.dequantize(input, outDType, signal));
+  }
+
+  /** Layout encode tasks, on the pool whatever the tensor's size (see KernelPool.encoding). */
+  encoding(): Encoding {
+    return this.workers().encoding();
   }
 
   async close(): Promise<void> {

@@ -8,7 +8,8 @@
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { Piscina } from 'piscina';
-import { QuantdError } from '../errors/index.js';
+import { catalogue, QuantdError, type ErrorCode, type ErrorParams } from '../errors/index.js';
+import type { EncodeReply, EncodeTask, Encoding } from '../kernels/encoders.js';
 import type { KernelTask, TaskResult } from '../kernels/tasks.js';
 import type { Executor } from '../kernels/tensor-ops.js';
 
@@ -38,7 +39,8 @@ function testTaskDelayMs(): number {
   return /^\d+$/.test(raw) ? Number(raw) : 0;
 }
 
-type Reply = TaskResult | { ok: false; code: string; message: string };
+type Failure = { ok: false; code: string; message: string; params?: ErrorParams };
+type Reply = TaskResult | Failure;
 
 export class KernelPool implements Executor {
   readonly parallelism: number;
@@ -118,6 +120,46 @@ export class KernelPool implements Executor {
     return results;
   }
 
+  /**
+   * Runs one layout encode task (src/kernels/encoders.ts) on a worker. A catalogued error the
+   * encoder threw (a non-finite weight, a malformed file) comes back as itself.
+   */
+  async encode(task: EncodeTask, signal?: AbortSignal): Promise<EncodeReply> {
+    let reply: EncodeReply | Failure;
+    try {
+      reply = (await this.piscina.run(task, signal ? { signal } : {})) as EncodeReply | Failure;
+    } catch (err) {
+      throw this.failure(err, describe(task), signal);
+    }
+    if ('ok' in reply) {
+      const code = Object.hasOwn(catalogue, reply.code) ? (reply.code as ErrorCode) : 'INTERNAL';
+      throw new QuantdError(
+        code,
+        code === 'INTERNAL' ? { detail: `worker: ${reply.message}` } : reply.params,
+      );
+    }
+    return reply;
+  }
+
+  /**
+   * Layout encode tasks on this pool's threads, one admitted operation each: a layout's tensors
+   * are a model's weights, so they never run on the event loop, whatever their size.
+   */
+  encoding(): Encoding {
+    return {
+      parallelism: this.parallelism,
+      shared: true,
+      encode: async (task, signal) => {
+        const release = this.admit();
+        try {
+          return await this.encode(task, signal);
+        } finally {
+          release();
+        }
+      },
+    };
+  }
+
   /** A test-only task (QUANTD_TEST_HOOKS=1 workers): `__exit` kills its worker, `__spin` holds it. */
   async runTestTask(
     task: { op: '__exit' } | { op: '__spin'; ms: number },
@@ -154,4 +196,9 @@ export class KernelPool implements Executor {
     this.closed = true;
     await this.piscina.destroy();
   }
+}
+
+/** The tensor an encode task works on, for WORKER_FAILED messages. */
+function describe(task: EncodeTask): string {
+  return 'tensor' in task.call ? task.call.tensor : task.call.kind;
 }

@@ -72,6 +72,7 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
   const jobs = new JobManager({
     dataDir: config.dataDir,
     compute: handle.compute,
+    encoding: handle.encoding,
     concurrency: config.jobConcurrency,
     threads: config.poolSize,
   });

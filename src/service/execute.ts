@@ -11,12 +11,14 @@ import {
   type QParams,
   type QualityStats,
 } from '../core/index.js';
-import { setMaxListeners } from 'node:events';
-import { QuantdError } from '../errors/index.js';
+import { throwIfAborted } from '../errors/index.js';
 import type { TensorEntry, TensorPlan } from '../format/index.js';
 import type { Compute } from './compute.js';
 import { toQParams, type GivenData, type GivenEntries } from './given-qparams.js';
+import { runInOrder } from './ordered.js';
 import type { Plan, Step } from './plan.js';
+
+export { throwIfAborted };
 
 export interface TensorSource {
   /**
@@ -166,19 +168,10 @@ export interface ExecuteOptions {
   readonly memoryBudget?: number;
 }
 
-/** A signal's reason when it is a QuantdError (timeout, cancellation), else CANCELLED. */
-export function throwIfAborted(signal: AbortSignal | undefined): void {
-  if (!signal?.aborted) return;
-  const reason: unknown = signal.reason;
-  throw reason instanceof QuantdError ? reason : new QuantdError('CANCELLED', { detail: '' });
-}
-
 /**
- * Runs every step of the plan and writes its outputs to the sink in plan order. Up to
- * `concurrency` steps run at once within `memoryBudget`; a step's outputs are written once all
- * steps before it are, so the output is byte-identical to a one-at-a-time run. On the first
- * failure (in plan order) no further step starts, steps in flight are aborted and awaited, and
- * that failure is thrown.
+ * Runs every step of the plan and writes its outputs to the sink in plan order, through the one
+ * streaming scheduler (./ordered.ts): up to `concurrency` steps at once within `memoryBudget`,
+ * outputs byte-identical to a one-at-a-time run, and on the first failure nothing more starts.
  */
 export async function executePlan(
   plan: Plan,
@@ -187,94 +180,44 @@ export async function executePlan(
   compute: Compute,
   options: ExecuteOptions = {},
 ): Promise<RunSummary> {
-  const concurrency = Math.max(1, options.concurrency ?? 1);
-  const budget = options.memoryBudget ?? Infinity;
-  // one signal for the run's steps: the caller's abort, or ours on the first failure (a listener
-  // rather than AbortSignal.any, which costs a measurable share of a small request)
-  const stop = new AbortController();
-  const signal = stop.signal;
-  // every kernel task of every step in flight listens to it: more than Node's default of 10
-  setMaxListeners(0, signal);
-  const forward = (): void => stop.abort(options.signal?.reason);
-  if (options.signal?.aborted) forward();
-  else options.signal?.addEventListener('abort', forward, { once: true });
   const steps = plan.steps;
-  const running: Array<Promise<StepOutput> | undefined> = new Array(steps.length);
-  let started = 0;
-  let held = 0;
-  let inFlight = 0;
-  let failed = false;
-
-  /** Starts steps in order while concurrency and the budget allow (a step alone always may). */
-  const launch = (): void => {
-    while (!failed && started < steps.length && inFlight < concurrency) {
-      const step = steps[started]!;
-      const cost = stepCost(step);
-      if (held > 0 && held + cost > budget) return;
-      held += cost;
-      inFlight++;
-      const run = (async () => {
-        throwIfAborted(signal);
-        return runStep(step, source, compute, plan, options.quality ?? false, signal);
-      })();
-      run.then(
-        () => {
-          inFlight--;
-          launch();
-        },
-        () => {
-          inFlight--;
-          failed = true;
-        },
-      );
-      running[started++] = run;
-    }
-  };
-
   let transformed = 0;
   let passedThrough = 0;
   let bytesIn = 0;
   let bytesOut = 0;
-  try {
-    launch();
-    for (let i = 0; i < steps.length; i++) {
-      const step = steps[i]!;
-      const done = await running[i]!;
-      throwIfAborted(signal); // cancelled while the last steps ran: write nothing more
-      running[i] = undefined;
-      let written = 0;
-      for (let k = 0; k < done.outputs.length; k++) {
-        await sink.write(step.outputs[k]!.name, done.outputs[k]!);
-        written += done.outputs[k]!.byteLength;
-        if (options.releaseOutputs) compute.release?.(done.outputs[k]!);
-      }
-      // inputs are ours (read for this step) once every output is out; a copy's input is its
-      // output, released above when outputs are
-      if (step.kind !== 'copy') for (const b of done.inputs) compute.release?.(b);
-      held -= stepCost(step);
-      const read = inputBytes(step);
-      if (step.kind === 'copy') passedThrough++;
-      else transformed++;
-      bytesIn += read;
-      bytesOut += written;
-      const name = step.kind === 'dequantize' ? step.group.name : step.entry.name;
-      options.onStep?.({
-        step,
-        name,
-        kind: step.kind,
-        bytesIn: read,
-        bytesOut: written,
-        ...(done.quality && { quality: done.quality }),
-      });
-      launch();
-    }
-  } catch (err) {
-    failed = true;
-    stop.abort(err);
-    await Promise.allSettled(running.filter((r) => r !== undefined));
-    throw err;
-  } finally {
-    options.signal?.removeEventListener('abort', forward);
-  }
+  await runInOrder<StepOutput>(
+    {
+      count: steps.length,
+      cost: (i) => stepCost(steps[i]!),
+      run: (i, signal) => runStep(steps[i]!, source, compute, plan, options.quality ?? false, signal),
+      finish: async (i, done) => {
+        const step = steps[i]!;
+        let written = 0;
+        for (let k = 0; k < done.outputs.length; k++) {
+          await sink.write(step.outputs[k]!.name, done.outputs[k]!);
+          written += done.outputs[k]!.byteLength;
+          if (options.releaseOutputs) compute.release?.(done.outputs[k]!);
+        }
+        // inputs are ours (read for this step) once every output is out; a copy's input is its
+        // output, released above when outputs are
+        if (step.kind !== 'copy') for (const b of done.inputs) compute.release?.(b);
+        const read = inputBytes(step);
+        if (step.kind === 'copy') passedThrough++;
+        else transformed++;
+        bytesIn += read;
+        bytesOut += written;
+        const name = step.kind === 'dequantize' ? step.group.name : step.entry.name;
+        options.onStep?.({
+          step,
+          name,
+          kind: step.kind,
+          bytesIn: read,
+          bytesOut: written,
+          ...(done.quality && { quality: done.quality }),
+        });
+      },
+    },
+    options,
+  );
   return { transformed, passedThrough, bytesIn, bytesOut };
 }

@@ -44,13 +44,28 @@ export interface GgmlTypeInfo {
   readonly blockSize: number;
   /** Bytes per block (ggml_type_size). */
   readonly typeSize: number;
+  /** The TypeScript reference quantizer of one block (the types quantd writes). */
+  readonly quantize?: BlockQuantizer;
+  /** The TypeScript reference dequantizer of one block (the types quantd reads). */
+  readonly dequantize?: BlockDequantizer;
+  /** The C kernels' id of this type (`ggmlQuantize`), byte-identical to `quantize`; none: TS only. */
+  readonly kernel?: number;
 }
 
-const info = (name: string, id: number, blockSize: number, typeSize: number): GgmlTypeInfo => ({
+type Codec = Pick<GgmlTypeInfo, 'quantize' | 'dequantize' | 'kernel'>;
+
+const info = (
+  name: string,
+  id: number,
+  blockSize: number,
+  typeSize: number,
+  codec: Codec = {},
+): GgmlTypeInfo => ({
   name,
   id,
   blockSize,
   typeSize,
+  ...codec,
 });
 
 /**
@@ -61,17 +76,17 @@ const info = (name: string, id: number, blockSize: number, typeSize: number): Gg
 export const GGML_TYPES: readonly GgmlTypeInfo[] = [
   info('F32', 0, 1, 4),
   info('F16', 1, 1, 2),
-  info('Q4_0', 2, 32, 18),
-  info('Q4_1', 3, 32, 20),
-  info('Q5_0', 6, 32, 22),
-  info('Q5_1', 7, 32, 24),
-  info('Q8_0', 8, 32, 34),
+  info('Q4_0', 2, 32, 18, { quantize: quantizeQ4_0, dequantize: dequantizeQ4_0, kernel: 1 }),
+  info('Q4_1', 3, 32, 20, { quantize: quantizeQ4_1, dequantize: dequantizeQ4_1 }),
+  info('Q5_0', 6, 32, 22, { quantize: quantizeQ5_0, dequantize: dequantizeQ5_0 }),
+  info('Q5_1', 7, 32, 24, { quantize: quantizeQ5_1, dequantize: dequantizeQ5_1 }),
+  info('Q8_0', 8, 32, 34, { quantize: quantizeQ8_0, dequantize: dequantizeQ8_0, kernel: 0 }),
   info('Q8_1', 9, 32, 36),
   info('Q2_K', 10, 256, 84),
   info('Q3_K', 11, 256, 110),
-  info('Q4_K', 12, 256, 144),
+  info('Q4_K', 12, 256, 144, { quantize: quantizeQ4_K, dequantize: dequantizeQ4_K }),
   info('Q5_K', 13, 256, 176),
-  info('Q6_K', 14, 256, 210),
+  info('Q6_K', 14, 256, 210, { quantize: quantizeQ6_K, dequantize: dequantizeQ6_K }),
   info('Q8_K', 15, 256, 292),
   info('IQ2_XXS', 16, 256, 66),
   info('IQ2_XS', 17, 256, 74),
@@ -128,30 +143,10 @@ const STRUCT_BYTES: Readonly<Record<GgmlQuantType, number>> = {
 };
 for (const name of QUANT_TYPES) {
   const t = BY_NAME.get(name);
-  if (t === undefined || t.typeSize !== STRUCT_BYTES[name]) {
-    throw new QuantdError('INTERNAL', { detail: `wrong ${name} block size/padding` });
+  if (t === undefined || t.typeSize !== STRUCT_BYTES[name] || !t.quantize || !t.dequantize) {
+    throw new QuantdError('INTERNAL', { detail: `wrong ${name} block size/padding, or no reference codec` });
   }
 }
-
-const QUANTIZERS: Readonly<Record<GgmlQuantType, BlockQuantizer>> = {
-  Q8_0: quantizeQ8_0,
-  Q4_0: quantizeQ4_0,
-  Q4_1: quantizeQ4_1,
-  Q5_0: quantizeQ5_0,
-  Q5_1: quantizeQ5_1,
-  Q4_K: quantizeQ4_K,
-  Q6_K: quantizeQ6_K,
-};
-
-const DEQUANTIZERS: Readonly<Record<GgmlQuantType, BlockDequantizer>> = {
-  Q8_0: dequantizeQ8_0,
-  Q4_0: dequantizeQ4_0,
-  Q4_1: dequantizeQ4_1,
-  Q5_0: dequantizeQ5_0,
-  Q5_1: dequantizeQ5_1,
-  Q4_K: dequantizeQ4_K,
-  Q6_K: dequantizeQ6_K,
-};
 
 function typeInfo(name: string): GgmlTypeInfo {
   const t = BY_NAME.get(name);
@@ -195,7 +190,7 @@ export function ggmlEncode(type: GgmlWriteType, x: Float32Array, ne0: number, ou
       dst[2 * i + 1] = h >>> 8;
     }
   } else {
-    const quantize = QUANTIZERS[type];
+    const quantize = t.quantize!;
     const blocks = x.length / t.blockSize;
     for (let b = 0; b < blocks; b++) quantize(x, b * t.blockSize, dst, b * t.typeSize);
   }
@@ -227,7 +222,7 @@ export function ggmlDecode(type: string, bytes: Uint8Array, numel: number, out?:
     const bits = new Uint32Array(y.buffer, y.byteOffset, numel);
     for (let i = 0; i < numel; i++) bits[i] = ((bytes[2 * i]! | (bytes[2 * i + 1]! << 8)) << 16) >>> 0;
   } else if (isQuantType(type)) {
-    const dequantize = DEQUANTIZERS[type];
+    const dequantize = t.dequantize!;
     const blocks = numel / t.blockSize;
     for (let b = 0; b < blocks; b++) dequantize(bytes, b * t.typeSize, y, b * t.blockSize);
   } else {

@@ -15,21 +15,15 @@
  */
 import { dirname, join } from 'node:path';
 
-import { awqDequantize, awqQuantize, awqShapes, type AwqParams } from '../../core/interop/awq.js';
-import { floatDTypeOfSt } from '../../core/dtypes.js';
-import { fromFloat32, toFloat32 } from '../../core/tensor.js';
+import { awqShapes, type AwqParams } from '../../core/interop/awq.js';
 import { shapeText } from '../../errors/index.js';
 import { entryByName, type SafetensorsHeader } from '../../format/safetensors.js';
 import { writeFileAtomic } from '../model.js';
 import {
   checkOptions,
   expectTensor,
-  float32Bytes,
-  float32Of,
   floatDType,
   headerTensors,
-  int32Bytes,
-  int32View,
   intOption,
   isLinearWeight,
   layoutInvalid,
@@ -38,11 +32,11 @@ import {
   passThrough,
   ptMetadata,
   runJobs,
-  uint16Bytes,
   unquantizedModules,
   withReader,
   type Job,
 } from './linear-common.js';
+import type { LayoutHooks } from './run-jobs.js';
 import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
 
 const OPTIONS = {
@@ -83,7 +77,7 @@ async function write(
   input: string,
   output: string,
   options: LayoutOptions,
-  hooks: Parameters<InteropLayout['write']>[3] = {},
+  hooks: LayoutHooks = {},
 ): Promise<LayoutWriteResult> {
   const params = awqParams(options);
   const label = `awq int4 ${params.groupSize === -1 ? 'per-row' : `g${params.groupSize}`} zero-point`;
@@ -94,7 +88,7 @@ async function write(
     const tensors: Array<{ name: string; type: string; note?: string }> = [];
     const jobs: Job[] = entries.map((entry): Job => {
       if (quantized.has(entry.name)) {
-        floatDType(entry);
+        const dtype = floatDType(entry);
         const s = awqShapes(entry.name, entry.shape, params);
         const m = moduleOf(entry.name);
         tensors.push({ name: entry.name, type: label });
@@ -105,10 +99,7 @@ async function write(
             { name: `${m}.qzeros`, dtype: 'I32', shape: s.qzeros },
             { name: `${m}.scales`, dtype: 'F16', shape: s.scales },
           ],
-          produce: ([data]) => {
-            const p = awqQuantize(entry.name, float32Of(entry, data!), entry.shape, params);
-            return [int32Bytes(p.qweight), int32Bytes(p.qzeros), uint16Bytes(p.scales)];
-          },
+          call: { kind: 'awq', tensor: entry.name, shape: entry.shape, dtype, params },
         };
       }
       if (entry.name.endsWith('.bias') && quantized.has(`${moduleOf(entry.name, '.bias')}.weight`)) {
@@ -121,7 +112,7 @@ async function write(
         return {
           inputs: [entry],
           outputs: [{ name: entry.name, dtype: 'F16', shape: entry.shape }],
-          produce: ([data]) => [fromFloat32(toFloat32(data!, dtype), 'float16')],
+          call: { kind: 'cast', from: dtype, to: 'float16' },
         };
       }
       tensors.push({ name: entry.name, type: entry.dtype, note: 'passed through' });
@@ -173,7 +164,11 @@ function awqGroup(source: string, header: SafetensorsHeader, m: string) {
   return { qweight, qzeros, scales, out, inF, groups };
 }
 
-async function read(input: string, output: string): Promise<{ readonly tensors: number }> {
+async function read(
+  input: string,
+  output: string,
+  hooks: LayoutHooks = {},
+): Promise<{ readonly tensors: number }> {
   return withReader(input, async (reader) => {
     const { header } = reader;
     const source = reader.path;
@@ -196,15 +191,10 @@ async function read(input: string, output: string): Promise<{ readonly tensors: 
       jobs.push({
         inputs: [g.qweight, g.qzeros, g.scales],
         outputs: [{ name: `${m}.weight`, dtype: 'F32', shape: [g.out, g.inF] }],
-        produce: ([qw, qz, sc]) => {
-          const scales = toFloat32(sc!, floatDTypeOfSt(g.scales.dtype)!);
-          return [
-            float32Bytes(awqDequantize(int32View(qw!), int32View(qz!), scales, g.out, g.inF, g.groups)),
-          ];
-        },
+        call: { kind: 'awq-decode', scales: g.scales.dtype, out: g.out, inF: g.inF, groups: g.groups },
       });
     }
-    const tensors = await runJobs(reader, output, jobs, ptMetadata());
+    const tensors = await runJobs(reader, output, jobs, ptMetadata(), hooks);
     return { tensors };
   });
 }

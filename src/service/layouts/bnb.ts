@@ -21,16 +21,8 @@
  */
 import { dirname, join } from 'node:path';
 
-import {
-  BNB_BLOCKSIZES,
-  bnbDequantize,
-  bnbNestedAbsmax,
-  bnbQuantize,
-  bnbQuantStateJson,
-  codeTable,
-  type BnbQuantType,
-} from '../../core/interop/bnb.js';
-import { typedView } from '../../core/tensor.js';
+import { BNB_BLOCKSIZES, bnbQuantStateJson, type BnbQuantType } from '../../core/interop/bnb.js';
+import type { FloatDType } from '../../core/dtypes.js';
 import { QuantdError, shapeText } from '../../errors/index.js';
 import { entryByName, type TensorEntry } from '../../format/safetensors.js';
 import { writeFileAtomic } from '../model.js';
@@ -39,8 +31,6 @@ import {
   checkOptions,
   commonDType,
   expectTensor,
-  float32Bytes,
-  float32Of,
   floatDType,
   headerTensors,
   intOption,
@@ -54,8 +44,8 @@ import {
   withReader,
   type Job,
 } from './linear-common.js';
+import type { LayoutHooks } from './run-jobs.js';
 import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
-import type { FloatDType } from '../../core/dtypes.js';
 
 const OPTIONS = {
   blocksize: `values per absmax block: ${BNB_BLOCKSIZES.join(', ')} (default 64)`,
@@ -120,7 +110,7 @@ function makeWrite(type: BnbQuantType) {
     input: string,
     output: string,
     options: LayoutOptions,
-    hooks: Parameters<InteropLayout['write']>[3] = {},
+    hooks: LayoutHooks = {},
   ): Promise<LayoutWriteResult> {
     const { blocksize } = bnbParams(type, options);
     return withReader(input, async (reader) => {
@@ -129,7 +119,6 @@ function makeWrite(type: BnbQuantType) {
       if (quantized.size === 0) throw noLinear();
       const dtypes = new Set<FloatDType>();
       const tensors: Array<{ name: string; type: string; note?: string }> = [];
-      const code = codeTable(type);
       const jobs: Job[] = entries.map((entry): Job => {
         if (!quantized.has(entry.name)) {
           tensors.push({ name: entry.name, type: entry.dtype, note: 'passed through' });
@@ -145,7 +134,7 @@ function makeWrite(type: BnbQuantType) {
             detail: 'bitsandbytes cannot quantize an empty weight',
           });
         }
-        const state = new TextEncoder().encode(bnbQuantStateJson(type, blocksize, dtype, entry.shape));
+        const stateBytes = Buffer.byteLength(bnbQuantStateJson(type, blocksize, dtype, entry.shape));
         tensors.push({ name: entry.name, type: `bitsandbytes ${type} blocksize ${blocksize}` });
         const w = entry.name;
         return {
@@ -154,12 +143,9 @@ function makeWrite(type: BnbQuantType) {
             { name: w, dtype: 'U8', shape: [Math.ceil(n / 2), 1] },
             { name: `${w}.absmax`, dtype: 'F32', shape: [Math.ceil(n / blocksize)] },
             { name: `${w}.quant_map`, dtype: 'F32', shape: [16] },
-            { name: `${w}${STATE_PREFIX}${type}`, dtype: 'U8', shape: [state.length] },
+            { name: `${w}${STATE_PREFIX}${type}`, dtype: 'U8', shape: [stateBytes] },
           ],
-          produce: ([data]) => {
-            const p = bnbQuantize(entry.name, float32Of(entry, data!), type, blocksize);
-            return [p.packed, float32Bytes(p.absmax), float32Bytes(code.slice()), state];
-          },
+          call: { kind: 'bnb', tensor: w, shape: entry.shape, dtype, type, blocksize },
         };
       });
       await runJobs(reader, output, jobs, ptMetadata({ 'quantd.layout': type }), hooks);
@@ -213,7 +199,11 @@ function parseState(source: string, name: string, bytes: Uint8Array): QuantState
     : { quant_type, blocksize, shape };
 }
 
-async function read(input: string, output: string): Promise<{ readonly tensors: number }> {
+async function read(
+  input: string,
+  output: string,
+  hooks: LayoutHooks = {},
+): Promise<{ readonly tensors: number }> {
   return withReader(input, async (reader) => {
     const { header } = reader;
     const source = reader.path;
@@ -274,22 +264,17 @@ async function read(input: string, output: string): Promise<{ readonly tensors: 
       jobs.push({
         inputs,
         outputs: [{ name: w, dtype: 'F32', shape: state.shape }],
-        produce: ([packed, absmaxBytes, map, nestedAbsmax, nestedMap]) => {
-          const absmax = nested
-            ? bnbNestedAbsmax(
-                absmaxBytes!,
-                typedView(Float32Array, nestedAbsmax!),
-                typedView(Float32Array, nestedMap!),
-                state.nested_blocksize!,
-                state.nested_offset!,
-              )
-            : typedView(Float32Array, absmaxBytes!);
-          const out = bnbDequantize(packed!, absmax, typedView(Float32Array, map!), state.blocksize, n);
-          return [float32Bytes(out)];
+        call: {
+          kind: 'bnb-decode',
+          blocksize: state.blocksize,
+          n,
+          ...(nested && {
+            nested: { blocksize: state.nested_blocksize!, offset: state.nested_offset! },
+          }),
         },
       });
     }
-    const tensors = await runJobs(reader, output, jobs, ptMetadata());
+    const tensors = await runJobs(reader, output, jobs, ptMetadata(), hooks);
     return { tensors };
   });
 }

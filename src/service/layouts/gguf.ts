@@ -22,16 +22,15 @@ import { floatDTypeOfSt, type StDType } from '../../core/dtypes.js';
 import {
   QUANT_TYPES,
   canDecode,
-  ggmlEncode,
-  ggmlDecode,
+  ggmlTensorBytes,
   ggmlTypeByName,
   isQuantType,
   type GgmlQuantType,
   type GgmlWriteType,
 } from '../../core/interop/ggml.js';
-import { bytesOf, toFloat32 } from '../../core/tensor.js';
-import { QuantdError, shapeText } from '../../errors/index.js';
-import { GGML_KERNEL_TYPES, mainThreadKernels } from '../../kernels/index.js';
+import { permuteHeads } from '../../core/interop/ggml-tensor.js';
+import { numelOf } from '../../core/dtypes.js';
+import { QuantdError, shapeText, throwIfAborted } from '../../errors/index.js';
 import { GgufFileReader, GgufFileWriter } from '../../format/gguf-file.js';
 import {
   GGUF_MAX_DIMS,
@@ -42,8 +41,8 @@ import {
 } from '../../format/gguf.js';
 import { SafetensorsFileReader, SafetensorsFileWriter } from '../../format/safetensors-file.js';
 import type { TensorEntry, TensorPlan } from '../../format/safetensors.js';
-import { throwIfAborted } from '../execute.js';
-import type { Progress } from '../model.js';
+import { safetensorsSource } from './linear-common.js';
+import { runEncodeJobs, sharedIf, type EncodeJob, type LayoutHooks } from './run-jobs.js';
 import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
 
 const OPTIONS: Readonly<Record<string, string>> = {
@@ -207,32 +206,7 @@ function isLlamaLike(entries: readonly TensorEntry[]): boolean {
   );
 }
 
-/**
- * convert_hf_to_gguf.py's LlamaModel.permute: the rows of each head, (2, half) interleaved into
- * (half, 2), i.e. new row h·2r + 2i + s = old row h·2r + s·r + i (r = rows / heads / 2).
- */
-export function permuteHeads(x: Float32Array, rows: number, heads: number, tensor: string): Float32Array {
-  if (rows % (2 * heads) !== 0) {
-    throw new QuantdError('SHAPE_UNSUPPORTED', {
-      tensor,
-      shape: `[${rows}, ...]`,
-      detail: `its ${rows} rows cannot be split into ${heads} heads of an even size (check heads / kv_heads)`,
-    });
-  }
-  const cols = x.length / rows;
-  const r = rows / heads / 2;
-  const out = new Float32Array(x.length);
-  for (let h = 0; h < heads; h++) {
-    for (let s = 0; s < 2; s++) {
-      for (let i = 0; i < r; i++) {
-        const from = (h * 2 * r + s * r + i) * cols;
-        const to = (h * 2 * r + 2 * i + s) * cols;
-        out.set(x.subarray(from, from + cols), to);
-      }
-    }
-  }
-  return out;
-}
+export { permuteHeads };
 
 // --- writing -----------------------------------------------------------------------------------
 
@@ -297,43 +271,11 @@ function planTensors(
   return { planned, report };
 }
 
-/** The fp16 fields of a block (d, and m / dmin) must be finite: ggml_validate_row_data rejects others. */
-const HALF_FIELDS: Readonly<Record<GgmlWriteType, readonly number[]>> = {
-  F32: [],
-  F16: [0],
-  Q8_0: [0],
-  Q4_0: [0],
-  Q4_1: [0, 2],
-  Q5_0: [0],
-  Q5_1: [0, 2],
-  Q4_K: [0, 2],
-  Q6_K: [208],
-};
-
-function checkEncodable(x: Float32Array, type: GgmlWriteType, bytes: Uint8Array, tensor: string): void {
-  for (let i = 0; i < x.length; i++) {
-    if (!Number.isFinite(x[i]!)) {
-      throw new QuantdError('INPUT_NOT_FINITE', { tensor, value: x[i], index: i, op: `GGUF ${type}` });
-    }
-  }
-  const t = ggmlTypeByName(type)!;
-  for (let at = 0; at < bytes.length; at += t.typeSize) {
-    for (const field of HALF_FIELDS[type]) {
-      if ((bytes[at + field + 1]! & 0x7c) === 0x7c) {
-        const first = (at / t.typeSize) * t.blockSize;
-        throw new QuantdError('FEATURE_UNSUPPORTED', {
-          detail: `tensor ${tensor}: the ${type} block at element ${first} needs a value or scale beyond float16's range (65504)`,
-        });
-      }
-    }
-  }
-}
-
 async function writeGguf(
   input: string,
   output: string,
   options: LayoutOptions,
-  hooks: { readonly onProgress?: (p: Progress) => void; readonly signal?: AbortSignal } = {},
+  hooks: LayoutHooks = {},
 ): Promise<LayoutWriteResult> {
   const o = ggufOptions(options);
   const reader = await SafetensorsFileReader.open(input);
@@ -366,32 +308,22 @@ async function writeGguf(
       kvs,
       planned.map((p) => ({ name: p.name, dims: p.dims, type: p.type })),
     );
-    try {
-      const bytesTotal = planned.reduce((n, p) => n + (p.entry.end - p.entry.begin), 0);
-      let bytesDone = 0;
-      for (const [i, p] of planned.entries()) {
-        throwIfAborted(hooks.signal);
-        const raw = await reader.read(p.entry);
-        let x = toFloat32(raw, floatDTypeOfSt(p.entry.dtype)!);
-        if (p.permute !== undefined) x = permuteHeads(x, p.entry.shape[0] ?? 1, p.permute, p.entry.name);
-        const bytes = encodeTensor(p.type, x, p.dims[0]!);
-        checkEncodable(x, p.type, bytes, p.entry.name);
-        await writer.write(p.name, bytes);
-        bytesDone += p.entry.end - p.entry.begin;
-        hooks.onProgress?.({
-          tensorsDone: i + 1,
-          tensorsTotal: planned.length,
-          bytesDone,
-          bytesTotal,
-          tensor: p.name,
-        });
-      }
-      throwIfAborted(hooks.signal);
-      await writer.commit();
-    } catch (err) {
-      await writer.abort();
-      throw err;
-    }
+    const jobs = planned.map((p): EncodeJob<TensorEntry> => ({
+      inputs: [p.entry],
+      outputs: [
+        { name: p.name, bytes: ggmlTensorBytes(ggmlTypeByName(p.type)!, p.dims[0]!, numelOf(p.dims)) },
+      ],
+      call: {
+        kind: 'ggml',
+        tensor: p.entry.name,
+        dtype: floatDTypeOfSt(p.entry.dtype)!,
+        type: p.type,
+        ne0: p.dims[0]!,
+        ...(p.permute !== undefined && { permute: { rows: p.entry.shape[0] ?? 1, heads: p.permute } }),
+      },
+      label: p.name,
+    }));
+    await runEncodeJobs(safetensorsSource(reader), jobs, writer, hooks);
     return { files: [output], tensors: report };
   } finally {
     await reader.close();
@@ -399,22 +331,6 @@ async function writeGguf(
 }
 
 // --- reading -----------------------------------------------------------------------------------
-
-/**
- * Q8_0 and Q4_0 through the C kernels (native or wasm, byte-identical to ggmlEncode, tested in
- * test/interop/gguf-kernels.test.ts) when a kernel backend is loaded; every other type, and
- * QUANTD_BACKEND=js, in TypeScript.
- */
-function encodeTensor(type: GgmlWriteType, x: Float32Array, ne0: number): Uint8Array {
-  const kernel = type === 'Q8_0' || type === 'Q4_0' ? GGML_KERNEL_TYPES[type] : undefined;
-  const module = kernel === undefined ? null : mainThreadKernels().module;
-  if (kernel === undefined || module === null) return ggmlEncode(type, x, ne0);
-  const out = new Uint8Array((x.length / 32) * kernel.blockBytes);
-  const status = module.ggmlQuantize(kernel.id, x, out);
-  if (status !== 0)
-    throw new QuantdError('INTERNAL', { detail: `ggml ${type} kernel returned status ${status}` });
-  return out;
-}
 
 /** ggml integer types (and F64) copy through to the safetensors dtype of the same layout. */
 const PASSTHROUGH: Readonly<Record<string, StDType>> = {
@@ -425,7 +341,11 @@ const PASSTHROUGH: Readonly<Record<string, StDType>> = {
   F64: 'F64',
 };
 
-async function readGguf(input: string, output: string): Promise<{ readonly tensors: number }> {
+async function readGguf(
+  input: string,
+  output: string,
+  hooks: LayoutHooks = {},
+): Promise<{ readonly tensors: number }> {
   const reader = await GgufFileReader.open(input);
   try {
     const { header } = reader;
@@ -444,21 +364,21 @@ async function readGguf(input: string, output: string): Promise<{ readonly tenso
       const v = header.kvs.get(key);
       if (v?.type === 'string') metadata[`gguf.${key}`] = v.value;
     }
+    throwIfAborted(hooks.signal);
     const writer = await SafetensorsFileWriter.create(output, plan, metadata);
-    try {
-      for (const t of tensors) {
-        const bytes = await reader.read(t);
-        if (PASSTHROUGH[t.type.name] !== undefined) {
-          await writer.write(t.name, bytes);
-        } else {
-          await writer.write(t.name, bytesOf(ggmlDecode(t.type.name, bytes, t.numel)));
-        }
-      }
-      await writer.commit();
-    } catch (err) {
-      await writer.abort();
-      throw err;
-    }
+    const jobs = tensors.map((t): EncodeJob<GgufTensorInfo> => ({
+      inputs: [t],
+      outputs: [{ name: t.name, bytes: PASSTHROUGH[t.type.name] !== undefined ? t.bytes : t.numel * 4 }],
+      ...(PASSTHROUGH[t.type.name] === undefined && {
+        call: { kind: 'ggml-decode', type: t.type.name, numel: t.numel },
+      }),
+      label: t.name,
+    }));
+    const source = {
+      read: async (t: GgufTensorInfo, shared: boolean) => sharedIf(shared, await reader.read(t)),
+      size: (t: GgufTensorInfo) => t.bytes,
+    };
+    await runEncodeJobs(source, jobs, writer, hooks);
     return { tensors: tensors.length };
   } finally {
     await reader.close();

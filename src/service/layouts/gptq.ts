@@ -14,16 +14,7 @@
  */
 import { basename, dirname, join } from 'node:path';
 
-import {
-  GPTQ_BITS,
-  gptqDequantize,
-  gptqQuantize,
-  gptqShapes,
-  type GptqBits,
-  type GptqParams,
-} from '../../core/interop/gptq.js';
-import { fromFloat32, toFloat32 } from '../../core/tensor.js';
-import { floatDTypeOfSt } from '../../core/dtypes.js';
+import { GPTQ_BITS, gptqShapes, type GptqBits, type GptqParams } from '../../core/interop/gptq.js';
 import { QuantdError, shapeText } from '../../errors/index.js';
 import { entryByName, type TensorEntry } from '../../format/safetensors.js';
 import { writeFileAtomic } from '../model.js';
@@ -31,12 +22,8 @@ import {
   boolOption,
   checkOptions,
   expectTensor,
-  float32Bytes,
-  float32Of,
   floatDType,
   headerTensors,
-  int32Bytes,
-  int32View,
   intOption,
   isLinearWeight,
   layoutInvalid,
@@ -45,10 +32,10 @@ import {
   passThrough,
   ptMetadata,
   runJobs,
-  uint16Bytes,
   withReader,
   type Job,
 } from './linear-common.js';
+import type { LayoutHooks } from './run-jobs.js';
 import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
 
 const OPTIONS = {
@@ -95,7 +82,7 @@ async function write(
   input: string,
   output: string,
   options: LayoutOptions,
-  hooks: Parameters<InteropLayout['write']>[3] = {},
+  hooks: LayoutHooks = {},
 ): Promise<LayoutWriteResult> {
   const params = gptqParams(options);
   return withReader(input, async (reader) => {
@@ -117,24 +104,8 @@ async function write(
             { name: `${m}.scales`, dtype: 'F16', shape: s.scales },
             { name: `${m}.g_idx`, dtype: 'I32', shape: s.gIdx },
           ],
-          produce: ([data]) => {
-            const p = gptqQuantize(entry.name, float32Of(entry, data!), entry.shape, dtype, params);
-            const notes: string[] = [];
-            if (p.zeroPointZero > 0) {
-              notes.push(
-                `${p.zeroPointZero} group(s) have zero point 0, which GPTQ v1 cannot store; written with ` +
-                  "GPTQModel's v2-to-v1 borrow (exact for GPTQModel, off for per-field +1 kernels)",
-              );
-            }
-            if (p.clampedCodes > 0) {
-              notes.push(
-                `${p.clampedCodes} code(s) re-derived outside [0, ${2 ** params.bits - 1}] by GPTQ's packing ` +
-                  'were clamped (AutoGPTQ would corrupt the neighbouring fields)',
-              );
-            }
-            if (notes.length > 0) report.set(entry.name, { type: bitsLabel(params), note: notes.join('; ') });
-            return [int32Bytes(p.qweight), int32Bytes(p.qzeros), uint16Bytes(p.scales), int32Bytes(p.gIdx)];
-          },
+          call: { kind: 'gptq', tensor: entry.name, shape: entry.shape, dtype, params },
+          onNotes: (notes) => report.set(entry.name, { type: bitsLabel(params), note: notes.join('; ') }),
         };
       }
       if (entry.name.endsWith('.bias') && quantized.has(`${moduleOf(entry.name, '.bias')}.weight`)) {
@@ -146,7 +117,7 @@ async function write(
         return {
           inputs: [entry],
           outputs: [{ name: entry.name, dtype: 'F16', shape: entry.shape }],
-          produce: ([data]) => [fromFloat32(toFloat32(data!, dtype), 'float16')],
+          call: { kind: 'cast', from: dtype, to: 'float16' },
         };
       }
       report.set(entry.name, { type: entry.dtype, note: 'passed through' });
@@ -206,7 +177,11 @@ function gptqGroup(source: string, header: Parameters<typeof entryByName>[0], m:
   return { qweight, qzeros, scales, gIdx, out, inF, groups, bits: bits as GptqBits };
 }
 
-async function read(input: string, output: string): Promise<{ readonly tensors: number }> {
+async function read(
+  input: string,
+  output: string,
+  hooks: LayoutHooks = {},
+): Promise<{ readonly tensors: number }> {
   return withReader(input, async (reader) => {
     const { header } = reader;
     const source = reader.path;
@@ -232,35 +207,19 @@ async function read(input: string, output: string): Promise<{ readonly tensors: 
       jobs.push({
         inputs,
         outputs: [{ name: `${m}.weight`, dtype: 'F32', shape: [g.out, g.inF] }],
-        produce: ([qw, qz, sc, gi]) => {
-          const gIdx = gi ? int32View(gi) : null;
-          if (gIdx) {
-            for (const [i, v] of gIdx.entries()) {
-              if (!(v >= 0 && v < g.groups)) {
-                throw layoutInvalid(
-                  source,
-                  `${m}.g_idx`,
-                  `g_idx[${i}] = ${v} is not a group of [0, ${g.groups})`,
-                );
-              }
-            }
-          }
-          const scales = toFloat32(sc!, floatDTypeOfSt(g.scales.dtype)!);
-          const w = gptqDequantize(
-            int32View(qw!),
-            int32View(qz!),
-            scales,
-            gIdx,
-            g.out,
-            g.inF,
-            g.groups,
-            g.bits,
-          );
-          return [float32Bytes(w)];
+        call: {
+          kind: 'gptq-decode',
+          source,
+          module: m,
+          scales: g.scales.dtype,
+          out: g.out,
+          inF: g.inF,
+          groups: g.groups,
+          bits: g.bits,
         },
       });
     }
-    const tensors = await runJobs(reader, output, jobs, ptMetadata());
+    const tensors = await runJobs(reader, output, jobs, ptMetadata(), hooks);
     return { tensors };
   });
 }

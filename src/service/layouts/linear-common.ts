@@ -1,17 +1,22 @@
 /**
- * What the GPTQ, AWQ and bitsandbytes layouts share: which tensors are quantized (the linear
- * projections of a llama-like decoder), option parsing, the streaming driver (read one input
- * tensor or one group of tensors, write its outputs, next; one atomic SafetensorsFileWriter whose
- * plan is fixed up front from the input header) and header inspection for detect().
+ * What the GPTQ, AWQ, bitsandbytes and ONNX layouts share: which tensors are quantized (the
+ * linear projections of a llama-like decoder), option parsing, jobs over a safetensors input
+ * written into one atomic SafetensorsFileWriter whose plan is fixed up front from the input
+ * header (run by ./run-jobs.ts), and header inspection for detect().
  */
-import { closeSync, openSync, readSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 
-import { floatDTypeOfSt, type FloatDType, type StDType } from '../../core/dtypes.js';
-import { bytesOf, toFloat32, typedView } from '../../core/tensor.js';
-import { QuantdError, shapeText } from '../../errors/index.js';
+import { ST_DTYPE_SIZE, floatDTypeOfSt, type FloatDType, type StDType } from '../../core/dtypes.js';
+import { QuantdError, shapeText, throwIfAborted } from '../../errors/index.js';
+import type { EncoderCall } from '../../kernels/encoders.js';
 import { SafetensorsFileReader, SafetensorsFileWriter } from '../../format/safetensors-file.js';
-import { DEFAULT_HEADER_LIMIT, type TensorEntry, type TensorPlan } from '../../format/safetensors.js';
-import type { Progress } from '../model.js';
+import {
+  parseHeader,
+  readHeaderLength,
+  type TensorEntry,
+  type TensorPlan,
+} from '../../format/safetensors.js';
+import { runEncodeJobs, type JobSource, type LayoutHooks } from './run-jobs.js';
 import type { LayoutOptions } from './types.js';
 
 /**
@@ -46,10 +51,6 @@ export function floatDType(entry: TensorEntry): FloatDType {
     throw new QuantdError('INPUT_DTYPE_UNSUPPORTED', { tensor: entry.name, dtype: entry.dtype });
   }
   return dtype;
-}
-
-export function float32Of(entry: TensorEntry, data: Uint8Array): Float32Array {
-  return toFloat32(data, floatDType(entry));
 }
 
 /** Rejects options the layout does not take; returns the given ones (undefined dropped). */
@@ -100,36 +101,35 @@ export function boolOption(name: string, value: string | undefined, fallback: bo
 export interface Job {
   readonly inputs: readonly TensorEntry[];
   readonly outputs: readonly TensorPlan[];
-  /** The bytes of each output, in `outputs` order, from the bytes of each input. */
-  produce(data: readonly Uint8Array[]): readonly Uint8Array[];
+  /** How (src/kernels/encoders.ts); none: the one input is copied through. */
+  readonly call?: EncoderCall;
+  /** Receives the encoder's remarks. */
+  readonly onNotes?: (notes: readonly string[]) => void;
 }
 
 /** A job that copies one tensor unchanged. */
 export function passThrough(entry: TensorEntry): Job {
-  return {
-    inputs: [entry],
-    outputs: [{ name: entry.name, dtype: entry.dtype, shape: entry.shape }],
-    produce: (data) => data,
-  };
+  return { inputs: [entry], outputs: [{ name: entry.name, dtype: entry.dtype, shape: entry.shape }] };
 }
 
-function checkAborted(signal: AbortSignal | undefined): void {
-  if (!signal?.aborted) return;
-  const reason: unknown = signal.reason;
-  if (reason instanceof QuantdError) throw reason;
-  throw new QuantdError('CANCELLED', { detail: '' });
-}
+const planBytes = (t: TensorPlan): number => t.shape.reduce((n, d) => n * d, 1) * ST_DTYPE_SIZE[t.dtype];
+
+export const safetensorsSource = (reader: SafetensorsFileReader): JobSource<TensorEntry> => ({
+  read: (entry, shared) => reader.read(entry, shared),
+  size: (entry) => entry.end - entry.begin,
+});
 
 /**
- * Writes the jobs' outputs to `output` (atomically: a temporary file renamed on commit), one job
- * in memory at a time. Output names must be unique (NAME_COLLISION otherwise).
+ * Writes the jobs' outputs to `output` (atomically: a temporary file renamed on commit), through
+ * the layouts' streaming executor (./run-jobs.ts). Output names must be unique (NAME_COLLISION
+ * otherwise).
  */
 export async function runJobs(
   reader: SafetensorsFileReader,
   output: string,
   jobs: readonly Job[],
   metadata: Readonly<Record<string, string>>,
-  hooks: { readonly onProgress?: (p: Progress) => void; readonly signal?: AbortSignal } = {},
+  hooks: LayoutHooks = {},
 ): Promise<number> {
   const plan = jobs.flatMap((j) => j.outputs);
   const seen = new Set<string>();
@@ -137,32 +137,20 @@ export async function runJobs(
     if (seen.has(t.name)) throw new QuantdError('NAME_COLLISION', { source: reader.path, tensor: t.name });
     seen.add(t.name);
   }
-  checkAborted(hooks.signal);
+  throwIfAborted(hooks.signal);
   const writer = await SafetensorsFileWriter.create(output, plan, metadata);
-  const bytesTotal = jobs.reduce((a, j) => a + j.inputs.reduce((b, e) => b + e.end - e.begin, 0), 0);
-  let bytesDone = 0;
-  try {
-    for (const [k, job] of jobs.entries()) {
-      checkAborted(hooks.signal);
-      const data: Uint8Array[] = [];
-      for (const entry of job.inputs) data.push(await reader.read(entry));
-      const outputs = job.produce(data);
-      for (const [i, t] of job.outputs.entries()) await writer.write(t.name, outputs[i]!);
-      bytesDone += job.inputs.reduce((b, e) => b + e.end - e.begin, 0);
-      hooks.onProgress?.({
-        tensorsDone: k + 1,
-        tensorsTotal: jobs.length,
-        bytesDone,
-        bytesTotal,
-        tensor: job.inputs[0]?.name ?? '',
-      });
-    }
-    checkAborted(hooks.signal);
-    await writer.commit();
-  } catch (err) {
-    await writer.abort();
-    throw err;
-  }
+  await runEncodeJobs(
+    safetensorsSource(reader),
+    jobs.map((j) => ({
+      inputs: j.inputs,
+      outputs: j.outputs.map((t) => ({ name: t.name, bytes: planBytes(t) })),
+      ...(j.call && { call: j.call }),
+      ...(j.onNotes && { onNotes: j.onNotes }),
+      label: j.inputs[0]?.name ?? '',
+    })),
+    writer,
+    hooks,
+  );
   return plan.length;
 }
 
@@ -179,17 +167,6 @@ export async function withReader<T>(input: string, f: (r: SafetensorsFileReader)
 /** Metadata of every file these layouts write: transformers refuses safetensors without format "pt". */
 export function ptMetadata(extra: Readonly<Record<string, string>> = {}): Record<string, string> {
   return { format: 'pt', ...extra };
-}
-
-export const int32Bytes = (a: Int32Array): Uint8Array => bytesOf(a);
-export const uint16Bytes = (a: Uint16Array): Uint8Array => bytesOf(a);
-
-export function int32View(bytes: Uint8Array): Int32Array {
-  return typedView(Int32Array, bytes);
-}
-
-export function float32Bytes(a: Float32Array): Uint8Array {
-  return bytesOf(a);
 }
 
 /** A malformed file of an interop layout (a companion missing, a dtype or shape wrong). */
@@ -222,44 +199,31 @@ export interface HeaderTensor {
 
 /**
  * The tensors named in a safetensors header, from the file's first bytes (`head`), reading the
- * rest of the header from `path` when `head` is shorter; null for anything that is not a
- * safetensors header. Never throws: detect() must only answer yes or no.
+ * rest of the header from `path` when `head` is shorter (parsed and validated by the format's
+ * own parser); null for anything that is not a valid safetensors header. Never throws:
+ * detect() must only answer yes or no.
  */
 export function headerTensors(path: string, head: Uint8Array): Map<string, HeaderTensor> | null {
+  let fd: number | undefined;
   try {
-    if (head.length < 8) return null;
-    const n = new DataView(head.buffer, head.byteOffset, 8).getBigUint64(0, true);
-    if (n < 2n || n > BigInt(DEFAULT_HEADER_LIMIT)) return null;
-    const length = Number(n);
-    let json: Uint8Array;
-    if (head.length >= 8 + length) {
-      json = head.subarray(8, 8 + length);
-    } else {
+    fd = openSync(path, 'r');
+    const size = fstatSync(fd).size;
+    const length = readHeaderLength(head, size, path);
+    let json = head.subarray(8, 8 + length);
+    if (json.length < length) {
       json = new Uint8Array(length);
-      const fd = openSync(path, 'r');
-      try {
-        let done = 0;
-        while (done < length) {
-          const read = readSync(fd, json, done, length - done, 8 + done);
-          if (read === 0) return null;
-          done += read;
-        }
-      } finally {
-        closeSync(fd);
+      for (let done = 0; done < length;) {
+        const read = readSync(fd, json, done, length - done, 8 + done);
+        if (read === 0) return null;
+        done += read;
       }
     }
-    const parsed: unknown = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(json));
-    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return null;
-    const out = new Map<string, HeaderTensor>();
-    for (const [name, value] of Object.entries(parsed as Record<string, unknown>)) {
-      if (name === '__metadata__') continue;
-      const v = value as { dtype?: unknown; shape?: unknown } | null;
-      if (typeof v?.dtype !== 'string' || !Array.isArray(v.shape)) return null;
-      out.set(name, { dtype: v.dtype, shape: v.shape as number[] });
-    }
-    return out;
+    const header = parseHeader(json, size - 8 - length, path);
+    return new Map(header.entries.map((e) => [e.name, { dtype: e.dtype, shape: e.shape }]));
   } catch {
     return null;
+  } finally {
+    if (fd !== undefined) closeSync(fd);
   }
 }
 

@@ -22,15 +22,12 @@ import { extname } from 'node:path';
 import {
   MATMULNBITS_BITS,
   MATMULNBITS_BLOCK_SIZES,
-  matMulNBitsDequantize,
-  matMulNBitsQuantize,
   matMulNBitsShapes,
-  type MatMulNBitsParams,
   type MatMulNBitsScaleType,
   type MatMulNBitsShapes,
 } from '../../core/interop/onnx.js';
-import { bytesOf, fromFloat32, toFloat32 } from '../../core/tensor.js';
-import { QuantdError, shapeText } from '../../errors/index.js';
+import { ST_DTYPE_SIZE, floatDTypeOfSt } from '../../core/dtypes.js';
+import { QuantdError, shapeText, throwIfAborted } from '../../errors/index.js';
 import {
   ATTR_INT,
   looksLikeOnnxModel,
@@ -44,20 +41,20 @@ import {
   type OnnxValueInfo,
 } from '../../format/onnx.js';
 import { OnnxFileReader, OnnxFileWriter, onnxInvalid, type OnnxTensorPlan } from '../../format/onnx-file.js';
-import { SafetensorsFileWriter, type TensorPlan } from '../../format/index.js';
-import type { Progress } from '../model.js';
+import { SafetensorsFileWriter, type TensorEntry, type TensorPlan } from '../../format/index.js';
 import {
   boolOption,
   checkOptions,
-  float32Of,
   floatDType,
   intOption,
   isLinearWeight,
   moduleOf,
   noLinear,
   ptMetadata,
+  safetensorsSource,
   withReader,
 } from './linear-common.js';
+import { runEncodeJobs, sharedIf, type EncodeJob, type LayoutHooks } from './run-jobs.js';
 import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
 
 const OPTIONS = {
@@ -114,7 +111,7 @@ async function write(
   input: string,
   output: string,
   options: LayoutOptions,
-  hooks: { readonly onProgress?: (p: Progress) => void; readonly signal?: AbortSignal } = {},
+  hooks: LayoutHooks = {},
 ): Promise<LayoutWriteResult> {
   const params = onnxParams(options);
   return withReader(input, async (reader) => {
@@ -210,47 +207,33 @@ async function write(
       },
       tensors,
     );
-    try {
-      const bytesTotal = entries.reduce((n, e) => n + (e.end - e.begin), 0);
-      let bytesDone = 0;
-      for (const [i, e] of entries.entries()) {
-        throwIfAborted(hooks.signal);
-        const data = await reader.read(e);
-        const s = shapes.get(e.name);
-        if (s === undefined) {
-          await writer.write(e.name, data);
-        } else {
-          const scaleType = scaleTypeOf(e.dtype);
-          const mp: MatMulNBitsParams = { blockSize: params.blockSize, sym: params.sym, scaleType };
-          const packed = matMulNBitsQuantize(e.name, float32Of(e, data), e.shape, mp);
-          await writer.write(qName(e.name), packed.b);
-          await writer.write(scalesName(e.name), fromFloat32(packed.scales, scaleType));
-          if (packed.zeroPoints) await writer.write(zeroPointsName(e.name), packed.zeroPoints);
-        }
-        bytesDone += e.end - e.begin;
-        hooks.onProgress?.({
-          tensorsDone: i + 1,
-          tensorsTotal: entries.length,
-          bytesDone,
-          bytesTotal,
+    const planned = new Map(tensors.map((t) => [t.name, t.bytes]));
+    const out = (name: string) => ({ name, bytes: planned.get(name)! });
+    const jobs = entries.map((e): EncodeJob<TensorEntry> => {
+      if (!shapes.has(e.name)) return { inputs: [e], outputs: [out(e.name)], label: e.name };
+      const scaleType = scaleTypeOf(e.dtype);
+      return {
+        inputs: [e],
+        outputs: [
+          out(qName(e.name)),
+          out(scalesName(e.name)),
+          ...(params.sym ? [] : [out(zeroPointsName(e.name))]),
+        ],
+        call: {
+          kind: 'onnx',
           tensor: e.name,
-        });
-      }
-      throwIfAborted(hooks.signal);
-      await writer.commit();
-    } catch (err) {
-      await writer.abort();
-      throw err;
-    }
+          shape: e.shape,
+          dtype: floatDType(e),
+          blockSize: params.blockSize,
+          sym: params.sym,
+          scaleType,
+        },
+        label: e.name,
+      };
+    });
+    await runEncodeJobs(safetensorsSource(reader), jobs, writer, hooks);
     return { files: [...writer.files], tensors: report };
   });
-}
-
-function throwIfAborted(signal: AbortSignal | undefined): void {
-  if (!signal?.aborted) return;
-  const reason: unknown = signal.reason;
-  if (reason instanceof QuantdError) throw reason;
-  throw new QuantdError('CANCELLED', { detail: '' });
 }
 
 // --- reading -----------------------------------------------------------------------------------
@@ -338,7 +321,11 @@ function nbitsGroup(
   return { weight, node, b, scales, zeroPoints, shapes };
 }
 
-async function read(input: string, output: string): Promise<{ readonly tensors: number }> {
+async function read(
+  input: string,
+  output: string,
+  hooks: LayoutHooks = {},
+): Promise<{ readonly tensors: number }> {
   const reader = await OnnxFileReader.open(input);
   try {
     const { model } = reader;
@@ -356,19 +343,18 @@ async function read(input: string, output: string): Promise<{ readonly tensors: 
       groups.set(g.b.name, g);
     });
     const plan: TensorPlan[] = [];
-    const jobs: Array<() => Promise<Uint8Array>> = [];
+    const jobs: EncodeJob<OnnxInitializer>[] = [];
     for (const t of model.initializers) {
       const g = groups.get(t.name);
       if (g !== undefined) {
         const { N, K } = g.shapes;
         plan.push({ name: g.weight, dtype: 'F32', shape: [N, K] });
-        jobs.push(async () => {
-          const b = await reader.read(g.b);
-          const sbytes = await reader.read(g.scales);
-          const st = ST_OF_ONNX.get(g.scales.dataType)!;
-          const scales = toFloat32(sbytes, st === 'F16' ? 'float16' : st === 'BF16' ? 'bfloat16' : 'float32');
-          const zp = g.zeroPoints ? await reader.read(g.zeroPoints) : null;
-          return bytesOf(matMulNBitsDequantize(b, scales, zp, g.shapes));
+        const st = ST_OF_ONNX.get(g.scales.dataType)!;
+        jobs.push({
+          inputs: [g.b, g.scales, ...(g.zeroPoints ? [g.zeroPoints] : [])],
+          outputs: [{ name: g.weight, bytes: N * K * 4 }],
+          call: { kind: 'onnx-decode', scales: floatDTypeOfSt(st)!, shapes: g.shapes },
+          label: g.weight,
         });
         continue;
       }
@@ -380,21 +366,24 @@ async function read(input: string, output: string): Promise<{ readonly tensors: 
         });
       }
       plan.push({ name: t.name, dtype, shape: t.dims });
-      jobs.push(() => reader.read(t));
+      jobs.push({
+        inputs: [t],
+        outputs: [{ name: t.name, bytes: t.dims.reduce((n, d) => n * d, 1) * ST_DTYPE_SIZE[dtype] }],
+        label: t.name,
+      });
     }
     const seen = new Set<string>();
     for (const p of plan) {
       if (seen.has(p.name)) throw new QuantdError('NAME_COLLISION', { source: input, tensor: p.name });
       seen.add(p.name);
     }
+    throwIfAborted(hooks.signal);
     const writer = await SafetensorsFileWriter.create(output, plan, ptMetadata({ 'quantd.source': 'onnx' }));
-    try {
-      for (const [i, job] of jobs.entries()) await writer.write(plan[i]!.name, await job());
-      await writer.commit();
-    } catch (err) {
-      await writer.abort();
-      throw err;
-    }
+    const source = {
+      read: async (t: OnnxInitializer, shared: boolean) => sharedIf(shared, await reader.read(t)),
+      size: (t: OnnxInitializer) => t.dims.reduce((n, d) => n * d, 1) * 4,
+    };
+    await runEncodeJobs(source, jobs, writer, hooks);
     return { tensors: plan.length };
   } finally {
     await reader.close();

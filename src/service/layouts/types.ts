@@ -1,11 +1,14 @@
 /**
- * Interop layouts (issue 7): files other tools load directly — GGUF for llama.cpp, GPTQ and AWQ
+ * Interop layouts: files other tools load directly — GGUF for llama.cpp, GPTQ and AWQ
  * checkpoints for vLLM / transformers, ONNX MatMulNBits for ONNX Runtime, bitsandbytes NF4/FP4.
- * Each layout is one module implementing this interface; the CLI (`--layout NAME`), HTTP and
- * jobs reach them through the registry in ./index.ts. Block math lives in src/core/interop/,
- * container formats in src/format/; a layout module only streams a model through them.
+ * Each layout is one module implementing this interface, listed in the registry (./index.ts);
+ * the CLI (`--layout NAME`), HTTP, gRPC and jobs reach them through it. A layout is a
+ * description: which tensors become which, by which encoder (src/kernels/encoders.ts; block math
+ * in src/core/interop/), with which side files; ./run-jobs.ts streams it on the worker pool.
  */
-import type { Progress } from '../model.js';
+import type { LayoutHooks } from './run-jobs.js';
+
+export type { LayoutHooks } from './run-jobs.js';
 
 /** A layout's options as the command line / query string give them (strings), validated by it. */
 export type LayoutOptions = Readonly<Record<string, string | undefined>>;
@@ -33,10 +36,10 @@ export interface InteropLayout {
     input: string,
     output: string,
     options: LayoutOptions,
-    hooks?: { readonly onProgress?: (p: Progress) => void; readonly signal?: AbortSignal },
+    hooks?: LayoutHooks,
   ): Promise<LayoutWriteResult>;
   /** Reads a file of this layout and writes its tensors dequantized to float32 safetensors. */
-  read(input: string, output: string): Promise<{ readonly tensors: number }>;
+  read(input: string, output: string, hooks?: LayoutHooks): Promise<{ readonly tensors: number }>;
   /** Whether `path` (first bytes given) is a file of this layout, for dequantize auto-detection. */
   detect(path: string, head: Uint8Array): boolean;
 }

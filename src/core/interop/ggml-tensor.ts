@@ -1,0 +1,75 @@
+/**
+ * What the GGUF layout does to one float tensor besides block quantization: the q/k row
+ * permutation llama.cpp expects, and the checks ggml applies to the bytes it loads. Pure
+ * numerics, run by the layout's encoder (src/kernels/encoders.ts) in a worker thread.
+ */
+import { QuantdError } from '../../errors/index.js';
+import { ggmlTypeByName, type GgmlWriteType } from './ggml.js';
+
+/**
+ * convert_hf_to_gguf.py's LlamaModel.permute: the rows of each head, (2, half) interleaved into
+ * (half, 2), i.e. new row h·2r + 2i + s = old row h·2r + s·r + i (r = rows / heads / 2).
+ */
+export function permuteHeads(x: Float32Array, rows: number, heads: number, tensor: string): Float32Array {
+  if (rows % (2 * heads) !== 0) {
+    throw new QuantdError('SHAPE_UNSUPPORTED', {
+      tensor,
+      shape: `[${rows}, ...]`,
+      detail: `its ${rows} rows cannot be split into ${heads} heads of an even size (check heads / kv_heads)`,
+    });
+  }
+  const cols = x.length / rows;
+  const r = rows / heads / 2;
+  const out = new Float32Array(x.length);
+  for (let h = 0; h < heads; h++) {
+    for (let s = 0; s < 2; s++) {
+      for (let i = 0; i < r; i++) {
+        const from = (h * 2 * r + s * r + i) * cols;
+        const to = (h * 2 * r + 2 * i + s) * cols;
+        out.set(x.subarray(from, from + cols), to);
+      }
+    }
+  }
+  return out;
+}
+
+/** The fp16 fields of a block (d, and m / dmin) must be finite: ggml_validate_row_data rejects others. */
+const HALF_FIELDS: Readonly<Record<GgmlWriteType, readonly number[]>> = {
+  F32: [],
+  F16: [0],
+  Q8_0: [0],
+  Q4_0: [0],
+  Q4_1: [0, 2],
+  Q5_0: [0],
+  Q5_1: [0, 2],
+  Q4_K: [0, 2],
+  Q6_K: [208],
+};
+
+/**
+ * INPUT_NOT_FINITE for a non-finite input, FEATURE_UNSUPPORTED for a block whose float16 fields
+ * overflowed: llama.cpp refuses to load either, so quantd refuses to write them.
+ */
+export function checkGgmlEncodable(
+  x: Float32Array,
+  type: GgmlWriteType,
+  bytes: Uint8Array,
+  tensor: string,
+): void {
+  for (let i = 0; i < x.length; i++) {
+    if (!Number.isFinite(x[i]!)) {
+      throw new QuantdError('INPUT_NOT_FINITE', { tensor, value: x[i], index: i, op: `GGUF ${type}` });
+    }
+  }
+  const t = ggmlTypeByName(type)!;
+  for (let at = 0; at < bytes.length; at += t.typeSize) {
+    for (const field of HALF_FIELDS[type]) {
+      if ((bytes[at + field + 1]! & 0x7c) === 0x7c) {
+        const first = (at / t.typeSize) * t.blockSize;
+        throw new QuantdError('FEATURE_UNSUPPORTED', {
+          detail: `tensor ${tensor}: the ${type} block at element ${first} needs a value or scale beyond float16's range (65504)`,
+        });
+      }
+    }
+  }
+}

@@ -1,0 +1,309 @@
+/**
+ * Tensor encoders: the per-tensor work of the interop layouts (GGUF, GPTQ, AWQ, bitsandbytes,
+ * ONNX MatMulNBits, and reading each back), as plain data a worker thread can run. A layout
+ * describes each of its jobs with an `EncoderCall` (structured-clone safe); the executor sends
+ * it with the job's input bytes to the pool, where `runEncodeTask` runs the C kernel when the
+ * type has one and the TypeScript reference otherwise, and writes the results into the output
+ * buffers the executor sized from the layout's plan.
+ */
+import { floatDTypeOfSt, type FloatDType, type StDType } from '../core/dtypes.js';
+import { awqDequantize, awqQuantize, type AwqParams } from '../core/interop/awq.js';
+import {
+  bnbDequantize,
+  bnbNestedAbsmax,
+  bnbQuantStateJson,
+  bnbQuantize,
+  codeTable,
+  type BnbQuantType,
+} from '../core/interop/bnb.js';
+import { ggmlDecode, ggmlEncode, ggmlTypeByName, type GgmlWriteType } from '../core/interop/ggml.js';
+import { checkGgmlEncodable, permuteHeads } from '../core/interop/ggml-tensor.js';
+import { gptqDequantize, gptqQuantize, type GptqBits, type GptqParams } from '../core/interop/gptq.js';
+import {
+  matMulNBitsDequantize,
+  matMulNBitsQuantize,
+  type MatMulNBitsScaleType,
+  type MatMulNBitsShapes,
+} from '../core/interop/onnx.js';
+import { bytesOf, fromFloat32, toFloat32, typedView } from '../core/tensor.js';
+import { QuantdError } from '../errors/index.js';
+import type { KernelModule } from './module.js';
+
+/** One tensor's encoding: which encoder, and everything it needs besides the input bytes. */
+export type EncoderCall =
+  /** A float tensor cast to another float dtype (biases of quantized layers to float16). */
+  | { readonly kind: 'cast'; readonly from: FloatDType; readonly to: FloatDType }
+  /** A float tensor as a ggml type, rows of `ne0`; q/k rows permuted per head first when given. */
+  | {
+      readonly kind: 'ggml';
+      readonly tensor: string;
+      readonly dtype: FloatDType;
+      readonly type: GgmlWriteType;
+      readonly ne0: number;
+      readonly permute?: { readonly rows: number; readonly heads: number };
+    }
+  | { readonly kind: 'ggml-decode'; readonly type: string; readonly numel: number }
+  | {
+      readonly kind: 'gptq';
+      readonly tensor: string;
+      readonly shape: readonly number[];
+      readonly dtype: FloatDType;
+      readonly params: GptqParams;
+    }
+  /** Inputs: qweight, qzeros, scales[, g_idx]. */
+  | {
+      readonly kind: 'gptq-decode';
+      readonly source: string;
+      readonly module: string;
+      readonly scales: StDType;
+      readonly out: number;
+      readonly inF: number;
+      readonly groups: number;
+      readonly bits: GptqBits;
+    }
+  | {
+      readonly kind: 'awq';
+      readonly tensor: string;
+      readonly shape: readonly number[];
+      readonly dtype: FloatDType;
+      readonly params: AwqParams;
+    }
+  /** Inputs: qweight, qzeros, scales. */
+  | {
+      readonly kind: 'awq-decode';
+      readonly scales: StDType;
+      readonly out: number;
+      readonly inF: number;
+      readonly groups: number;
+    }
+  /** Outputs: packed codes, absmax, the code book, the quant state's JSON bytes. */
+  | {
+      readonly kind: 'bnb';
+      readonly tensor: string;
+      readonly shape: readonly number[];
+      readonly dtype: FloatDType;
+      readonly type: BnbQuantType;
+      readonly blocksize: number;
+    }
+  /** Inputs: packed, absmax, quant_map[, nested_absmax, nested_quant_map]. */
+  | {
+      readonly kind: 'bnb-decode';
+      readonly blocksize: number;
+      readonly n: number;
+      readonly nested?: { readonly blocksize: number; readonly offset: number };
+    }
+  /** Outputs: B, scales (in scaleType)[, zero points]. */
+  | {
+      readonly kind: 'onnx';
+      readonly tensor: string;
+      readonly shape: readonly number[];
+      readonly dtype: FloatDType;
+      readonly blockSize: number;
+      readonly sym: boolean;
+      readonly scaleType: MatMulNBitsScaleType;
+    }
+  /** Inputs: B, scales[, zero points]. */
+  | { readonly kind: 'onnx-decode'; readonly scales: FloatDType; readonly shapes: MatMulNBitsShapes };
+
+/** A task for the pool: input bytes in, results written into `outputs` (sized by the plan). */
+export interface EncodeTask {
+  readonly op: 'encode';
+  readonly call: EncoderCall;
+  readonly inputs: readonly Uint8Array[];
+  readonly outputs: readonly Uint8Array[];
+}
+
+export interface EncodeReply {
+  /** Remarks for the layout's report (e.g. GPTQ groups stored with the v2-to-v1 borrow). */
+  readonly notes: readonly string[];
+}
+
+/** Where a layout's encode tasks run: the worker pool, or inline (the CLI without kernels, tests). */
+export interface Encoding {
+  /** Tasks that usefully run at once (the pool's threads). */
+  readonly parallelism: number;
+  /** Whether task buffers must be SharedArrayBuffer views (the tasks run in other threads). */
+  readonly shared: boolean;
+  encode(task: EncodeTask, signal?: AbortSignal): Promise<EncodeReply>;
+}
+
+/** Runs tasks on the calling thread with `module`'s kernels (null: the TypeScript reference). */
+export function inlineEncoding(module: KernelModule | null): Encoding {
+  return {
+    parallelism: 1,
+    shared: false,
+    encode: async (task, signal) => {
+      if (signal?.aborted) throw signal.reason instanceof QuantdError ? signal.reason : cancelled();
+      return runEncodeTask(module, task);
+    },
+  };
+}
+
+const cancelled = (): QuantdError => new QuantdError('CANCELLED', { detail: '' });
+
+/** The TypeScript reference on the calling thread: the default of direct API calls. */
+export const referenceEncoding: Encoding = inlineEncoding(null);
+
+type Results = { readonly outputs: readonly Uint8Array[]; readonly notes?: readonly string[] };
+
+function floatsOf(dtype: FloatDType, data: Uint8Array): Float32Array {
+  return toFloat32(data, dtype);
+}
+
+function floatsOfSt(dtype: StDType, data: Uint8Array): Float32Array {
+  return toFloat32(data, floatDTypeOfSt(dtype)!);
+}
+
+/** Q8_0 / Q4_0 through the C kernels when loaded (byte-identical, test/interop/gguf-kernels). */
+function ggmlBytes(
+  module: KernelModule | null,
+  type: GgmlWriteType,
+  x: Float32Array,
+  ne0: number,
+): Uint8Array {
+  const kernel = ggmlTypeByName(type)!.kernel;
+  if (module === null || kernel === undefined) return ggmlEncode(type, x, ne0);
+  const out = new Uint8Array((x.length / 32) * ggmlTypeByName(type)!.typeSize);
+  const status = module.ggmlQuantize(kernel, x, out);
+  if (status !== 0)
+    throw new QuantdError('INTERNAL', { detail: `ggml ${type} kernel returned status ${status}` });
+  return out;
+}
+
+function gptqNotes(zeroPointZero: number, clampedCodes: number, bits: number): string[] {
+  const notes: string[] = [];
+  if (zeroPointZero > 0) {
+    notes.push(
+      `${zeroPointZero} group(s) have zero point 0, which GPTQ v1 cannot store; written with ` +
+        "GPTQModel's v2-to-v1 borrow (exact for GPTQModel, off for per-field +1 kernels)",
+    );
+  }
+  if (clampedCodes > 0) {
+    notes.push(
+      `${clampedCodes} code(s) re-derived outside [0, ${2 ** bits - 1}] by GPTQ's packing ` +
+        'were clamped (AutoGPTQ would corrupt the neighbouring fields)',
+    );
+  }
+  return notes;
+}
+
+function checkGIdx(gIdx: Int32Array, groups: number, source: string, module: string): void {
+  for (const [i, v] of gIdx.entries()) {
+    if (!(v >= 0 && v < groups)) {
+      throw new QuantdError('LAYOUT_INVALID', {
+        source,
+        tensor: `${module}.g_idx`,
+        detail: `g_idx[${i}] = ${v} is not a group of [0, ${groups})`,
+      });
+    }
+  }
+}
+
+function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly Uint8Array[]): Results {
+  const [a, b, c, d, e] = inputs;
+  switch (call.kind) {
+    case 'cast':
+      return { outputs: [fromFloat32(floatsOf(call.from, a!), call.to)] };
+    case 'ggml': {
+      let x = floatsOf(call.dtype, a!);
+      if (call.permute) x = permuteHeads(x, call.permute.rows, call.permute.heads, call.tensor);
+      const bytes = ggmlBytes(module, call.type, x, call.ne0);
+      checkGgmlEncodable(x, call.type, bytes, call.tensor);
+      return { outputs: [bytes] };
+    }
+    case 'ggml-decode':
+      return { outputs: [bytesOf(ggmlDecode(call.type, a!, call.numel))] };
+    case 'gptq': {
+      const p = gptqQuantize(call.tensor, floatsOf(call.dtype, a!), call.shape, call.dtype, call.params);
+      return {
+        outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales), bytesOf(p.gIdx)],
+        notes: gptqNotes(p.zeroPointZero, p.clampedCodes, call.params.bits),
+      };
+    }
+    case 'gptq-decode': {
+      const gIdx = d ? typedView(Int32Array, d) : null;
+      if (gIdx) checkGIdx(gIdx, call.groups, call.source, call.module);
+      const w = gptqDequantize(
+        typedView(Int32Array, a!),
+        typedView(Int32Array, b!),
+        floatsOfSt(call.scales, c!),
+        gIdx,
+        call.out,
+        call.inF,
+        call.groups,
+        call.bits,
+      );
+      return { outputs: [bytesOf(w)] };
+    }
+    case 'awq': {
+      const p = awqQuantize(call.tensor, floatsOf(call.dtype, a!), call.shape, call.params);
+      return { outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales)] };
+    }
+    case 'awq-decode': {
+      const scales = floatsOfSt(call.scales, c!);
+      const w = awqDequantize(
+        typedView(Int32Array, a!),
+        typedView(Int32Array, b!),
+        scales,
+        call.out,
+        call.inF,
+        call.groups,
+      );
+      return { outputs: [bytesOf(w)] };
+    }
+    case 'bnb': {
+      const p = bnbQuantize(call.tensor, floatsOf(call.dtype, a!), call.type, call.blocksize);
+      const state = new TextEncoder().encode(
+        bnbQuantStateJson(call.type, call.blocksize, call.dtype, call.shape),
+      );
+      return { outputs: [p.packed, bytesOf(p.absmax), bytesOf(codeTable(call.type)), state] };
+    }
+    case 'bnb-decode': {
+      const absmax = call.nested
+        ? bnbNestedAbsmax(
+            b!,
+            typedView(Float32Array, d!),
+            typedView(Float32Array, e!),
+            call.nested.blocksize,
+            call.nested.offset,
+          )
+        : typedView(Float32Array, b!);
+      const out = bnbDequantize(a!, absmax, typedView(Float32Array, c!), call.blocksize, call.n);
+      return { outputs: [bytesOf(out)] };
+    }
+    case 'onnx': {
+      const params = { blockSize: call.blockSize, sym: call.sym, scaleType: call.scaleType };
+      const p = matMulNBitsQuantize(call.tensor, floatsOf(call.dtype, a!), call.shape, params);
+      const outputs = [p.b, fromFloat32(p.scales, call.scaleType)];
+      if (p.zeroPoints) outputs.push(p.zeroPoints);
+      return { outputs };
+    }
+    case 'onnx-decode': {
+      const w = matMulNBitsDequantize(a!, floatsOf(call.scales, b!), c ?? null, call.shapes);
+      return { outputs: [bytesOf(w)] };
+    }
+  }
+}
+
+/**
+ * Runs one task: the encoder's results are copied into the task's output buffers, whose sizes
+ * the layout planned; a result of another size is a bug (INTERNAL), never a short file.
+ */
+export function runEncodeTask(module: KernelModule | null, task: EncodeTask): EncodeReply {
+  const { outputs, notes = [] } = encode(module, task.call, task.inputs);
+  if (outputs.length !== task.outputs.length) {
+    throw new QuantdError('INTERNAL', {
+      detail: `encoder ${task.call.kind} made ${outputs.length} outputs, the plan has ${task.outputs.length}`,
+    });
+  }
+  outputs.forEach((bytes, i) => {
+    const into = task.outputs[i]!;
+    if (bytes.byteLength !== into.byteLength) {
+      throw new QuantdError('INTERNAL', {
+        detail: `encoder ${task.call.kind} output ${i} has ${bytes.byteLength} bytes, the plan ${into.byteLength}`,
+      });
+    }
+    if (bytes !== into) into.set(bytes);
+  });
+  return { notes };
+}

@@ -1,0 +1,129 @@
+/**
+ * How every interop layout streams a model: the layout describes jobs (some input tensors in file
+ * order, the outputs they become, and the encoder that makes them), and this runs them through
+ * the one streaming scheduler (../ordered.ts): inputs read in order, encode tasks on the worker
+ * pool (several at once within a memory budget), outputs written in order into the layout's
+ * atomic output file, which is committed only when every job is written. Nothing heavier than
+ * reading and writing runs on the calling thread when the encoding is the pool's.
+ */
+import { throwIfAborted } from '../../errors/index.js';
+import { referenceEncoding, type EncoderCall, type Encoding } from '../../kernels/encoders.js';
+import type { Progress } from '../model.js';
+import { runInOrder } from '../ordered.js';
+
+export interface EncodeJob<E> {
+  /** The tensors read for this job, in file order. */
+  readonly inputs: readonly E[];
+  /** What it writes, in order: each output's name and exact byte size. */
+  readonly outputs: ReadonlyArray<{ readonly name: string; readonly bytes: number }>;
+  /** The encoder making outputs from inputs; none: the one input is copied through. */
+  readonly call?: EncoderCall;
+  /** Receives the encoder's remarks (for the layout's report). */
+  readonly onNotes?: (notes: readonly string[]) => void;
+  /** The name progress reports for this job. */
+  readonly label: string;
+}
+
+export interface JobSource<E> {
+  /** The bytes of a tensor (a SharedArrayBuffer view when `shared`). */
+  read(entry: E, shared: boolean): Promise<Uint8Array>;
+  /** The bytes a tensor occupies (for the memory budget and progress). */
+  size(entry: E): number;
+}
+
+/** An output file being written: a temporary file that commit() renames into place. */
+export interface JobSink {
+  write(name: string, data: Uint8Array): Promise<void>;
+  commit(): Promise<void>;
+  abort(): Promise<void>;
+}
+
+export interface LayoutHooks {
+  readonly onProgress?: ((p: Progress) => void) | undefined;
+  readonly signal?: AbortSignal | undefined;
+  /** Where encode tasks run (default: the TypeScript reference on the calling thread). */
+  readonly encoding?: Encoding | undefined;
+  /** Bytes jobs in flight may hold together (default DEFAULT_LAYOUT_BUDGET; a larger job runs alone). */
+  readonly memoryBudget?: number | undefined;
+}
+
+/** Jobs in flight hold at most this much by default: a few large weights of a 7B model at once. */
+export const DEFAULT_LAYOUT_BUDGET = 1024 * 1024 * 1024;
+
+/**
+ * What a job holds while it runs: its inputs, its outputs, and the encoder's float32 copy of the
+ * inputs plus its own result arrays (at most about twice the input again).
+ */
+function jobCost<E>(job: EncodeJob<E>, source: JobSource<E>): number {
+  const inputs = job.inputs.reduce((n, e) => n + source.size(e), 0);
+  const outputs = job.outputs.reduce((n, o) => n + o.bytes, 0);
+  return job.call === undefined ? inputs : 3 * inputs + 2 * outputs;
+}
+
+/** `data` itself, or (when `shared`) a copy in a SharedArrayBuffer for the pool's threads. */
+export function sharedIf(shared: boolean, data: Uint8Array): Uint8Array {
+  if (!shared || data.buffer instanceof SharedArrayBuffer) return data;
+  const copy = allocate(data.byteLength, true);
+  copy.set(data);
+  return copy;
+}
+
+function allocate(bytes: number, shared: boolean): Uint8Array {
+  return shared ? new Uint8Array(new SharedArrayBuffer(bytes)) : new Uint8Array(bytes);
+}
+
+/**
+ * Runs the jobs into `sink` and commits it; on any failure (or cancellation) the sink is
+ * aborted, so no partial file is ever visible.
+ */
+export async function runEncodeJobs<E>(
+  source: JobSource<E>,
+  jobs: readonly EncodeJob<E>[],
+  sink: JobSink,
+  hooks: LayoutHooks = {},
+): Promise<void> {
+  const encoding = hooks.encoding ?? referenceEncoding;
+  const bytesTotal = jobs.reduce((n, j) => n + j.inputs.reduce((b, e) => b + source.size(e), 0), 0);
+  let bytesDone = 0;
+  try {
+    await runInOrder<readonly Uint8Array[]>(
+      {
+        count: jobs.length,
+        cost: (i) => jobCost(jobs[i]!, source),
+        run: async (i, signal) => {
+          const job = jobs[i]!;
+          const shared = job.call !== undefined && encoding.shared;
+          const inputs: Uint8Array[] = [];
+          for (const e of job.inputs) inputs.push(await source.read(e, shared));
+          if (job.call === undefined) return inputs;
+          const outputs = job.outputs.map((o) => allocate(o.bytes, shared));
+          const reply = await encoding.encode({ op: 'encode', call: job.call, inputs, outputs }, signal);
+          if (reply.notes.length > 0) job.onNotes?.(reply.notes);
+          return outputs;
+        },
+        finish: async (i, outputs) => {
+          const job = jobs[i]!;
+          for (const [k, o] of job.outputs.entries()) await sink.write(o.name, outputs[k]!);
+          bytesDone += job.inputs.reduce((b, e) => b + source.size(e), 0);
+          hooks.onProgress?.({
+            tensorsDone: i + 1,
+            tensorsTotal: jobs.length,
+            bytesDone,
+            bytesTotal,
+            tensor: job.label,
+          });
+        },
+      },
+      {
+        concurrency: encoding.parallelism + 1, // one more reads ahead while the workers encode
+        memoryBudget: hooks.memoryBudget ?? DEFAULT_LAYOUT_BUDGET,
+        signal: hooks.signal,
+      },
+    );
+    throwIfAborted(hooks.signal);
+    await sink.commit();
+  } catch (err) {
+    await sink.abort();
+    throw err;
+  }
+}
