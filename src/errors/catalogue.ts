@@ -135,6 +135,12 @@ export const catalogue = {
     title: 'Safetensors header too large',
     message: '{source}: header of {size} bytes exceeds the limit of {limit} bytes',
   },
+  SAFETENSORS_TOO_MANY_TENSORS: {
+    http: 413,
+    grpc: 'RESOURCE_EXHAUSTED',
+    title: 'Too many tensors',
+    message: '{source}: the header lists {count} tensors, more than the limit of {limit} per file',
+  },
   SAFETENSORS_TRUNCATED: bad(
     'Truncated safetensors',
     '{source}: {detail} (expected {expected} bytes, have {actual})',

@@ -13,6 +13,12 @@ import { topLevelKeys } from './json-keys.js';
 /** Largest header we parse by default; the reference implementation also caps it at 100 MB. */
 export const DEFAULT_HEADER_LIMIT = 100_000_000;
 
+/**
+ * Tensors one file may list. Real checkpoints hold a few thousand per shard (large mixtures of
+ * experts tens of thousands); the cap keeps a hostile header from costing seconds of planning.
+ */
+export const TENSOR_LIMIT = 65_536;
+
 const METADATA_KEY = '__metadata__';
 const PREFIX_BYTES = 8;
 /** The writer pads the JSON so that the data section starts 8-byte aligned in the file. */
@@ -62,9 +68,29 @@ function u64Param(value: bigint): number | string {
 }
 
 /** A JSON rendering of an offending value, short enough for an error message. */
+/**
+ * A short JSON-like preview of a header value for a message. It looks at a bounded part of the
+ * value (a few levels, a few items), so a hostile header (metadata nested 100,000 levels deep,
+ * arrays of millions) costs nothing to describe.
+ */
 function show(value: unknown): string {
-  const text = value === undefined ? 'undefined' : JSON.stringify(value);
+  const text = preview(value, 3);
   return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}
+
+function preview(value: unknown, depth: number): string {
+  if (value === undefined) return 'undefined';
+  if (value === null || typeof value !== 'object') return JSON.stringify(value);
+  const items = Array.isArray(value)
+    ? value.slice(0, 8).map((v) => (depth > 0 ? preview(v, depth - 1) : '…'))
+    : Object.keys(value)
+        .slice(0, 8)
+        .map(
+          (k) =>
+            `${JSON.stringify(k)}:${depth > 0 ? preview((value as Record<string, unknown>)[k], depth - 1) : '…'}`,
+        );
+  const more = (Array.isArray(value) ? value.length : Object.keys(value).length) > 8 ? ',…' : '';
+  return Array.isArray(value) ? `[${items.join(',')}${more}]` : `{${items.join(',')}${more}}`;
 }
 
 const quoted = (name: string): string => JSON.stringify(name);
@@ -242,11 +268,16 @@ export function parseHeader(json: Uint8Array, dataLength: number, source: string
     throw invalid(source, `the header must be a JSON object, got ${show(parsed)}`);
   }
 
+  const keys = topLevelKeys(text);
+  const count = keys.length - (Object.hasOwn(parsed, METADATA_KEY) ? 1 : 0);
+  if (count > TENSOR_LIMIT) {
+    throw new QuantdError('SAFETENSORS_TOO_MANY_TENSORS', { source, count, limit: TENSOR_LIMIT });
+  }
   const seen = new Set<string>();
   let metadata: Readonly<Record<string, string>> | null = null;
   const entries: TensorEntry[] = [];
   // Document order, not Object.keys order: JS objects move integer-like keys ("0") first.
-  for (const key of topLevelKeys(text)) {
+  for (const key of keys) {
     if (seen.has(key)) throw new QuantdError('SAFETENSORS_DUPLICATE_KEY', { source, tensor: key });
     seen.add(key);
     if (key === METADATA_KEY) metadata = parseMetadata(source, parsed[key]);

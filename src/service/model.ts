@@ -93,7 +93,8 @@ async function planAll(model: ModelInput, request: OperationRequest): Promise<Pl
 
 function budgetFor(planned: readonly PlannedFile[], requested: number | undefined): number {
   if (requested !== undefined) return requested;
-  const largest = Math.max(0, ...planned.flatMap((p) => p.plan.steps.map(stepCost)));
+  let largest = 0; // a loop: spreading a model's steps into Math.max overflows the stack
+  for (const p of planned) for (const step of p.plan.steps) largest = Math.max(largest, stepCost(step));
   return Math.max(DEFAULT_MODEL_BUDGET, largest);
 }
 

@@ -112,6 +112,23 @@ const cases: Case[] = [
     code: 'SAFETENSORS_INVALID',
   },
   { what: 'metadata that is null', file: rawFile('{"__metadata__": null}'), code: 'SAFETENSORS_INVALID' },
+  {
+    // describing the value must not recurse through it (it overflowed the stack: INTERNAL)
+    what: 'metadata nested 100,000 levels deep',
+    file: rawFile(`{"__metadata__": {"a": ${'{"a":'.repeat(100_000)}1${'}'.repeat(100_000)}}}`),
+    code: 'SAFETENSORS_INVALID',
+    says: ['key "a" holds {"a":{"a":'],
+  },
+
+  // --- the number of tensors -------------------------------------------------------------------------
+  {
+    what: 'a header listing more tensors than the limit',
+    file: rawFile(
+      `{${Array.from({ length: 65_537 }, (_, i) => `"t${i}": ${u8('[0]', '[0, 0]')}`).join(', ')}}`,
+    ),
+    code: 'SAFETENSORS_TOO_MANY_TENSORS',
+    params: { count: 65_537, limit: 65_536 },
+  },
 
   // --- one entry -------------------------------------------------------------------------------------
   {
