@@ -1,5 +1,5 @@
 /**
- * The operational endpoints (DESIGN §5): /healthz reports the kernel backend and ISA the server
+ * The operational endpoints (README, The HTTP service): /healthz reports the kernel backend and ISA the server
  * loaded, /readyz is 200 when up, /metrics is Prometheus text whose counters, histogram and byte
  * counters move with each request (chunked uploads counted too), with the pool and backend gauges; /docs serves Swagger UI and
  * /docs/json is an OpenAPI 3 document of the four /v1 operations, each taking both binary body
