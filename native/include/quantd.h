@@ -1,5 +1,5 @@
 /*
- * quantd kernels: the numerics of DESIGN.md §2 in C11, bit for bit equal to the TypeScript
+ * quantd kernels: the numerics of docs/numerics.md in C11, bit for bit equal to the TypeScript
  * reference in src/core. One portable scalar implementation per op family (*_ref, ref.c) and
  * SIMD variants beside it (x86 AVX2 and AVX-512, WebAssembly SIMD128), chosen through one
  * dispatch table. Kernels never abort and never allocate: they return a status.

@@ -275,7 +275,7 @@ export async function main(argv: readonly string[], io: Io = processIo): Promise
     const error = isQuantdError(err)
       ? forCommandLine(err)
       : new QuantdError('INTERNAL', { detail: err instanceof Error ? err.message : String(err) });
-    // One line, always: the contract of DESIGN §4. QUANTD_DEBUG=1 adds the stack for developers.
+    // One line, always: the CLI's error contract. QUANTD_DEBUG=1 adds the stack for developers.
     io.stderr(`error ${error.code}: ${error.message.replace(/\s*\n\s*/g, ' ')}`);
     if (process.env['QUANTD_DEBUG'] && err instanceof Error && err.stack) io.stderr(err.stack);
     return exitCodeFor(error.code);

@@ -20,7 +20,7 @@ import { ProgressReporter } from './progress.js';
 
 type Values = ParsedCommand['values'];
 
-/** CLI flags → the jobs API's query parameters (DESIGN §5 snake_case). */
+/** CLI flags → the jobs API's query parameters (the options in snake_case). */
 export function remoteQuery(command: string, values: Values): URLSearchParams {
   const q = new URLSearchParams({ op: command });
   const simple: Record<string, string> = {

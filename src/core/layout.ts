@@ -19,7 +19,7 @@ export interface Layout {
   readonly outer: number;
   readonly channels: number;
   readonly inner: number;
-  /** Shape of the scale and zero_point tensors (DESIGN §3). */
+  /** Shape of the scale and zero_point tensors (docs/container.md). */
   readonly qparamShape: readonly number[];
   /** per_channel: the axis, normalised to 0..rank-1; otherwise null. */
   readonly axis: number | null;

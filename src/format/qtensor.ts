@@ -1,5 +1,5 @@
 /**
- * The quantd.qtensor/1 container (DESIGN §3): a plain safetensors file in which each quantized
+ * The quantd.qtensor/1 container (docs/container.md): a plain safetensors file in which each quantized
  * tensor NAME is stored as three tensors — NAME (codes), NAME.scale (F32) and NAME.zero_point
  * (I32, or F32 for float zero points) — and `__metadata__` carries "format" plus, per NAME, a
  * JSON string describing how it was quantized. Anything else in the file is passed through.
@@ -26,7 +26,7 @@ export const CONTAINER_KEY_PREFIX = 'quantd.';
 export const SCALE_SUFFIX = '.scale';
 export const ZERO_POINT_SUFFIX = '.zero_point';
 
-/** The per-tensor metadata entry, keys in DESIGN §3 order. */
+/** The per-tensor metadata entry, keys in the order docs/container.md gives. */
 export interface QTensorMeta {
   readonly qdtype: string;
   readonly scheme: string;

@@ -1,5 +1,5 @@
 /**
- * POST /v1/quantize, /v1/dequantize, /v1/fake-quantize, /v1/qparams (DESIGN §5). The body is a
+ * POST /v1/quantize, /v1/dequantize, /v1/fake-quantize, /v1/qparams (README.md). The body is a
  * safetensors file, or one raw tensor (application/octet-stream + X-Tensor-Dtype / X-Tensor-Shape,
  * named "tensor"); query parameters are the CLI options in snake_case. Every output is computed
  * before the response starts, so a rejected input always gets a clean problem response; the

@@ -6,9 +6,9 @@
  *
  * Conventions (docs/oip.md):
  *  - the float input is `input` (FP32 / FP16 / BF16); quantize and fake_quantize also take
- *    optional `scale` / `zero_point` inputs, used instead of choosing (DESIGN §3 NAME.scale);
+ *    optional `scale` / `zero_point` inputs, used instead of choosing (as NAME.scale is);
  *  - codes keep their own datatype (INT8, UINT8, INT16, INT32) and the input's shape, except the
- *    sub-byte qdtypes (packed flat, LSB first, DESIGN §2) and fp8, which travel as UINT8: packed
+ *    sub-byte qdtypes (packed flat, LSB first, docs/numerics.md) and fp8, which travel as UINT8: packed
  *    codes have shape [ceil(numel·bits/8)], fp8 codes the logical shape; the `codes` output carries
  *    `qdtype`, `bits` and `logical_shape` ("4,6", as X-Tensor-Shape) parameters;
  *  - quantize and choose_qparams answer with response parameters qdtype, scheme, mode, axis,

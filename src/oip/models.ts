@@ -74,7 +74,7 @@ const floatInput: InputDefinition = {
   accepts: FLOATS,
   required: true,
 };
-/** Given qparams (DESIGN §3 NAME.scale / NAME.zero_point): used instead of choosing. */
+/** Given qparams (NAME.scale / NAME.zero_point, docs/container.md): used instead of choosing. */
 const givenScale: InputDefinition = {
   name: 'scale',
   datatype: 'FP32',

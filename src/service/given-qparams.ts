@@ -1,5 +1,5 @@
 /**
- * Qparams supplied in the input: NAME.scale and NAME.zero_point beside NAME (DESIGN §3) are used
+ * Qparams supplied in the input: NAME.scale and NAME.zero_point beside NAME (docs/container.md) are used
  * instead of choosing. They are checked here for dtype and shape and converted to the float32
  * scales and int32 / float32 zero points the numerics take.
  */

@@ -1,6 +1,6 @@
 /**
- * A request as transports receive it — operation name plus options in the snake_case of DESIGN
- * §5 (HTTP query parameters, gRPC fields) — turned into an OperationRequest. Unknown options are
+ * A request as transports receive it — operation name plus options in snake_case (the CLI's
+ * options; HTTP query parameters, gRPC fields) — turned into an OperationRequest. Unknown options are
  * rejected rather than ignored: a misspelt `qdtpye=int4` must not quietly give int8.
  */
 import { isFloatDType, parseSpec, type FloatDType, type SpecOptions } from '../core/index.js';

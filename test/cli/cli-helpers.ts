@@ -1,7 +1,7 @@
 /**
  * Helpers for the CLI tests: scratch directories per test, safetensors inputs written with the
  * library's own serializer, outputs read back tensor by tensor, and the one assertion every
- * failure must pass (DESIGN §4: catalogue exit code, nothing on stdout, exactly one line
+ * failure must pass (README, The CLI: catalogue exit code, nothing on stdout, exactly one line
  * `error CODE: message` on stderr, and no output or temp file left behind).
  */
 import { spawn } from 'node:child_process';

@@ -1,9 +1,10 @@
 /**
- * The CLI's unhappy paths, options and tensors (DESIGN §2 "Bad input never passes silently",
- * §4 "on bad input exit 2 with one line `error CODE: message` on stderr"): the real binary, on
- * real files in a scratch directory. Every case checks the catalogue's exit code, an empty
- * stdout, exactly one stderr line naming the tensor and the offending value, and that the run
- * left no output file and no temporary file behind. Files and containers: errors-files.test.ts.
+ * The CLI's unhappy paths, options and tensors (docs/numerics.md "Bad input never passes
+ * silently"; README, The CLI: bad input exits 2 with one line `error CODE: message` on stderr):
+ * the real binary, on real files in a scratch directory. Every case checks the catalogue's exit
+ * code, an empty stdout, exactly one stderr line naming the tensor and the offending value, and
+ * that the run left no output file and no temporary file behind. Files and containers:
+ * errors-files.test.ts.
  */
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';

@@ -9,7 +9,7 @@ export type IntQDType = (typeof INT_QDTYPES)[number];
 export type AnyQDType = IntQDType | (typeof FP8_QDTYPES)[number];
 export type SchemeName = 'per_tensor' | 'per_channel' | 'per_token' | 'per_group';
 
-/** Full ranges written out from DESIGN §2 (not read from src). */
+/** Full ranges written out from docs/numerics.md (not read from src). */
 export const RANGE: Readonly<Record<AnyQDType, readonly [number, number]>> = {
   int8: [-128, 127],
   uint8: [0, 255],

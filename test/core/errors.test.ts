@@ -1,5 +1,5 @@
 /**
- * Unhappy paths of the numerics: DESIGN §2 "Bad input never passes silently". Every case pins
+ * Unhappy paths of the numerics: docs/numerics.md "Bad input never passes silently". Every case pins
  * the catalogue code and the parameters that name the tensor and the offending value.
  */
 import { describe, expect, it } from 'vitest';

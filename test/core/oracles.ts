@@ -1,6 +1,6 @@
 /**
  * Independent oracles for the core numerics tests. Nothing here imports src/: every helper is
- * written from the IEEE / OCP bit layouts or from DESIGN.md §2 directly, so a test comparing
+ * written from the IEEE / OCP bit layouts or from docs/numerics.md directly, so a test comparing
  * src/core against these can fail.
  */
 import { expect } from 'vitest';

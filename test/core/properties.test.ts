@@ -182,7 +182,7 @@ describe('integer qdtypes with chosen qparams (fast-check)', () => {
               ? Math.fround((p.q[i]! - Math.fround(p.qp.zeroPoint[u]!)) * p.qp.scale[u]!)
               : p.deq[i]!;
           if (!Object.is(out[i], want)) expect.fail(`element ${i}: fake ${out[i]} vs ${want}`);
-          // DESIGN §2: mask = qmin <= round(x · inv) + zp <= qmax, before clamping
+          // docs/numerics.md: mask = qmin <= round(x · inv) + zp <= qmax, before clamping
           const inv = Math.fround(1 / p.qp.scale[u]!);
           const zp = Math.fround(p.qp.zeroPoint[u]!);
           const t =

@@ -1,5 +1,5 @@
 /**
- * src/core against a second, independent implementation of DESIGN §2 written here from the
+ * src/core against a second, independent implementation of docs/numerics.md written here from the
  * formulas (and, for per_token affine, from seed 000's `_choose_qparams_per_token_asymmetric_impl`).
  * Scales, zero points, codes and dequantized values must agree bit for bit on random tensors, for
  * every qdtype and scheme; the order of operations at exact halves is what this catches.
@@ -133,7 +133,7 @@ function refChoose(c: QuantCase, u: Units, qmin: number, qmax: number): RefQPara
   return { scale, zp };
 }
 
-/** DESIGN §2 quantize, one element. */
+/** docs/numerics.md quantize, one element. */
 function refQuantize(c: QuantCase, x: number, s: number, zp: number, qmin: number, qmax: number): number {
   const inv = f(1 / s);
   if (isFp8(c.qdtype)) return fp8RefEncode(clamp(f(x * inv), qmin, qmax), c.qdtype);
@@ -143,7 +143,7 @@ function refQuantize(c: QuantCase, x: number, s: number, zp: number, qmin: numbe
   return clamp(q, qmin, qmax) + 0; // codes are stored as integers: a -0 becomes 0
 }
 
-/** DESIGN §2 dequantize, one element: (f32(q) - zp) · scale. */
+/** docs/numerics.md dequantize, one element: (f32(q) - zp) · scale. */
 function refDequantize(c: QuantCase, q: number, s: number, zp: number): number {
   const v = isFp8(c.qdtype) ? fp8RefDecode(q, c.qdtype) : f(q);
   return f(f(v - f(zp)) * s);
@@ -187,7 +187,7 @@ function check(c: QuantCase): void {
   expect(hex(dequantizeTensor(input, 'bfloat16'))).toBe(le16(Array.from(refDeq, bf16RefEncode)));
 }
 
-describe('src/core equals an independent implementation of DESIGN §2 (fast-check)', () => {
+describe('src/core equals an independent implementation of docs/numerics.md (fast-check)', () => {
   it('integer qdtypes: qparams, codes and dequantized values bit for bit', () => {
     fc.assert(fc.property(quantCase(INT_QDTYPES), check), { numRuns: 500 });
   });

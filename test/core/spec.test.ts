@@ -10,7 +10,7 @@ import {
 } from '../../src/core/spec.js';
 import { expectQuantdError, nextDown32 } from './oracles.js';
 
-describe('qdtype table (DESIGN §2 default ranges)', () => {
+describe('qdtype table (docs/numerics.md default ranges)', () => {
   it('has the documented ranges and storage', () => {
     const expected: Record<string, [number, number, number]> = {
       int8: [-128, 127, 8],
@@ -219,7 +219,7 @@ describe('symmetric zero point and zero-point kind', () => {
     ).toBe(
       126, // 253 // 2
     );
-    // DESIGN names only uint8; quantd uses the same midpoint rule 2^(bits-1) for the other unsigned types
+    // torch names only uint8; quantd uses the same midpoint rule 2^(bits-1) for the other unsigned types
     expect(symmetricZeroPoint(parseSpec({ qdtype: 'uint4', mode: 'symmetric' }))).toBe(8);
     expect(symmetricZeroPoint(parseSpec({ qdtype: 'uint2', mode: 'symmetric' }))).toBe(2);
   });

@@ -368,7 +368,7 @@ def emit_quantize(family, cid, x, in_dtype, qdtype, scheme, mode, axis=None, qmi
         assert native_stored == formula_stored, ('native vs formula', cid)
         sources.append('torch.%s(...).int_repr()' % ('quantize_per_tensor' if scheme == 'per_tensor' else 'quantize_per_channel'))
         # torch's native int32 dequantize subtracts the zero point in int64; the decomposed op
-        # (and DESIGN §2) converts to float32 first, which differs once |q| > 2^24.
+        # (and docs/numerics.md) converts to float32 first, which differs once |q| > 2^24.
         deq = None if qdtype == 'int32' else torch.dequantize(qt).to(torch.float32)
         deq_source = 'seed dequantize formula (torch f32 ops)' if deq is None else 'torch.dequantize'
     else:

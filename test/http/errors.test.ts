@@ -1,5 +1,5 @@
 /**
- * Every catalogued error a client can reach over HTTP (DESIGN §5: RFC 9457 problem+json with a
+ * Every catalogued error a client can reach over HTTP (README: RFC 9457 problem+json with a
  * stable code): each case checks the catalogue's status, Content-Type application/problem+json,
  * `type` urn:quantd:error:CODE, `title`, `status`, a `detail` that is the catalogue message filled
  * from `params`, the request path as `instance`, and the offending value in the detail (the

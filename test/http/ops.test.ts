@@ -1,5 +1,5 @@
 /**
- * POST /v1/{quantize,dequantize,fake-quantize,qparams} against the real CLI (DESIGN §4, §5): every
+ * POST /v1/{quantize,dequantize,fake-quantize,qparams} against the real CLI (README): every
  * endpoint × body kind (a safetensors file; one raw octet-stream tensor named "tensor", whose
  * equivalent file the CLI gets; the container alone for dequantize) × Accept (none,
  * application/x-safetensors, application/json). The container responses must be the CLI's output

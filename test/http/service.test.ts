@@ -1,5 +1,5 @@
 /**
- * The operational endpoints (DESIGN §5): /healthz reports the kernel backend and ISA the server
+ * The operational endpoints (README, The HTTP service): /healthz reports the kernel backend and ISA the server
  * loaded, /readyz is 200 when up, /metrics is Prometheus text whose counters, histogram and byte
  * counters move with each request (chunked uploads counted too), with the pool and backend gauges; /docs serves Swagger UI and
  * /docs/json is an OpenAPI 3 document of the four /v1 operations, each taking both binary body
@@ -7,6 +7,8 @@
  * a js-backend server (no pool) serves, and the server module loads from the source tree.
  */
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { REPO } from '../cli/run-cli.js';
@@ -20,9 +22,12 @@ import {
   startTestServer,
   type TestServer,
 } from './helpers.js';
+import type * as App from '../../src/http/app.js';
 
 const VERSION = (JSON.parse(readFileSync(`${REPO}/package.json`, 'utf8')) as { version: string }).version;
 const DATA = new Uint8Array(Float32Array.of(1, -2, 3, 0.5).buffer);
+// The app the test server runs: dist/ (built by the test setup), typed by its source.
+const APP_URL = pathToFileURL(join(REPO, 'dist', 'src', 'http', 'app.js')).href;
 
 let t: TestServer;
 beforeAll(async () => {
@@ -41,12 +46,10 @@ const json = async (path: string, port = t.port): Promise<Record<string, unknown
 
 describe('draining', () => {
   it('an API request while draining is 503 SHUTTING_DOWN with Retry-After (the app refuses it)', async () => {
-    const { buildApp } = await import('../../dist/src/http/app.js');
-    type Options = Parameters<typeof buildApp>[0];
+    const { buildApp } = (await import(APP_URL)) as typeof App;
     const app = await buildApp({
       config: t.server.config,
-      // the test server's own compute (its type is the source tree's; the app's is dist's)
-      handle: t.server.handle as unknown as Options['handle'],
+      handle: t.server.handle,
       version: 'test',
       isReady: () => false,
     });

@@ -110,7 +110,7 @@ describe(`one worker, no queue, tasks held ${DELAY_MS} ms`, () => {
       expect(await eventually(() => pendingOf(t) === 1, 2000), 'the first request reaches the pool').toBe(
         true,
       );
-      // Headers only: the 503 must come without the body (DESIGN: bounded memory). The router
+      // Headers only: the 503 must come without the body (bounded memory). The router
       // decodes %76 to "v", so the second path is POST /v1/qparams too and must be admitted as one.
       const head =
         `POST ${path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/octet-stream\r\n` +

@@ -3,7 +3,7 @@
  * quantizers of ggml-quants.c (`quantize_row_*_ref`, which llama.cpp's `llama-quantize` runs
  * when no importance matrix is given) and their `dequantize_row_*`.
  *
- * The rounding rules are ggml's, deliberately not torch's half-to-even (DESIGN §2 governs the
+ * The rounding rules are ggml's, deliberately not torch's half-to-even (docs/numerics.md governs the
  * qtensor container, not this interop layout):
  *   Q8_0  code = roundf(x·id)                         half away from zero
  *   Q4_0  code = MIN(15, (int8_t)(x·id + 8.5f))       truncation of a float32 sum: half up
