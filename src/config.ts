@@ -19,6 +19,9 @@ export interface Config {
   /** Tensor operations that may wait beyond the running ones before requests get 503. */
   readonly queueLimit: number;
   readonly requestTimeoutMs: number;
+  /** The least pace of a request body (src/http/pace.ts). */
+  readonly bodyIdleMs: number;
+  readonly bodyMinRate: number;
   readonly shutdownTimeoutMs: number;
   /** Bearer tokens; empty: authentication off. */
   readonly apiKeys: readonly string[];
@@ -117,6 +120,8 @@ export function loadConfig(env: Env = process.env): Config {
     inlineLimit: integer(env, 'QUANTD_INLINE_LIMIT', 1 << 18, 0, Number.MAX_SAFE_INTEGER),
     queueLimit: integer(env, 'QUANTD_QUEUE_LIMIT', 64, 0, 1_000_000),
     requestTimeoutMs: integer(env, 'QUANTD_REQUEST_TIMEOUT_MS', 300_000, 100, 86_400_000),
+    bodyIdleMs: integer(env, 'QUANTD_BODY_IDLE_MS', 15_000, 100, 3_600_000),
+    bodyMinRate: integer(env, 'QUANTD_BODY_MIN_RATE', 16 * 1024, 0, Number.MAX_SAFE_INTEGER),
     shutdownTimeoutMs: integer(env, 'QUANTD_SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000),
     apiKeys,
     logLevel: choice(env, 'QUANTD_LOG_LEVEL', 'info', LOG_LEVELS),

@@ -259,6 +259,14 @@ export const catalogue = {
     message: 'job {id} is {state}; a result exists once a job has succeeded',
   },
   BODY_INCOMPLETE: bad('Incomplete body', 'the request body ended after {received} of {expected} bytes'),
+  BODY_TOO_SLOW: {
+    http: 408,
+    grpc: 'DEADLINE_EXCEEDED',
+    title: 'Body too slow',
+    message:
+      'the request body arrived too slowly ({received} bytes in {seconds} s): the server needs a byte every {idle} s and at least {rate} bytes/s (QUANTD_BODY_IDLE_MS, QUANTD_BODY_MIN_RATE)',
+    exit: 2,
+  },
   STREAM_INVALID: bad('Invalid stream', 'QuantizeStream: {detail}'),
   // Open Inference Protocol (/v2, inference.GRPCInferenceService): docs/oip.md
   INFER_REQUEST_INVALID: bad('Invalid inference request', 'inference request: {detail}'),

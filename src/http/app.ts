@@ -13,7 +13,8 @@ import { describeKernels } from '../kernels/index.js';
 import { Admission } from '../service/index.js';
 import type { ComputeHandle } from '../pool/index.js';
 import { makeAuthenticator } from './auth.js';
-import { binaryBodyParser, bodyBytesReceived, declaredLength } from './body.js';
+import { binaryBodyParser, bodyBytesReceived, declaredLength, stopBody } from './body.js';
+import { watchBodyPace } from './pace.js';
 import { clientErrorHandler } from './client-error.js';
 import { createMetrics } from './metrics.js';
 import { registerOpRoutes, OCTET_TYPE, SAFETENSORS_TYPE } from './op-routes.js';
@@ -73,6 +74,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const metrics = createMetrics(handle);
   const authenticate = makeAuthenticator(config.apiKeys);
   const admission = options.admission ?? new Admission(config.poolSize + config.queueLimit);
+  const pace = { idleMs: config.bodyIdleMs, minBytesPerSecond: config.bodyMinRate };
 
   // Binary bodies for every route; the op routes accept nothing else (op-routes.ts), other routes
   // keep Fastify's JSON and text parsers too.
@@ -81,8 +83,19 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.addHook('onRequest', async (request, reply) => {
     const started = process.hrtime.bigint();
     let release: (() => void) | undefined = undefined;
+    // Every body must keep a minimum pace (pace.ts), or the server stops reading it: 408.
+    const hasBody =
+      request.headers['transfer-encoding'] !== undefined ||
+      Number(request.headers['content-length'] ?? 0) > 0;
+    const unwatch = hasBody
+      ? watchBodyPace(request.raw, pace, (err) => {
+          request.log.info({ err }, 'request body too slow: stopped reading it');
+          stopBody(request.raw, err);
+        })
+      : undefined;
     // One listener does the bookkeeping of every request: metrics, and the admission slot.
     reply.raw.once('close', () => {
+      unwatch?.();
       release?.();
       const route = request.routeOptions.url ?? 'unmatched';
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;

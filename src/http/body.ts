@@ -77,6 +77,24 @@ export function onBodyCutShort(request: IncomingMessage | Readable, listener: ()
   };
 }
 
+/** Why the server stopped reading a request's body (BODY_TOO_SLOW), for its reader's error. */
+const stopReasons = new WeakMap<IncomingMessage | Readable, QuantdError>();
+
+/** The error a body reader reports when the server stopped the body (stopBody), if it did. */
+export function bodyStopReason(request: IncomingMessage | Readable): QuantdError | undefined {
+  return stopReasons.get(request);
+}
+
+/**
+ * The server gives up on a request's body (it came too slowly, pace.ts): its reader is told as
+ * of a body cut short, and reports `error`; the connection carries that answer, then closes.
+ */
+export function stopBody(request: IncomingMessage, error: QuantdError): void {
+  if (request.complete || cutShort.has(request)) return;
+  stopReasons.set(request, error);
+  endBodyEarly(request);
+}
+
 /**
  * The client ended its side of the connection before the body's end (client-error.ts): its
  * reader is told (onBodyCutShort), or, with none registered, the stream is ended where it
@@ -106,7 +124,7 @@ export async function readBody(
       received: received + stream.readableLength,
       expected: length ?? `${received + stream.readableLength}+`,
     });
-  if (cutShort.has(stream)) throw incomplete();
+  if (cutShort.has(stream)) throw stopReasons.get(stream) ?? incomplete();
   // Read with 'data' events, never destroying the stream: a refused body (an error below) leaves
   // the request, and the socket its problem response goes out on, alive; the stream is paused.
   await new Promise<void>((resolve, reject) => {
@@ -149,7 +167,7 @@ export async function readBody(
     };
     const onEnd = (): void => settle(length !== null && received < length ? incomplete() : undefined);
     // the connection broke off mid-body (reset, aborted), or the client half-closed it
-    const onBroken = (): void => settle(incomplete());
+    const onBroken = (): void => settle(stopReasons.get(stream) ?? incomplete());
     stream.on('data', onData);
     stream.once('end', onEnd);
     stream.once('error', onBroken);

@@ -27,7 +27,14 @@ import { QuantdError } from '../errors/index.js';
 import type { JobManager } from '../jobs/manager.js';
 import { paramsOf, submissionFromQuery, operationOf } from '../jobs/request.js';
 import { receiveUpload, type ResultFile } from '../jobs/store.js';
-import { OCTET_TYPE, SAFETENSORS_TYPE, declaredLength, onBodyCutShort, readBody } from './body.js';
+import {
+  OCTET_TYPE,
+  SAFETENSORS_TYPE,
+  bodyStopReason,
+  declaredLength,
+  onBodyCutShort,
+  readBody,
+} from './body.js';
 import { jobRouteSchemas } from './openapi.js';
 
 export interface JobRouteDeps {
@@ -111,7 +118,7 @@ async function receive(deps: JobRouteDeps, request: FastifyRequest, upload: Uplo
     });
   } catch (err) {
     await jobs.abandonUpload(id);
-    throw err;
+    throw bodyStopReason(upload.stream) ?? err; // stopped by the server (too slow): say so
   }
   return jobs.acceptUpload(id, bytes);
 }
