@@ -10,6 +10,7 @@ import { GarbageQuota } from '../src/kernels/gc.js';
 import { QuantdError } from '../src/errors/index.js';
 import { runEncodeTask, type EncodeReply, type EncodeTask } from '../src/kernels/encoders.js';
 import { loadKernels } from '../src/kernels/loader.js';
+import { runReferenceTask, type ReferenceTask } from '../src/kernels/reference-task.js';
 import { runKernelTask, type KernelTask, type TaskResult } from '../src/kernels/tasks.js';
 
 interface WorkerConfig {
@@ -68,14 +69,20 @@ export interface WorkerFailure {
   readonly params?: Readonly<Record<string, unknown>>;
 }
 
-export type WorkerReply = TaskResult | EncodeReply | WorkerFailure;
+/** A reference task's result (src/kernels/reference-task.ts). */
+export interface ReferenceReply {
+  readonly ok: true;
+  readonly value: unknown;
+}
+
+export type WorkerReply = TaskResult | EncodeReply | ReferenceReply | WorkerFailure;
 
 function failure(err: unknown): WorkerFailure {
   if (err instanceof QuantdError) return { ok: false, ...err.toJSON() };
   return { ok: false, code: 'INTERNAL', message: (err as Error).message };
 }
 
-export default function run(task: KernelTask | EncodeTask | TestTask): WorkerReply {
+export default function run(task: KernelTask | EncodeTask | ReferenceTask | TestTask): WorkerReply {
   if (task.op === '__exit' || task.op === '__spin') {
     if (!config.testHooks) return { ok: false, code: 'INTERNAL', message: `unknown task ${task.op}` };
     if (task.op === '__exit') process.exit(7);
@@ -83,6 +90,13 @@ export default function run(task: KernelTask | EncodeTask | TestTask): WorkerRep
     return { status: 0, bad: -1 };
   }
   if (config.testHooks && config.taskDelayMs > 0) spin(config.taskDelayMs);
+  if (task.op === 'reference') {
+    try {
+      return { ok: true, value: runReferenceTask(task.call) };
+    } catch (err) {
+      return failure(err);
+    }
+  }
   if (task.op === 'encode') {
     // layout encoders have a TypeScript path for every type: they run without a kernel module too
     try {

@@ -48,6 +48,7 @@ import { QuantdError } from '../errors/index.js';
 import { withReferenceQuality, type Compute, type QuantizeOptions } from '../service/compute.js';
 import { CHOOSE_MODE, CODES, CONVERT, type ChooseArgs, type LayoutArgs, type QuantArgs } from './module.js';
 import { BufferArena } from './arena.js';
+import { runReferenceTask, type ReferenceCall, type ReferenceResults } from './reference-task.js';
 import type { KernelTask, TaskResult } from './tasks.js';
 
 /** Runs kernel tasks: in this thread, or on a worker pool. */
@@ -57,6 +58,8 @@ export interface Executor {
   /** Whether buffers must be SharedArrayBuffers (tasks run in other threads). */
   readonly shared: boolean;
   run(tasks: readonly KernelTask[], tensor: string, signal?: AbortSignal): Promise<TaskResult[]>;
+  /** Runs a whole-tensor TypeScript reference op (a pool: on a worker); none: this thread. */
+  reference?<K extends ReferenceCall>(call: K, signal?: AbortSignal): Promise<ReferenceResults[K['kind']]>;
 }
 
 /** Smallest range worth a task of its own (4 MiB of float32). */
@@ -161,12 +164,6 @@ function statsOf(r: TaskResult): QualityStats {
 }
 
 /** The reference decides: it throws the error the kernels met, or we have a kernel bug. */
-function referenceVerdict(run: () => unknown, what: string): never {
-  run();
-  throw new QuantdError('INTERNAL', {
-    detail: `${what}: the kernels rejected an input the reference accepts`,
-  });
-}
 
 export interface KernelComputeOptions {
   /** Smallest range given a task of its own (default MIN_PART); tests lower it to split small tensors. */
@@ -383,6 +380,26 @@ export class KernelCompute implements Compute {
     return { scale: r!.scale!, zeroPoint: zeroPointsOf(spec, r!.zeroPoint!) };
   }
 
+  /** The TypeScript reference of an op: on a worker when the executor is a pool. */
+  private async reference<K extends ReferenceCall>(
+    call: K,
+    signal?: AbortSignal,
+  ): Promise<ReferenceResults[K['kind']]> {
+    if (this.exec.reference) return this.exec.reference(call, signal);
+    return runReferenceTask(call) as ReferenceResults[K['kind']];
+  }
+
+  /**
+   * A kernel rejected the input: the reference runs it again, so that the error is exactly the
+   * reference's (code, message, index). Should the reference accept it, that is a bug.
+   */
+  private async verdict(call: ReferenceCall, what: string, signal?: AbortSignal): Promise<never> {
+    await this.reference(call, signal);
+    throw new QuantdError('INTERNAL', {
+      detail: `${what}: the kernels rejected an input the reference accepts`,
+    });
+  }
+
   private usesReference(input: FloatInput, spec: QuantSpec): boolean {
     return input.layout.numel === 0 || spec.rangeSearch === 'greedy';
   }
@@ -393,12 +410,18 @@ export class KernelCompute implements Compute {
     given?: QParams,
     signal?: AbortSignal,
   ): Promise<QParams> {
-    if (given || this.usesReference(input, spec)) return chooseTensorQParams(input, spec, given);
+    if (given || input.layout.numel === 0) return chooseTensorQParams(input, spec, given);
+    if (this.usesReference(input, spec))
+      return this.reference({ kind: 'chooseQParams', input, spec }, signal);
     return this.withScratch(async (scratch) => {
       const windows = this.windowsOf(input, scratch, ALIGN, signal);
       return (
         (await this.choose(windows, input, spec, signal)) ??
-        referenceVerdict(() => chooseTensorQParams(input, spec), `choose_qparams of ${input.name}`)
+        (await this.verdict(
+          { kind: 'chooseQParams', input, spec },
+          `choose_qparams of ${input.name}`,
+          signal,
+        ))
       );
     });
   }
@@ -411,7 +434,10 @@ export class KernelCompute implements Compute {
     options: QuantizeOptions = {},
   ): Promise<QuantizeOutput> {
     if (this.usesReference(input, spec)) {
-      const result = quantizeTensor(input, spec, given);
+      const result =
+        input.layout.numel === 0
+          ? quantizeTensor(input, spec, given)
+          : await this.reference({ kind: 'quantize', input, spec, ...(given && { given }) }, signal);
       if (!options.quality || input.layout.numel === 0)
         return withReferenceQuality(input, spec, result, options);
       return this.withScratch(async (scratch) => {
@@ -447,7 +473,11 @@ export class KernelCompute implements Compute {
       }
       if (!result) {
         this.release(out);
-        referenceVerdict(() => quantizeTensor(input, spec, given), `quantize ${input.name}`);
+        return this.verdict(
+          { kind: 'quantize', input, spec, ...(given && { given }) },
+          `quantize ${input.name}`,
+          signal,
+        );
       }
       return result;
     });
@@ -588,13 +618,20 @@ export class KernelCompute implements Compute {
     signal?: AbortSignal,
   ): Promise<FakeQuantizeOutput> {
     checkFakeQuantizable(spec);
-    if (this.usesReference(input, spec)) return fakeQuantizeTensor(input, spec, outDType, given);
+    if (input.layout.numel === 0) return fakeQuantizeTensor(input, spec, outDType, given);
+    if (this.usesReference(input, spec)) {
+      return this.reference({ kind: 'fakeQuantize', input, spec, outDType, ...(given && { given }) }, signal);
+    }
     if (given) validateQParams(input.name, given, spec);
-    const reject = (): never =>
-      referenceVerdict(() => fakeQuantizeTensor(input, spec, outDType, given), `fake-quantize ${input.name}`);
+    const reject = (): Promise<never> =>
+      this.verdict(
+        { kind: 'fakeQuantize', input, spec, outDType, ...(given && { given }) },
+        `fake-quantize ${input.name}`,
+        signal,
+      );
     return this.withScratch(async (scratch) => {
       const windows = this.windowsOf(input, scratch, ALIGN, signal);
-      const qparams = given ?? (await this.choose(windows, input, spec, signal)) ?? reject();
+      const qparams = given ?? (await this.choose(windows, input, spec, signal)) ?? (await reject());
       const layout = input.layout;
       const out = this.output(Float32Array, layout.numel);
       const mask = this.output(Uint8Array, layout.numel);
@@ -623,7 +660,7 @@ export class KernelCompute implements Compute {
       if (!ok) {
         this.release(out);
         this.release(mask);
-        reject();
+        await reject();
       }
       return { data: await this.toDtype(out, outDType, scratch, input.name, signal), mask, qparams };
     });
@@ -658,7 +695,7 @@ export class KernelCompute implements Compute {
       );
       if (results.some((r) => r.status !== 0)) {
         this.release(out);
-        referenceVerdict(() => dequantizeTensor(input, outDType), `dequantize ${input.name}`);
+        await this.verdict({ kind: 'dequantize', input, outDType }, `dequantize ${input.name}`, signal);
       }
       return this.toDtype(out, outDType, scratch, input.name, signal);
     });

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { Piscina } from 'piscina';
 import { catalogue, QuantdError, type ErrorCode, type ErrorParams } from '../errors/index.js';
 import type { EncodeReply, EncodeTask, Encoding } from '../kernels/encoders.js';
+import type { ReferenceCall, ReferenceResults } from '../kernels/reference-task.js';
 import type { KernelTask, TaskResult } from '../kernels/tasks.js';
 import type { Executor } from '../kernels/tensor-ops.js';
 
@@ -142,6 +143,24 @@ export class KernelPool implements Executor {
   }
 
   /**
+   * A whole-tensor TypeScript reference op on a worker (src/kernels/reference-task.ts): the
+   * greedy range search, and the re-run that gives a rejected input its exact error.
+   */
+  async reference<K extends ReferenceCall>(
+    call: K,
+    signal?: AbortSignal,
+  ): Promise<ReferenceResults[K['kind']]> {
+    let reply: { ok: true; value: unknown } | Failure;
+    try {
+      reply = (await this.piscina.run({ op: 'reference', call }, signal ? { signal } : {})) as typeof reply;
+    } catch (err) {
+      throw this.failure(err, call.input.name, signal);
+    }
+    if (reply.ok) return reply.value as ReferenceResults[K['kind']];
+    throw failed(reply);
+  }
+
+  /**
    * Layout encode tasks on this pool's threads, one admitted operation each: a layout's tensors
    * are a model's weights, so they never run on the event loop, whatever their size.
    */
@@ -201,4 +220,10 @@ export class KernelPool implements Executor {
 /** The tensor an encode task works on, for WORKER_FAILED messages. */
 function describe(task: EncodeTask): string {
   return 'tensor' in task.call ? task.call.tensor : task.call.kind;
+}
+
+/** A worker's failure reply as the error it was: a catalogued one keeps its code and parameters. */
+function failed(reply: Failure): QuantdError {
+  const code = Object.hasOwn(catalogue, reply.code) ? (reply.code as ErrorCode) : 'INTERNAL';
+  return new QuantdError(code, code === 'INTERNAL' ? { detail: `worker: ${reply.message}` } : reply.params);
 }

@@ -1,0 +1,66 @@
+/**
+ * The TypeScript reference of a tensor op, as a task a worker can run: ops the kernels do not
+ * cover (torch's greedy range search) and the second run that gives a rejected input its exact
+ * error are whole-tensor TypeScript work, which must not run on the server's event loop.
+ */
+import {
+  chooseTensorQParams,
+  dequantizeTensor,
+  fakeQuantizeTensor,
+  quantizeTensor,
+  type FakeQuantizeOutput,
+  type FloatDType,
+  type FloatInput,
+  type QParams,
+  type QuantSpec,
+  type QuantizeOutput,
+  type QuantizedInput,
+} from '../core/index.js';
+
+export type ReferenceCall =
+  | {
+      readonly kind: 'quantize';
+      readonly input: FloatInput;
+      readonly spec: QuantSpec;
+      readonly given?: QParams;
+    }
+  | {
+      readonly kind: 'chooseQParams';
+      readonly input: FloatInput;
+      readonly spec: QuantSpec;
+      readonly given?: QParams;
+    }
+  | {
+      readonly kind: 'fakeQuantize';
+      readonly input: FloatInput;
+      readonly spec: QuantSpec;
+      readonly outDType: FloatDType;
+      readonly given?: QParams;
+    }
+  | { readonly kind: 'dequantize'; readonly input: QuantizedInput; readonly outDType: FloatDType };
+
+/** What each call returns. */
+export interface ReferenceResults {
+  quantize: QuantizeOutput;
+  chooseQParams: QParams;
+  fakeQuantize: FakeQuantizeOutput;
+  dequantize: Uint8Array;
+}
+
+export interface ReferenceTask {
+  readonly op: 'reference';
+  readonly call: ReferenceCall;
+}
+
+export function runReferenceTask(call: ReferenceCall): ReferenceResults[ReferenceCall['kind']] {
+  switch (call.kind) {
+    case 'quantize':
+      return quantizeTensor(call.input, call.spec, call.given);
+    case 'chooseQParams':
+      return chooseTensorQParams(call.input, call.spec, call.given);
+    case 'fakeQuantize':
+      return fakeQuantizeTensor(call.input, call.spec, call.outDType, call.given);
+    case 'dequantize':
+      return dequantizeTensor(call.input, call.outDType);
+  }
+}
