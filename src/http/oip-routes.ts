@@ -88,10 +88,19 @@ function contentCoding(header: string | undefined): 'identity' | 'gzip' | 'x-gzi
 }
 
 /**
- * A compressed body, decompressed off the event loop (zlib's thread pool) into at most `limit`
- * bytes: a body that would grow past it is refused as soon as it does (PAYLOAD_TOO_LARGE), so a
- * small "zip bomb" costs no more than the limit. "deflate" is the zlib format (RFC 9110); a raw
- * deflate stream, as some clients send, is recognised by its missing zlib header.
+ * How far a compressed body may expand: real tensors (JSON or binary) compress a few times, zeros
+ * a few hundred; a "zip bomb" a million. A body may grow to this many times its compressed size
+ * (at least MIN_INFLATED bytes), and never past the body limit.
+ */
+const MAX_INFLATION = 256;
+const MIN_INFLATED = 64 * 1024 * 1024;
+
+/**
+ * A compressed body, decompressed off the event loop (zlib's thread pool) into at most its
+ * allowance (MAX_INFLATION, the body limit): a body that would grow past it is refused as soon as
+ * it does (PAYLOAD_TOO_LARGE), so a small "zip bomb" costs little memory and time. "deflate" is
+ * the zlib format (RFC 9110); a raw deflate stream, as some clients send, is recognised by its
+ * missing zlib header.
  */
 async function decompress(
   body: Uint8Array,
@@ -101,13 +110,14 @@ async function decompress(
   const zlibHeader =
     body.byteLength >= 2 && (body[0]! & 0x0f) === 8 && ((body[0]! << 8) | body[1]!) % 31 === 0;
   const decode = coding === 'deflate' && !zlibHeader ? DECODERS.raw : DECODERS[coding];
+  const allowance = Math.min(limit, Math.max(MIN_INFLATED, body.byteLength * MAX_INFLATION));
   try {
-    return await decode(body, { maxOutputLength: Math.min(limit, bufferConstants.MAX_LENGTH) });
+    return await decode(body, { maxOutputLength: Math.min(allowance, bufferConstants.MAX_LENGTH) });
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     if (e.code === 'ERR_BUFFER_TOO_LARGE' || e instanceof RangeError) {
       throw new QuantdError('PAYLOAD_TOO_LARGE', {
-        size: `more than ${limit} decompressed`,
+        size: `more than ${allowance} decompressed (${MAX_INFLATION} times its ${body.byteLength} compressed bytes, or ${MIN_INFLATED})`,
         limit,
         setting: 'QUANTD_BODY_LIMIT',
       });

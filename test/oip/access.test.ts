@@ -134,6 +134,30 @@ describe('QUANTD_API_KEYS and QUANTD_BODY_LIMIT', () => {
   });
 });
 
+describe('a compressed body under the default (2 GiB) body limit', () => {
+  let t: TestServer;
+  const dataDir = mkdtempSync(join(tmpdir(), 'quantd-oip-bomb-'));
+  beforeAll(async () => {
+    t = await startTestServer({ QUANTD_DATA_DIR: dataDir });
+  });
+  afterAll(async () => {
+    await t?.server.shutdown('test done');
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  it('may inflate 256 times (at least 64 MiB), not to the body limit: a gzip bomb is 413 at once', async () => {
+    // 96 MiB of zeros gzip to about 100 KiB: far under the limit, and past 256 × 100 KiB and 64 MiB
+    const { body, headerLength } = restBody([input], { binaryInputs: true });
+    const bomb = zlib.gzipSync(Buffer.concat([body, Buffer.alloc(96 << 20)]));
+    expect(bomb.byteLength).toBeLessThan(256 * 1024);
+    const reply = await request(t.base, '/v2/models/quantize/infer', {
+      headers: { 'content-encoding': 'gzip', 'inference-header-content-length': String(headerLength) },
+      body: bomb,
+    });
+    expect(expectError(reply, 'PAYLOAD_TOO_LARGE')).toContain('256 times');
+  });
+});
+
 describe('one slow worker, no queue', () => {
   const DELAY_MS = 400;
   let t: TestServer;
