@@ -23,6 +23,7 @@ export const GrpcStatus = {
   UNIMPLEMENTED: 12,
   INTERNAL: 13,
   UNAVAILABLE: 14,
+  DATA_LOSS: 15,
   UNAUTHENTICATED: 16,
 } as const;
 export type GrpcStatusName = keyof typeof GrpcStatus;
@@ -309,6 +310,13 @@ export const catalogue = {
     title: 'Cancelled',
     message: 'the request was cancelled{detail}',
     exit: 1,
+  },
+  RESULT_CORRUPT: {
+    http: 500,
+    grpc: 'DATA_LOSS',
+    title: 'Result damaged',
+    message:
+      'result file {file} no longer matches the SHA-256 recorded when its job finished ({expected}, now {actual}): the data directory was changed or damaged; run the job again',
   },
   WORKER_FAILED: {
     http: 500,

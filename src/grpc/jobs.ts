@@ -18,6 +18,7 @@ import type { JobManager } from '../jobs/manager.js';
 import type { ResultFile } from '../jobs/store.js';
 import type { GrpcError } from './errors.js';
 import { jobMessage, submissionOf, type SubmitJobMessage } from './job-messages.js';
+import { verifyResultFile } from '../jobs/verify.js';
 
 export const JOBS_PROTO_FILE = 'quantd/v1/jobs.proto';
 export const JOBS_SERVICE_NAME = 'quantd.v1.Jobs';
@@ -160,6 +161,7 @@ async function sendFiles(
       if (size !== file.bytes) {
         throw new QuantdError('INTERNAL', { detail: `result file ${file.name} changed while being opened` });
       }
+      await verifyResultFile(path, handle, file);
       let offset = 0;
       do {
         if (signal.aborted) return;

@@ -36,6 +36,7 @@ import {
   readBody,
 } from './body.js';
 import { jobRouteSchemas } from './openapi.js';
+import { verifyResultFile } from '../jobs/verify.js';
 
 export interface JobRouteDeps {
   readonly jobs: JobManager;
@@ -192,7 +193,10 @@ async function openFile(path: string, shown: string): Promise<FileHandle> {
   }
 }
 
-/** Streams one result file: Content-Length, and ETag = its data SHA-256 where it has one. */
+/**
+ * Streams one result file, once its checksum is verified (verify.ts): Content-Length, and ETag =
+ * its data SHA-256 where it has one.
+ */
 async function sendFile(
   request: FastifyRequest,
   reply: FastifyReply,
@@ -209,11 +213,17 @@ async function sendFile(
   ) {
     return reply.code(304).send();
   }
-  const handle = await openFile(join(dir, file.name), file.name);
+  const path = join(dir, file.name);
+  const handle = await openFile(path, file.name);
   const size = (await handle.stat()).size;
-  if (size !== file.bytes) {
+  try {
+    if (size !== file.bytes) {
+      throw new QuantdError('INTERNAL', { detail: `result file ${file.name} changed while being opened` });
+    }
+    await verifyResultFile(path, handle, file);
+  } catch (err) {
     await handle.close();
-    throw new QuantdError('INTERNAL', { detail: `result file ${file.name} changed while being opened` });
+    throw err;
   }
   return reply
     .header('Content-Length', String(size))

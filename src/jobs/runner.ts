@@ -10,7 +10,7 @@
  * model.onnx.data); a model named by path keeps its file name (its extension the layout's), or,
  * sharded, is a directory of shards and an index (model operations only: a layout reads one file).
  */
-import { stat } from 'node:fs/promises';
+import { open, stat } from 'node:fs/promises';
 import { basename, extname, join, relative, sep } from 'node:path';
 import { QuantdError } from '../errors/index.js';
 import { SafetensorsFileReader } from '../format/index.js';
@@ -30,6 +30,7 @@ import { now, type Entry, type JobBook } from './records.js';
 import type { Encoding } from '../kernels/encoders.js';
 import { jobPlan, type JobPlan } from './request.js';
 import { jobError, type JobProgress, type JobStore, type ResultFile } from './store.js';
+import { fileSha256 } from './verify.js';
 
 export interface RunContext {
   readonly compute: Compute;
@@ -106,7 +107,7 @@ export async function runPlan(
         detail: `layout ${plan.layout.name} wrote ${path} outside the job's result`,
       });
     }
-    files.push({ name, bytes: (await stat(path)).size, data_sha256: await dataSha256(path) });
+    files.push({ name, ...(await checksums(path)), data_sha256: await dataSha256(path) });
   }
   return { sharded: false, files, report: null };
 }
@@ -127,13 +128,26 @@ async function runOperation(
   });
   return {
     sharded: run.sharded,
-    files: run.files.map((f) => ({
-      name: f.path.slice(resultDir.length + 1),
-      bytes: f.bytes,
-      data_sha256: f.dataSha256,
-    })),
+    files: await Promise.all(
+      run.files.map(async (f) => ({
+        name: f.path.slice(resultDir.length + 1),
+        ...(await checksums(f.path)),
+        data_sha256: f.dataSha256,
+      })),
+    ),
     report: run.report,
   };
+}
+
+/** A result file's size and whole-file SHA-256, recorded so that it is verified before it is served. */
+async function checksums(path: string): Promise<{ bytes: number; sha256: string }> {
+  const handle = await open(path, 'r');
+  try {
+    const bytes = (await handle.stat()).size;
+    return { bytes, sha256: await fileSha256(handle, bytes) };
+  } finally {
+    await handle.close();
+  }
 }
 
 /** The SHA-256 of a safetensors file's data section; null for other files (GGUF, ONNX, JSON). */

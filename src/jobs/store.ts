@@ -37,6 +37,8 @@ export interface ResultFile {
   readonly bytes: number;
   /** SHA-256 of the file's data section (also in its metadata); null for a shard index. */
   readonly data_sha256: string | null;
+  /** SHA-256 of the whole file, checked before it is served (absent in records of older versions). */
+  readonly sha256?: string;
 }
 
 export interface JobResult {

@@ -89,6 +89,7 @@ const CONTRACT: Record<string, readonly [number, string, number]> = {
   OVERLOADED: [503, 'UNAVAILABLE', 1],
   SHUTTING_DOWN: [503, 'UNAVAILABLE', 1],
   CANCELLED: [499, 'CANCELLED', 1],
+  RESULT_CORRUPT: [500, 'DATA_LOSS', 1],
   WORKER_FAILED: [500, 'INTERNAL', 1],
   INTERNAL: [500, 'INTERNAL', 1],
 };
@@ -108,6 +109,7 @@ const GRPC_SPEC: Record<string, number> = {
   UNIMPLEMENTED: 12,
   INTERNAL: 13,
   UNAVAILABLE: 14,
+  DATA_LOSS: 15,
   UNAUTHENTICATED: 16,
 };
 
