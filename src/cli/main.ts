@@ -60,7 +60,8 @@ const usage = (): string =>
 /** Option names in messages as the command line spells them (--group-size, not group_size). */
 function forCommandLine(err: QuantdError): QuantdError {
   const option = err.params['option'];
-  if (err.code !== 'OPTION_INVALID' || typeof option !== 'string' || option.includes('/')) return err;
+  // a flag of its own; not `A/B` pairs of settings nor a layout's `gguf:type`
+  if (err.code !== 'OPTION_INVALID' || typeof option !== 'string' || /[/:]/.test(option)) return err;
   return new QuantdError(err.code, { ...err.params, option: `--${option.replace(/_/g, '-')}` });
 }
 

@@ -342,12 +342,12 @@ describe('llama.cpp names (names=gguf)', () => {
 
 describe('options and bad input', () => {
   it.each([
-    [{ type: 'Q3_K' }, /option type must be one of Q8_0, Q4_0/],
+    [{ type: 'Q3_K' }, /option gguf:type must be one of Q8_0, Q4_0/],
     [{ typo: 'x' }, /typo is not an option of the gguf layout/],
-    [{ names: 'hf' }, /option names must be keep or gguf/],
+    [{ names: 'hf' }, /option gguf:names must be keep or gguf/],
     [{ heads: '4' }, /heads only applies with names=gguf/],
     [{ names: 'gguf', heads: '0' }, /heads must be a positive integer/],
-    [{ arch: 'Llama 3' }, /option arch must be a lowercase architecture name/],
+    [{ arch: 'Llama 3' }, /option gguf:arch must be a lowercase architecture name/],
   ])('%j → OPTION_INVALID', async (options, message) => {
     await expect(ggufLayout.write(MODEL, tmp('x.gguf'), options)).rejects.toMatchObject({
       code: 'OPTION_INVALID',

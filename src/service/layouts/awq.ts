@@ -24,6 +24,7 @@ import {
   expectTensor,
   floatDType,
   headerTensors,
+  inLayout,
   intOption,
   isLinearWeight,
   layoutInvalid,
@@ -45,7 +46,9 @@ const OPTIONS = {
     'input rows per group, dividing in_features: a positive integer, or -1 for one group (default 128)',
 } as const;
 
-export function awqParams(options: LayoutOptions): AwqParams {
+export const awqParams = (options: LayoutOptions): AwqParams => inLayout('awq', () => parseParams(options));
+
+function parseParams(options: LayoutOptions): AwqParams {
   const o = checkOptions('awq', OPTIONS, options);
   intOption('bits', o['bits'], 4, (n) => n === 4, '4');
   const groupSize = intOption(
@@ -217,6 +220,8 @@ export const awqLayout: InteropLayout = {
   summary:
     'AutoAWQ GEMM checkpoint (qweight/qzeros/scales + quantization_config.json) of round-to-nearest 4-bit zero-point codes, for transformers, AutoAWQ and vLLM',
   options: OPTIONS,
+  extension: '.safetensors',
+  checkOptions: (options) => void awqParams(options),
   write,
   read,
   detect,

@@ -33,6 +33,7 @@ import {
   expectTensor,
   floatDType,
   headerTensors,
+  inLayout,
   intOption,
   isLinearWeight,
   layoutInvalid,
@@ -56,7 +57,10 @@ export interface BnbParams {
   readonly blocksize: number;
 }
 
-export function bnbParams(layout: string, options: LayoutOptions): BnbParams {
+export const bnbParams = (layout: string, options: LayoutOptions): BnbParams =>
+  inLayout(layout, () => parseParams(layout, options));
+
+function parseParams(layout: string, options: LayoutOptions): BnbParams {
   const o = checkOptions(layout, OPTIONS, options);
   const blocksize = intOption(
     'blocksize',
@@ -293,6 +297,8 @@ function makeLayout(type: BnbQuantType): InteropLayout {
     name: type,
     summary: `bitsandbytes ${type.toUpperCase()} 4-bit checkpoint (packed weight + absmax/quant_map/quant_state + quantization_config.json), as transformers saves load_in_4bit models`,
     options: OPTIONS,
+    extension: '.safetensors',
+    checkOptions: (options) => void bnbParams(type, options),
     write: makeWrite(type),
     read,
     detect: makeDetect(type),

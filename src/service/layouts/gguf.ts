@@ -41,7 +41,7 @@ import {
 } from '../../format/gguf.js';
 import { SafetensorsFileReader, SafetensorsFileWriter } from '../../format/safetensors-file.js';
 import type { TensorEntry, TensorPlan } from '../../format/safetensors.js';
-import { safetensorsSource } from './linear-common.js';
+import { inLayout, safetensorsSource } from './linear-common.js';
 import { runEncodeJobs, sharedIf, type EncodeJob, type LayoutHooks } from './run-jobs.js';
 import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
 
@@ -92,7 +92,10 @@ function positiveInt(option: string, value: string | undefined): number | undefi
   return n;
 }
 
-export function ggufOptions(options: LayoutOptions): GgufOptions {
+export const ggufOptions = (options: LayoutOptions): GgufOptions =>
+  inLayout('gguf', () => parseOptions(options));
+
+function parseOptions(options: LayoutOptions): GgufOptions {
   for (const [key, value] of Object.entries(options)) {
     if (value !== undefined && !Object.hasOwn(OPTIONS, key)) {
       throw bad(
@@ -390,6 +393,8 @@ export const ggufLayout: InteropLayout = {
   summary:
     'GGUF v3 for llama.cpp / ggml: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, byte-exact with its reference quantizers',
   options: OPTIONS,
+  extension: '.gguf',
+  checkOptions: (options) => void ggufOptions(options),
   write: writeGguf,
   read: readGguf,
   detect: (_path: string, head: Uint8Array) => isGguf(head),

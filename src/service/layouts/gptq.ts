@@ -24,6 +24,7 @@ import {
   expectTensor,
   floatDType,
   headerTensors,
+  inLayout,
   intOption,
   isLinearWeight,
   layoutInvalid,
@@ -44,7 +45,10 @@ const OPTIONS = {
   sym: 'symmetric quantization, zero point 2^(bits-1) (default true); false: per-group min/max zero points',
 } as const;
 
-export function gptqParams(options: LayoutOptions): GptqParams {
+export const gptqParams = (options: LayoutOptions): GptqParams =>
+  inLayout('gptq', () => parseParams(options));
+
+function parseParams(options: LayoutOptions): GptqParams {
   const o = checkOptions('gptq', OPTIONS, options);
   const bits = intOption('bits', o['bits'], 4, (n) => GPTQ_BITS.includes(n as GptqBits), '2, 4 or 8');
   const groupSize = intOption(
@@ -240,6 +244,8 @@ export const gptqLayout: InteropLayout = {
   summary:
     'GPTQ v1 checkpoint (qweight/qzeros/scales/g_idx + quantize_config.json) of round-to-nearest codes, for AutoGPTQ, GPTQModel, vLLM and transformers',
   options: OPTIONS,
+  extension: '.safetensors',
+  checkOptions: (options) => void gptqParams(options),
   write,
   read,
   detect,

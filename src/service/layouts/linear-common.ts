@@ -74,6 +74,28 @@ export function checkOptions(
   return given;
 }
 
+/**
+ * Runs a layout's option parser; an OPTION_INVALID it throws names the option as LAYOUT:key
+ * (`gguf:type`), the way the user wrote it in `--layout gguf:type=...` or `layout=` — not as a
+ * command-line flag of its own.
+ */
+export function inLayout<T>(layout: string, parse: () => T): T {
+  try {
+    return parse();
+  } catch (err) {
+    const option = err instanceof QuantdError ? err.params['option'] : undefined;
+    if (
+      err instanceof QuantdError &&
+      err.code === 'OPTION_INVALID' &&
+      typeof option === 'string' &&
+      !option.includes(':')
+    ) {
+      throw new QuantdError('OPTION_INVALID', { ...err.params, option: `${layout}:${option}` });
+    }
+    throw err;
+  }
+}
+
 export function intOption(
   name: string,
   value: string | undefined,

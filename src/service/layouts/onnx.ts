@@ -46,6 +46,7 @@ import {
   boolOption,
   checkOptions,
   floatDType,
+  inLayout,
   intOption,
   isLinearWeight,
   moduleOf,
@@ -69,7 +70,10 @@ export interface OnnxLayoutParams {
   readonly accuracyLevel: number | undefined;
 }
 
-export function onnxParams(options: LayoutOptions): OnnxLayoutParams {
+export const onnxParams = (options: LayoutOptions): OnnxLayoutParams =>
+  inLayout('onnx', () => parseParams(options));
+
+function parseParams(options: LayoutOptions): OnnxLayoutParams {
   const o = checkOptions('onnx', OPTIONS, options);
   const blockSize = intOption(
     'block_size',
@@ -400,6 +404,8 @@ export const onnxLayout: InteropLayout = {
   summary:
     'ONNX model (OUT.onnx + OUT.onnx.data) with com.microsoft.MatMulNBits 4-bit linear weights for ONNX Runtime, byte-exact with its matmul_4bits_quantizer',
   options: OPTIONS,
+  extension: '.onnx',
+  checkOptions: (options) => void onnxParams(options),
   write,
   read,
   detect,

@@ -5,12 +5,7 @@
  * is submitted rather than when it runs.
  */
 import { QuantdError } from '../../errors/index.js';
-import { awqParams } from './awq.js';
-import { bnbParams } from './bnb.js';
-import { ggufOptions } from './gguf.js';
-import { gptqParams } from './gptq.js';
 import { LAYOUTS } from './index.js';
-import { onnxParams } from './onnx.js';
 import type { InteropLayout, LayoutOptions } from './types.js';
 
 /** "gguf:type=Q4_K,arch=llama" → the layout and its options (names and syntax checked, not values). */
@@ -40,36 +35,13 @@ export function parseLayout(text: string): { layout: InteropLayout; options: Lay
   return { layout, options };
 }
 
-/** Each layout's option parser (the first thing its write() does). */
-const CHECKS: Readonly<Record<string, (options: LayoutOptions) => unknown>> = {
-  gptq: gptqParams,
-  awq: awqParams,
-  nf4: (o) => bnbParams('nf4', o),
-  fp4: (o) => bnbParams('fp4', o),
-  gguf: ggufOptions,
-  onnx: onnxParams,
-};
-
 /**
  * Refuses what the layout's write() would refuse about its options alone (unknown options, bad
  * values): OPTION_INVALID / FEATURE_UNSUPPORTED. What depends on the model (no linear weight, a
  * shape the format cannot hold) is only known when it runs.
  */
 export function checkLayoutOptions(layout: InteropLayout, options: LayoutOptions): void {
-  const check = CHECKS[layout.name];
-  if (check) {
-    check(options);
-    return;
-  }
-  for (const [key, value] of Object.entries(options)) {
-    if (value !== undefined && !Object.hasOwn(layout.options, key)) {
-      throw new QuantdError('OPTION_INVALID', {
-        option: key,
-        detail: `is not an option of the ${layout.name} layout (its options: ${Object.keys(layout.options).join(', ')})`,
-        value,
-      });
-    }
-  }
+  layout.checkOptions(options);
 }
 
 /** parseLayout, then checkLayoutOptions. */
@@ -81,5 +53,5 @@ export function parseLayoutChecked(text: string): { layout: InteropLayout; optio
 
 /** The file name extension of a layout's model file: .gguf, .onnx, or .safetensors. */
 export function layoutExtension(layout: InteropLayout): string {
-  return layout.name === 'gguf' ? '.gguf' : layout.name === 'onnx' ? '.onnx' : '.safetensors';
+  return layout.extension;
 }

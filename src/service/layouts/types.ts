@@ -27,6 +27,14 @@ export interface InteropLayout {
   readonly summary: string;
   /** The options it takes (name → description), for --help and for rejecting unknown ones. */
   readonly options: Readonly<Record<string, string>>;
+  /** The model file's extension: .gguf, .onnx, .safetensors. */
+  readonly extension: string;
+  /**
+   * Refuses what write() would refuse about the options alone (unknown options, bad values:
+   * OPTION_INVALID naming `layout:key`, FEATURE_UNSUPPORTED), so that a job is refused when it
+   * is submitted rather than when it runs.
+   */
+  checkOptions(options: LayoutOptions): void;
   /**
    * Quantizes the float tensors of the safetensors model at `input` (a file) into `output`,
    * streaming tensor by tensor (memory bounded by the largest tensor), atomically (temporary
