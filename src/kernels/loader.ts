@@ -50,12 +50,21 @@ export function loadKernels(
     });
   }
   const fallbacks: string[] = [];
+  // an x86 ISA asked for by name is native's: not having it is an error, not a reason to run
+  // the (slower) wasm build instead
+  const nativeOnly = isa !== '' && isa !== 'simd128' && isa !== 'scalar';
   for (const name of ['native', 'wasm'] as const) {
     try {
-      const module = attempt(name, name === 'native' || isa === 'simd128' || isa === 'scalar' ? isa : '');
+      const module = attempt(name, name === 'native' || !nativeOnly ? isa : '');
       return { backend: name, isa: module.isa, module, fallbacks };
     } catch (err) {
       if (!(err instanceof KernelLoadError)) throw err;
+      if (nativeOnly) {
+        throw new QuantdError('BACKEND_UNAVAILABLE', {
+          backend: 'native',
+          reason: `QUANTD_ISA=${isa} was asked for: ${err.message}`,
+        });
+      }
       fallbacks.push(`${name}: ${err.message}`);
     }
   }

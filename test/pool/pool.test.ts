@@ -515,6 +515,8 @@ describe('backend loader', () => {
     ['wasm', 'avx2', /avx2/],
     ['bogus', '', /native, wasm, js or auto/],
     ['bogus', 'avx2', /native, wasm, js or auto/],
+    // auto with an x86 ISA the CPU lacks: an error naming it, not a silent fall back to wasm
+    ['auto', 'avx9000', /QUANTD_ISA=avx9000 was asked for/],
   ] as const)(
     'loadKernels(%j, %j) throws BACKEND_UNAVAILABLE with a one-line reason',
     (backend, isa, reason) => {
@@ -527,7 +529,8 @@ describe('backend loader', () => {
       expect(isQuantdError(err, 'BACKEND_UNAVAILABLE'), describeError(err)).toBe(true);
       const message = (err as QuantdError).message;
       expect(message).not.toContain('\n');
-      expect(message.startsWith(`kernel backend ${backend} is unavailable: `), message).toBe(true);
+      const named = backend === 'auto' ? 'native' : backend;
+      expect(message.startsWith(`kernel backend ${named} is unavailable: `), message).toBe(true);
       expect(message).toMatch(reason);
     },
   );
@@ -542,6 +545,12 @@ describe('backend loader', () => {
     expect(auto.isa).toBe(loadNative('').isa);
     expect(['avx512', 'avx2', 'scalar']).toContain(auto.isa);
     expect(loadKernels('native', '').isa).toBe(auto.isa);
+  });
+
+  it('auto with QUANTD_ISA=scalar still falls back to a wasm scalar build only if native cannot load', () => {
+    const k = loadKernels('auto', 'scalar');
+    expect(k.backend).toBe('native');
+    expect(k.isa).toBe('scalar');
   });
 
   it("js is the TypeScript reference; createCompute('js') has no pool", async () => {
