@@ -10,6 +10,8 @@
  *   escape: ASCII by construction, and any JSON parser gives back the original strings.
  * - the details may hold any text: grpc-js percent-encodes them (encodeURI) and clients decode
  *   them. encodeURI throws on a lone UTF-16 surrogate, so those become U+FFFD first.
+ * - each is kept to MAX_SENT characters as sent, long strings cut and marked with "…": a client
+ *   refuses trailers past its metadata limit (grpc-js's then waits for a status that never comes).
  * - if building the error fails anyway, the answer is a fixed INTERNAL error, never a throw.
  */
 import { Metadata, type ServiceError } from '@grpc/grpc-js';
@@ -25,6 +27,12 @@ export interface GrpcError extends Partial<ServiceError> {
 }
 
 const NOT_PRINTABLE_ASCII = /[^\x20-\x7e]/g;
+
+/**
+ * Characters of the details (percent-encoded) and of quantd-params at most: together about 6 KiB,
+ * under the 8 KiB of metadata that the strictest gRPC clients accept by default.
+ */
+export const MAX_SENT = 3072;
 
 /** The gRPC error of `err`; never throws. */
 export function errorForGrpc(err: unknown): GrpcError {
@@ -42,9 +50,9 @@ export function errorForGrpc(err: unknown): GrpcError {
 function grpcError(error: QuantdError): GrpcError {
   const metadata = new Metadata();
   metadata.set('quantd-code', error.code);
-  metadata.set('quantd-params', asciiJson(error.toJSON().params));
+  metadata.set('quantd-params', paramsText(error.toJSON().params));
   const status = grpcStatusFor(error.code);
-  const details = wellFormed(`${error.code}: ${error.message}`);
+  const details = shortDetails(wellFormed(`${error.code}: ${error.message}`));
   return {
     name: 'QuantdError',
     message: details,
@@ -74,4 +82,34 @@ export function asciiJson(value: unknown): string {
 /** `text` without lone UTF-16 surrogates (U+FFFD instead), which encodeURI refuses. */
 export function wellFormed(text: string): string {
   return text.replace(/\p{Surrogate}/gu, '\ufffd');
+}
+
+const ELLIPSIS = '…';
+
+/** quantd-params: the params as ASCII JSON, within MAX_SENT by cutting their longest strings. */
+function paramsText(params: Record<string, unknown>): string {
+  for (const keep of [Infinity, 1024, 256, 64, 0]) {
+    const cut = Object.fromEntries(
+      Object.entries(params).map(([k, v]) =>
+        typeof v === 'string' && v.length > keep ? [k, v.slice(0, keep) + ELLIPSIS] : [k, v],
+      ),
+    );
+    const text = asciiJson(cut);
+    if (text.length <= MAX_SENT) return text;
+  }
+  return '{}'; // only a catalogue entry with hundreds of params could get here
+}
+
+/** The details, cut to MAX_SENT characters once percent-encoded (as grpc-js sends them). */
+function shortDetails(details: string): string {
+  if (encodeURI(details).length <= MAX_SENT) return details;
+  const room = MAX_SENT - encodeURI(ELLIPSIS).length;
+  let out = '';
+  let size = 0;
+  for (const c of details) {
+    size += encodeURI(c).length;
+    if (size > room) break;
+    out += c;
+  }
+  return out + ELLIPSIS;
 }

@@ -135,6 +135,32 @@ describe('Quantizer: a tensor name that is not printable ASCII', () => {
   });
 });
 
+describe('Quantizer: a tensor name too long for metadata', () => {
+  it('is cut, marked with …, in quantd-params and the details, and the answer arrives', async () => {
+    const name = 'é'.repeat(20_000);
+    const err = await rejection(
+      unary(
+        quantizer,
+        'Quantize',
+        { safetensors: nanModel(name), spec: { qdtype: 'int8' } },
+        { deadline: Date.now() + 10_000 },
+      ),
+    );
+    expect(err.code, err.details.slice(0, 100)).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(err.metadata.get('quantd-code')).toEqual(['INPUT_NOT_FINITE']);
+    const raw = String(err.metadata.get('quantd-params')[0]);
+    expect(raw.length).toBeLessThanOrEqual(3072);
+    const tensor = (JSON.parse(raw) as Record<string, string>)['tensor']!;
+    expect(tensor.endsWith('…')).toBe(true);
+    expect(tensor.length).toBeGreaterThan(60);
+    expect(name.startsWith(tensor.slice(0, -1))).toBe(true);
+    expect(err.details.startsWith(`INPUT_NOT_FINITE: tensor ${'é'.repeat(60)}`)).toBe(true);
+    expect(err.details.endsWith('…')).toBe(true);
+    expect(encodeURI(err.details).length).toBeLessThanOrEqual(3072);
+    await expectStillServing();
+  });
+});
+
 describe('Jobs: ids and paths past 200 characters or not printable ASCII', () => {
   const ids = [LONG_ID, 'é', `${'é'.repeat(300)}`];
 
