@@ -54,7 +54,8 @@ export function addJobsService(
     <Req>(rpc: string, run: (request: Req) => unknown): Unary<Req> =>
     (call, callback) => {
       let release: (() => void) | undefined;
-      Promise.resolve()
+      // returned, as the streaming one is: whatever escapes reaches the server's guard (guard.ts)
+      return Promise.resolve()
         .then(() => {
           release = admit(call.metadata);
           return run(call.request);
@@ -83,7 +84,7 @@ export function addJobsService(
         done();
       });
       call.once('close', done);
-      Promise.resolve()
+      return Promise.resolve()
         .then(async () => {
           release = admit(call.metadata);
           await sendFiles(call, await files(call.request), gone.signal);

@@ -13,11 +13,12 @@ import * as protoLoader from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import type { Config } from '../config.js';
-import { QuantdError } from '../errors/index.js';
+import { isQuantdError, QuantdError } from '../errors/index.js';
 import type { JobManager } from '../jobs/manager.js';
 import type { ComputeHandle } from '../pool/index.js';
 import type { Admission } from '../service/index.js';
 import { errorForGrpc, type GrpcError } from './errors.js';
+import { GuardedServer } from './guard.js';
 import { makeMetadataAuthenticator } from './auth.js';
 import { handleStream } from './stream.js';
 import { JOBS_PROTO_FILE, JOBS_SERVICE_NAME, addJobsService } from './jobs.js';
@@ -79,10 +80,11 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     quantd: { v1: { Quantizer: grpc.ServiceClientConstructor; Jobs: grpc.ServiceClientConstructor } };
   };
   const limit = Math.min(config.bodyLimit, MAX_MESSAGE);
-  const server = new grpc.Server({
-    'grpc.max_receive_message_length': limit,
-    'grpc.max_send_message_length': limit,
-  });
+  // every method of every service under one catch (guard.ts): no request can end the process
+  const server = new GuardedServer(
+    { 'grpc.max_receive_message_length': limit, 'grpc.max_send_message_length': limit },
+    (err, rpc) => reportError(err, options, rpc),
+  );
   const authenticate = makeMetadataAuthenticator(config.apiKeys);
 
   /** Admission, auth and readiness for one call; returns the release of its admission slot. */
@@ -101,7 +103,7 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     ) => {
       const { signal, stopTimer } = callSignal(call, config.requestTimeoutMs);
       let release: (() => void) | undefined;
-      Promise.resolve()
+      return Promise.resolve()
         .then(() => {
           release = admit(call.metadata);
           return runUnary(op, call.request, handle.compute, signal, limit);
@@ -131,10 +133,9 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
       onEnd(admit(call.metadata));
     } catch (err) {
       stopTimer();
-      fail(err);
-      return;
+      return fail(err);
     }
-    handleStream(call, {
+    return handleStream(call, {
       compute: handle.compute,
       limit: config.streamLimit,
       maxMessage: limit,
@@ -243,10 +244,17 @@ function callEnd(call: grpc.ServerDuplexStream<unknown, unknown>): (fn: () => vo
   return (fn) => (ended ? fn() : void pending.push(fn));
 }
 
+/** The gRPC error of `err`, logged; never throws (the answer matters more than the log line). */
 function reportError(err: unknown, options: GrpcServerOptions, rpc: string): GrpcError {
   const out = errorForGrpc(err);
   const log = out.status >= grpc.status.INTERNAL ? options.log.error : options.log.info;
-  log.call(options.log, { rpc, code: out.quantdCode }, out.details);
+  try {
+    // an unexpected failure is logged with its stack
+    const cause = isQuantdError(err) ? {} : { err };
+    log.call(options.log, { rpc, code: out.quantdCode, ...cause }, out.details);
+  } catch {
+    // a failing logger must not keep the client from its answer
+  }
   return out;
 }
 
