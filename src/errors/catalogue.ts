@@ -216,6 +216,18 @@ export const catalogue = {
     message:
       'the result of {size} bytes exceeds the largest message of {limit} bytes ({setting}); use QuantizeStream, or /v1/jobs over HTTP',
   },
+  ENCODING_UNSUPPORTED: {
+    http: 415,
+    grpc: 'INVALID_ARGUMENT',
+    title: 'Unsupported content coding',
+    message: 'Content-Encoding {value} is not accepted here; {detail}',
+  },
+  EXPECTATION_FAILED: {
+    http: 417,
+    grpc: 'INVALID_ARGUMENT',
+    title: 'Expectation failed',
+    message: 'Expect {value} cannot be met; the server understands only Expect: 100-continue',
+  },
   UNSUPPORTED_MEDIA_TYPE: {
     http: 415,
     grpc: 'INVALID_ARGUMENT',

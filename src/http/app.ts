@@ -15,7 +15,7 @@ import type { ComputeHandle } from '../pool/index.js';
 import { makeAuthenticator } from './auth.js';
 import { binaryBodyParser, bodyBytesReceived, declaredLength, stopBody } from './body.js';
 import { watchBodyPace } from './pace.js';
-import { clientErrorHandler } from './client-error.js';
+import { answerExpectation, clientErrorHandler } from './client-error.js';
 import { createMetrics } from './metrics.js';
 import { registerOpRoutes, OCTET_TYPE, SAFETENSORS_TYPE } from './op-routes.js';
 import { registerJobRoutes } from './job-routes.js';
@@ -68,6 +68,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // Errors Fastify raises before routing (a path with malformed percent-encoding) are problems too.
     frameworkErrors: (err, request, reply) => sendProblem(asQuantdError(err, request), request, reply),
   });
+  app.server.on('checkExpectation', answerExpectation);
   // Schemas document; quantd validates requests itself, with catalogue codes.
   app.setValidatorCompiler(() => () => true);
 
@@ -107,6 +108,15 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // Every API path needs the token, routes that do not exist too (no route probing).
     authenticate?.(request.headers.authorization);
     if (request.routeOptions.url === undefined) return; // the not-found handler answers
+    // /v1 bodies are never compressed (/v2 decodes gzip and deflate itself): a coding the server
+    // would otherwise ignore must not be read as the raw bytes it is not
+    const coding = request.headers['content-encoding']?.trim().toLowerCase();
+    if (coding !== undefined && coding !== '' && coding !== 'identity') {
+      throw new QuantdError('ENCODING_UNSUPPORTED', {
+        value: request.headers['content-encoding']!.replace(/[^\x20-\x7e]/g, '?').slice(0, 100),
+        detail: 'send /v1 bodies uncompressed (identity)',
+      });
+    }
     if (!options.isReady()) {
       // Draining for shutdown: retry elsewhere or later (503 + Retry-After).
       throw new QuantdError('SHUTTING_DOWN', {});

@@ -10,7 +10,7 @@
  *    USAGE for other malformed requests), then the connection is closed.
  */
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES, type ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { QuantdError } from '../errors/index.js';
@@ -132,4 +132,23 @@ export function clientErrorHandler(this: FastifyInstance, error: Error, socket: 
   socket.end(`HTTP/1.1 ${problem.status} ${STATUS_CODES[problem.status] ?? ''}\r\n${head}\r\n${body}`, () =>
     socket.destroy(),
   );
+}
+
+/**
+ * Node's answer to an `Expect` it does not understand is a bare 417 ('checkExpectation' without
+ * a listener): this one is a problem with its code, and the connection closes (the body, if the
+ * client sends one anyway, is not read).
+ */
+export function answerExpectation(request: IncomingMessage, response: ServerResponse): void {
+  const error = new QuantdError('EXPECTATION_FAILED', {
+    value: shown(String(request.headers['expect'] ?? '')),
+  });
+  const requestId = shown(String(request.headers['x-request-id'] ?? '')) || randomUUID();
+  const body = JSON.stringify(problemDocument(error, shown(request.url ?? ''), requestId));
+  response.writeHead(417, {
+    'Content-Type': PROBLEM_TYPE,
+    'Content-Length': String(Buffer.byteLength(body)),
+    Connection: 'close',
+  });
+  response.end(body);
 }
