@@ -1,11 +1,13 @@
 # syntax=docker/dockerfile:1
-# quantd: two stages. The build stage compiles the TypeScript, the native addon (node-gyp) and
-# the WebAssembly module (clang; it must equal the committed native/wasm/quantd.wasm); the runtime
-# stage carries only what `quantd serve` needs and runs as the unprivileged `node` user.
+# quantd: two stages. The build stage compiles the TypeScript and the native addon (node-gyp);
+# the WebAssembly module is the committed native/wasm/quantd.wasm (CI proves it is what the
+# sources build, so the image build needs no clang). The runtime stage carries only what
+# `quantd serve` needs and runs as the unprivileged `node` user (uid 1000).
+# Node 24 is the current LTS; quantd itself runs on Node >= 20.19 for installs from source.
 
-FROM node:20-bookworm AS build
+FROM node:24-bookworm AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 make g++ clang lld \
+ && apt-get install -y --no-install-recommends python3 make g++ \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY package.json package-lock.json binding.gyp tsconfig.json tsconfig.build.json ./
@@ -18,11 +20,9 @@ COPY proto ./proto
 # npm ci runs the install script (native addon) and prepare (TypeScript → dist/)
 RUN npm ci --no-audit --no-fund \
  && test -f build/Release/quantd.node \
- && scripts/build-wasm.sh build/quantd.wasm \
- && cmp build/quantd.wasm native/wasm/quantd.wasm \
  && npm prune --omit=dev
 
-FROM node:20-bookworm-slim AS runtime
+FROM node:24-bookworm-slim AS runtime
 ENV NODE_ENV=production \
     QUANTD_HOST=0.0.0.0 \
     QUANTD_HTTP_PORT=8080 \

@@ -1,12 +1,16 @@
 /**
  * No Docker engine runs here, so the image is kept honest another way: the Dockerfile's
- * structure is checked (multi-stage, non-root, HEALTHCHECK, the files it copies exist), and the
- * exact commands the image runs — its CMD and its HEALTHCHECK, with its ENV — are run here as
- * real processes. The compose file is checked against the Dockerfile.
+ * structure is checked (multi-stage, current LTS base, non-root, HEALTHCHECK, the files it copies
+ * exist, no wasm rebuild in the user's image build), the runtime stage's file set is laid out in a
+ * directory exactly as its COPY lines lay it out, and the image's CMD and HEALTHCHECK, with its
+ * ENV, run there as real processes — also with QUANTD_HOST set to one address, which the
+ * HEALTHCHECK must follow. The compose file is checked against the Dockerfile: loopback-only
+ * ports by default, an upload limit, the image's health check.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 
@@ -31,12 +35,23 @@ function imageEnv(): Record<string, string> {
 }
 
 describe('Dockerfile', () => {
-  it('is multi-stage and builds the addon and the wasm in the build stage', () => {
-    expect(instructions.filter((l) => l.startsWith('FROM ')).length).toBeGreaterThanOrEqual(2);
+  it('is multi-stage on the current Node LTS, builds the addon, and ships the committed wasm', () => {
+    const froms = instructions.filter((l) => l.startsWith('FROM '));
+    expect(froms.length).toBeGreaterThanOrEqual(2);
+    for (const from of froms) expect(from).toMatch(/^FROM node:24-bookworm(-slim)? /);
     const build = instructions.join('\n');
     expect(build).toMatch(/npm ci/);
     expect(build).toMatch(/build\/Release\/quantd\.node/);
-    expect(build).toMatch(/scripts\/build-wasm\.sh/);
+    // the reproducibility check of the wasm is CI's (npm run check:wasm), not the user's build
+    expect(build).not.toMatch(/build-wasm|clang/);
+    expect(finalStage.join('\n')).toMatch(/COPY --from=build \/app\/native\/wasm\/quantd\.wasm/);
+  });
+
+  it('.dockerignore keeps data, models, tests and build outputs out of the context', () => {
+    const ignored = readFileSync(join(ROOT, '.dockerignore'), 'utf8').split('\n');
+    for (const entry of ['node_modules', 'dist', 'build', 'data', 'test', '*.safetensors', '*.gguf']) {
+      expect(ignored, entry).toContain(entry);
+    }
   });
 
   it('runs as a non-root user with a HEALTHCHECK, and exposes the HTTP and gRPC ports', () => {
@@ -57,6 +72,24 @@ describe('Dockerfile', () => {
     }
   });
 
+  /**
+   * The runtime stage's files, laid out as its `COPY --from=build /app/X ./Y` lines lay them out
+   * (node_modules linked rather than copied), in a fresh directory: what the image runs from.
+   */
+  function runtimeLayout(): string {
+    const dir = mkdtempSync(join(tmpdir(), 'quantd-image-'));
+    for (const line of finalStage.filter((l) => l.startsWith('COPY --from=build '))) {
+      const [from, to] = line.split(/\s+/).slice(2) as [string, string];
+      const source = join(ROOT, from.replace(/^\/app\//, ''));
+      // COPY's rule: a destination ending in / is a directory the source goes into
+      const target = to.endsWith('/') ? join(dir, to, basename(from)) : join(dir, to);
+      mkdirSync(dirname(target), { recursive: true });
+      if (from.endsWith('node_modules')) symlinkSync(source, target);
+      else cpSync(source, target, { recursive: true });
+    }
+    return dir;
+  }
+
   it('the CMD starts the server, the HEALTHCHECK passes against it, and SIGTERM stops it cleanly', async () => {
     const cmd = jsonArgs(finalStage.find((l) => l.startsWith('CMD '))!);
     expect(cmd).toEqual(['node', 'bin/quantd.js', 'serve']);
@@ -69,9 +102,11 @@ describe('Dockerfile', () => {
       QUANTD_GRPC_PORT: '0',
     };
     delete env['NODE_ENV'];
+    const image = runtimeLayout();
+    const data = mkdtempSync(join(tmpdir(), 'quantd-image-data-'));
     const child = spawn(process.execPath, cmd.slice(1), {
-      cwd: ROOT,
-      env: { ...env, QUANTD_DATA_DIR: join(ROOT, 'build', 'test-data') },
+      cwd: image,
+      env: { ...env, QUANTD_DATA_DIR: data },
     });
     try {
       const port = await new Promise<number>((resolve, reject) => {
@@ -85,17 +120,24 @@ describe('Dockerfile', () => {
       });
       const health = jsonArgs(finalStage.find((l) => l.startsWith('HEALTHCHECK '))!);
       const probe = spawnSync(process.execPath, health.slice(1), {
-        cwd: ROOT,
+        cwd: image,
         env: { ...env, QUANTD_HTTP_PORT: String(port) },
       });
       expect(probe.status).toBe(0);
-      const body = (await (await fetch(`http://127.0.0.1:${port}/healthz`)).json()) as { status: string };
+      const body = (await (await fetch(`http://127.0.0.1:${port}/healthz`)).json()) as {
+        status: string;
+        backend: string;
+      };
       expect(body.status).toBe('ok');
+      // the runtime stage's files hold the native addon, and the server found it
+      expect(body.backend).toBe('native');
     } finally {
       child.kill('SIGTERM');
     }
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
     expect(code).toBe(0);
+    rmSync(image, { recursive: true, force: true });
+    rmSync(data, { recursive: true, force: true });
     // and the HEALTHCHECK fails when nothing listens
     const health = jsonArgs(finalStage.find((l) => l.startsWith('HEALTHCHECK '))!);
     const down = spawnSync(process.execPath, health.slice(1), {
@@ -106,6 +148,46 @@ describe('Dockerfile', () => {
   });
 });
 
+describe('the HEALTHCHECK follows QUANTD_HOST', () => {
+  it('asks the address the server listens on (127.0.0.2 here), not always 127.0.0.1', async () => {
+    const health = jsonArgs(finalStage.find((l) => l.startsWith('HEALTHCHECK '))!);
+    const data = mkdtempSync(join(tmpdir(), 'quantd-image-host-'));
+    const env = {
+      ...process.env,
+      ...imageEnv(),
+      QUANTD_HOST: '127.0.0.2',
+      QUANTD_HTTP_PORT: '0',
+      QUANTD_GRPC_PORT: '0',
+    };
+    const child = spawn(process.execPath, ['bin/quantd.js', 'serve'], {
+      cwd: ROOT,
+      env: { ...env, QUANTD_DATA_DIR: data },
+    });
+    try {
+      const port = await new Promise<number>((resolve, reject) => {
+        let out = '';
+        child.stdout.on('data', (d: Buffer) => {
+          out += d.toString();
+          const m = /listening: http:\/\/[\d.]+:(\d+)/.exec(out);
+          if (m) resolve(Number(m[1]));
+        });
+        child.once('exit', (code) => reject(new Error(`server exited with ${code}: ${out}`)));
+      });
+      const probe = (host: string): number | null =>
+        spawnSync(process.execPath, health.slice(1), {
+          cwd: ROOT,
+          env: { ...env, QUANTD_HOST: host, QUANTD_HTTP_PORT: String(port) },
+        }).status;
+      expect(probe('127.0.0.2')).toBe(0);
+      expect(probe('127.0.0.3')).toBe(1); // nothing listens there: the probe really asks the address
+    } finally {
+      child.kill('SIGTERM');
+      await new Promise((resolve) => child.once('exit', resolve));
+      rmSync(data, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('docker-compose.yml', () => {
   const compose = parse(readFileSync(join(ROOT, 'docker-compose.yml'), 'utf8')) as {
     services: Record<string, Record<string, unknown>>;
@@ -113,9 +195,14 @@ describe('docker-compose.yml', () => {
   };
   const service = compose.services['quantd']!;
 
-  it('builds this Dockerfile and publishes the HTTP and gRPC ports', () => {
+  it('builds this Dockerfile and publishes the HTTP and gRPC ports on loopback only', () => {
     expect(service['build']).toBe('.');
-    expect(service['ports']).toEqual(expect.arrayContaining(['8080:8080', '50051:50051']));
+    expect(service['ports']).toEqual(['127.0.0.1:8080:8080', '127.0.0.1:50051:50051']);
+  });
+
+  it('bounds uploads (the default of a bare server is 1 TiB)', () => {
+    const env = service['environment'] as Record<string, string>;
+    expect(env['QUANTD_UPLOAD_LIMIT']).toMatch(/^\d+[kmg]$/);
   });
 
   it('keeps /data (QUANTD_DATA_DIR of the image) on a declared named volume', () => {
