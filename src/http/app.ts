@@ -149,9 +149,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   await registerDocs(app, options.version);
 
+  // Probes come every few seconds: their request lines are logged only when debugging.
+  const probeLogLevel = config.logLevel === 'debug' || config.logLevel === 'trace' ? config.logLevel : 'warn';
   app.get(
     '/healthz',
-    { schema: { tags: ['operations'], summary: 'Liveness; reports the kernel backend' } },
+    {
+      logLevel: probeLogLevel,
+      schema: { tags: ['operations'], summary: 'Liveness; reports the kernel backend' },
+    },
     async () => ({
       status: 'ok',
       version: options.version,
@@ -163,7 +168,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   );
   app.get(
     '/readyz',
-    { schema: { tags: ['operations'], summary: 'Readiness: pool up, not draining' } },
+    {
+      logLevel: probeLogLevel,
+      schema: { tags: ['operations'], summary: 'Readiness: pool up, not draining' },
+    },
     async (_req, reply) => {
       const ready = options.isReady() && (handle.pool === null || handle.pool.started);
       return reply
