@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig, type Config } from '../config.js';
+import { QuantdError } from '../errors/index.js';
 import { buildApp } from '../http/app.js';
 import { describeKernels } from '../kernels/index.js';
 import { startGrpc, type RunningGrpc } from '../grpc/server.js';
@@ -53,6 +54,27 @@ export function packageVersion(): string {
   }
 }
 
+/** A port that cannot be had (taken, or not ours to bind) is a configuration error naming it. */
+function listenError(err: unknown, key: string, host: string, port: number): unknown {
+  const code = (err as NodeJS.ErrnoException).code ?? '';
+  const message = (err as Error).message ?? '';
+  if (code === 'EADDRINUSE' || /EADDRINUSE|address already in use/i.test(message)) {
+    return new QuantdError('CONFIG_INVALID', {
+      key,
+      detail: `names a port another process already listens on (${host}:${port}); stop it or choose another port`,
+      value: String(port),
+    });
+  }
+  if (code === 'EACCES' || code === 'EADDRNOTAVAIL' || /EACCES|EADDRNOTAVAIL/.test(message)) {
+    return new QuantdError('CONFIG_INVALID', {
+      key,
+      detail: `cannot be listened on at ${host} (${code || message.split('\n')[0]})`,
+      value: String(port),
+    });
+  }
+  return err;
+}
+
 export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise<RunningServer> {
   const config = loadConfig(env);
   const handle = createCompute({
@@ -81,8 +103,16 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
     http = await buildApp({ config, handle, version: packageVersion(), isReady, admission, jobs });
     jobs.log = http.log;
     await jobs.start(); // resumes what the previous process left
-    await http.listen({ host: config.host, port: config.httpPort });
-    grpc = await startGrpc({ config, handle, admission, isReady, jobs, log: http.log });
+    try {
+      await http.listen({ host: config.host, port: config.httpPort });
+    } catch (err) {
+      throw listenError(err, 'QUANTD_HTTP_PORT', config.host, config.httpPort);
+    }
+    try {
+      grpc = await startGrpc({ config, handle, admission, isReady, jobs, log: http.log });
+    } catch (err) {
+      throw listenError(err, 'QUANTD_GRPC_PORT', config.host, config.grpcPort);
+    }
   } catch (err) {
     // whatever started goes down again: the listener, and the pool's worker threads
     await http?.close().catch(() => {});
