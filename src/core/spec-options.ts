@@ -77,7 +77,7 @@ export const SPEC_OPTION_ROWS = [
     defaultText: 'affine; symmetric for fp8',
     flag: '--mode',
     placeholder: 'M',
-    help: 'how the zero point is chosen (float_qparams: per_channel only)',
+    help: 'how zero points are chosen; float_qparams: per_channel only',
     doc: 'how the zero point is chosen; float_qparams applies to per_channel only',
     example: 'symmetric',
     describesCodes: true,

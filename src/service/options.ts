@@ -15,7 +15,7 @@ export const SELECTION_OPTION_ROWS = [
     defaultText: 'all float tensors',
     flag: '--include',
     placeholder: 'GLOB',
-    help: 'transform only tensors whose names match (repeatable); others pass through',
+    help: 'transform only these tensors (repeatable); others pass through',
     doc: 'tensor name globs to transform (repeatable); the others pass through',
     example: '*.weight',
   },
@@ -54,7 +54,9 @@ export const RECIPE_OPTION_ROWS = [
     kind: 'string',
     flag: '--recipe',
     placeholder: 'FILE',
-    help: 'a recipe (JSON): {"default": {spec}, "rules": [{"glob"|"regex": ..., "skip": true | spec}], "min_size", "skip_1d"}',
+    help:
+      'a recipe, JSON: {"default": {spec}, "rules": [rule, ...], "min_size", "skip_1d"}\n' +
+      'with rules {"glob"|"regex": PATTERN, "skip": true | spec options}',
     doc: 'a recipe as JSON text: {"default": {spec}, "rules": [{"glob"|"regex": ..., "skip": true | spec}], "min_size", "skip_1d"}',
     example: '{"default":{"qdtype":"int8","scheme":"per_channel"}}',
   },
