@@ -4,24 +4,26 @@
  * USAGE error, which the CLI prints as `error USAGE: ...` and exits 2.
  */
 import { parseArgs } from 'node:util';
-import type { SpecOptions } from '../core/index.js';
+import { SPEC_OPTION_ROWS, defaultTextOf, flagKey, type OptionRow, type SpecOptions } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
+import { OUTPUT_DTYPE_ROW, RECIPE_OPTION_ROWS, SELECTION_OPTION_ROWS } from '../service/index.js';
 
 type OptionConfig = { type: 'string' | 'boolean'; short?: string; multiple?: boolean };
 
-const SPEC_OPTIONS: Record<string, OptionConfig> = {
-  qdtype: { type: 'string' },
-  scheme: { type: 'string' },
-  mode: { type: 'string' },
-  axis: { type: 'string' },
-  'group-size': { type: 'string' },
-  'quant-min': { type: 'string' },
-  'quant-max': { type: 'string' },
-  eps: { type: 'string' },
-  'range-search': { type: 'string' },
-  include: { type: 'string', multiple: true },
-  exclude: { type: 'string', multiple: true },
-};
+/** parseArgs' configuration of table rows: flags take a value, except booleans; lists repeat. */
+function flagsOf(rows: readonly OptionRow[]): Record<string, OptionConfig> {
+  return Object.fromEntries(
+    rows.map((row) => [
+      flagKey(row),
+      row.kind === 'boolean'
+        ? { type: 'boolean' }
+        : { type: 'string', ...(row.kind === 'strings' && { multiple: true }) },
+    ]),
+  );
+}
+
+const SPEC_OPTIONS = flagsOf([...SPEC_OPTION_ROWS, ...SELECTION_OPTION_ROWS]);
+const DTYPE_OPTION = flagsOf([OUTPUT_DTYPE_ROW]);
 
 const OUTPUT_OPTIONS: Record<string, OptionConfig> = {
   output: { type: 'string', short: 'o' },
@@ -34,11 +36,7 @@ const OUTPUT_OPTIONS: Record<string, OptionConfig> = {
 
 /** Whole-model runs: a recipe instead of one spec for all, and the quality report. */
 const RECIPE_OPTIONS: Record<string, OptionConfig> = {
-  recipe: { type: 'string' },
-  rule: { type: 'string', multiple: true },
-  skip: { type: 'string', multiple: true },
-  'min-size': { type: 'string' },
-  'keep-1d': { type: 'boolean' },
+  ...flagsOf(RECIPE_OPTION_ROWS),
   report: { type: 'string' },
 };
 
@@ -47,8 +45,8 @@ const TRANSFORM_OPTIONS = { ...SPEC_OPTIONS, ...OUTPUT_OPTIONS, ...RECIPE_OPTION
 export const COMMAND_OPTIONS: Record<string, Record<string, OptionConfig>> = {
   quantize: { ...TRANSFORM_OPTIONS, layout: { type: 'string' } },
   qparams: TRANSFORM_OPTIONS,
-  'fake-quantize': { ...TRANSFORM_OPTIONS, dtype: { type: 'string' } },
-  dequantize: { ...OUTPUT_OPTIONS, dtype: { type: 'string' } },
+  'fake-quantize': { ...TRANSFORM_OPTIONS, ...DTYPE_OPTION },
+  dequantize: { ...OUTPUT_OPTIONS, ...DTYPE_OPTION },
   inspect: { json: { type: 'boolean' }, verify: { type: 'boolean' } },
   serve: {},
 };
@@ -97,19 +95,30 @@ export function parseCommand(command: string, args: readonly string[]): ParsedCo
 
 /** The spec options of a parsed command, in the snake_case form parseSpec takes. */
 export function specOptionsOf(values: ParsedCommand['values']): SpecOptions {
-  const str = (key: string): string | undefined => values[key] as string | undefined;
-  return {
-    qdtype: str('qdtype'),
-    scheme: str('scheme'),
-    mode: str('mode'),
-    axis: str('axis'),
-    group_size: str('group-size'),
-    quant_min: str('quant-min'),
-    quant_max: str('quant-max'),
-    eps: str('eps'),
-    range_search: str('range-search'),
-  };
+  return Object.fromEntries(
+    SPEC_OPTION_ROWS.map((row) => [row.name, values[flagKey(row)] as string | undefined]),
+  ) as SpecOptions;
 }
+
+/** The column where help text starts: after the longest `--flag PLACEHOLDER`. */
+const HELP_COLUMN = 24;
+
+/** A row's lines in `quantd --help`: flag, help and default, then the values an enum takes. */
+function helpLines(row: OptionRow): string[] {
+  const head = `  ${row.flag}${row.placeholder ? ` ${row.placeholder}` : ''}`.padEnd(HELP_COLUMN);
+  const indent = ' '.repeat(HELP_COLUMN);
+  // a flag is off unless given: its default goes without saying
+  const defaultText = row.kind === 'boolean' ? undefined : defaultTextOf(row);
+  const [first, ...more] = row.help.split('\n');
+  const lines = [`${head}${first}${defaultText === undefined ? '' : ` (default ${defaultText})`}`];
+  lines.push(...more.map((line) => `${indent}${line}`));
+  if (row.values) lines.push(`${indent}${row.placeholder}: ${row.values.join(' | ')}`);
+  return lines;
+}
+
+const optionHelp = (rows: readonly OptionRow[]): string => rows.flatMap(helpLines).join('\n');
+
+const DTYPES = OUTPUT_DTYPE_ROW.values.join('|');
 
 export const USAGE = `quantd — quantize float tensors and safetensors models, bit-exact with PyTorch
 
@@ -117,38 +126,27 @@ usage:
   quantd quantize      IN.safetensors -o OUT.safetensors [spec options] [--include GLOB] [--exclude GLOB]
   quantd quantize      MODEL -o OUT --recipe recipe.json [recipe options]   (MODEL: a file, a shard index or a directory)
   quantd quantize      MODEL.safetensors -o OUT --layout NAME[:key=value,...]   (GGUF, GPTQ, AWQ, NF4/FP4; see below)
-  quantd dequantize    IN -o OUT.safetensors [--dtype float32|float16|bfloat16]   (IN: a qtensor file, or a layout's file)
+  quantd dequantize    IN -o OUT.safetensors [--dtype ${DTYPES}]   (IN: a qtensor file, or a layout's file)
   quantd fake-quantize IN.safetensors -o OUT.safetensors [spec options] [--dtype ...]   (writes NAME, NAME.mask)
   quantd qparams       IN.safetensors -o OUT.safetensors [spec options]               (writes NAME.scale, NAME.zero_point)
   quantd inspect       FILE [--json] [--verify]   (--verify: check the data SHA-256 the file records)
   quantd serve         (HTTP + gRPC server)
 
 spec options:
-  --qdtype      int8 (default) | uint8 | int16 | int32 | int4 | uint4 | int2 | uint2 | float8_e4m3fn | float8_e5m2
-  --scheme      per_tensor (default) | per_channel | per_token | per_group
-  --mode        affine (default; symmetric for fp8) | symmetric | float_qparams (per_channel only)
-  --axis N      per_channel axis (default 0; negative counts from the end)
-  --group-size N  per_group group size along the last dimension (default 128)
-  --quant-min N, --quant-max N   narrow the qdtype's range
-  --eps X       smallest scale chosen (default float32 epsilon, 2^-23)
-  --range-search minmax (default) | greedy   (torch's choose_qparams_optimized, 2/4-bit)
-  --include GLOB, --exclude GLOB  choose tensors by name (repeatable); others pass through
+${optionHelp(SPEC_OPTION_ROWS)}
+${optionHelp(SELECTION_OPTION_ROWS)}
+${optionHelp([OUTPUT_DTYPE_ROW])}
 
 recipe options (whole models; the spec options above become the recipe's default):
-  --recipe FILE       JSON: {"default": {spec}, "rules": [{"glob"|"regex": ..., "skip": true | spec}], "min_size", "skip_1d"}
-  --rule PAT:SPEC     a rule, before the recipe's: '*.mlp.*:qdtype=int4,scheme=per_group,group_size=128'
-                      or '*.embed_tokens.*:skip'; PAT starting with re: is a regex (repeatable)
-  --skip GLOB         pass these tensors through (repeatable)
-  --min-size N        pass tensors of fewer than N elements through (default 0)
-  --keep-1d           quantize 1-D tensors too (norms and biases pass through by default)
-  --report FILE       the quality report (JSON; recipe runs write OUT.report.json by default)
+${optionHelp(RECIPE_OPTION_ROWS)}
+  --report FILE         the quality report (JSON; recipe runs write OUT.report.json by default)
 
 run options:
-  --concurrency N     tensors processed at once (default: CPU cores)
-  --memory SIZE       bytes tensors in flight may hold together, e.g. 2G (default: max(256M, largest tensor))
-  --no-progress       no progress bar / progress lines on stderr
-  --remote URL        run on a quantd server (its jobs API) instead of in this process
-  -q, --quiet         no summary line
+  --concurrency N       tensors processed at once (default: CPU cores)
+  --memory SIZE         bytes tensors in flight may hold together, e.g. 2G (default: max(256M, largest tensor))
+  --no-progress         no progress bar / progress lines on stderr
+  --remote URL          run on a quantd server (its jobs API) instead of in this process
+  -q, --quiet           no summary line
 
 Qparams already in the input (NAME.scale, NAME.zero_point) are used instead of being chosen.
 On bad input quantd prints "error CODE: message" and exits 2.`;

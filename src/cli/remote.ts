@@ -11,7 +11,8 @@ import { request as httpsRequest } from 'node:https';
 import { basename, dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { catalogue, QuantdError, type ErrorCode } from '../errors/index.js';
-import { writeFileAtomic } from '../service/index.js';
+import { flagKey } from '../core/index.js';
+import { ALL_OPTION_ROWS, writeFileAtomic } from '../service/index.js';
 import type { Io } from './main.js';
 import type { ParsedCommand } from './args.js';
 import { defaultReportPath, readRecipeFile, usesRecipe } from './model-options.js';
@@ -20,37 +21,22 @@ import { ProgressReporter } from './progress.js';
 
 type Values = ParsedCommand['values'];
 
-/** CLI flags → the jobs API's query parameters (the options in snake_case). */
+/** CLI flags → the jobs API's query parameters: each table row's flag to its wire name. */
 export function remoteQuery(command: string, values: Values): URLSearchParams {
   const q = new URLSearchParams({ op: command });
-  const simple: Record<string, string> = {
-    qdtype: 'qdtype',
-    scheme: 'scheme',
-    mode: 'mode',
-    axis: 'axis',
-    'group-size': 'group_size',
-    'quant-min': 'quant_min',
-    'quant-max': 'quant_max',
-    eps: 'eps',
-    'range-search': 'range_search',
-    dtype: 'dtype',
-    'min-size': 'min_size',
-  };
-  for (const [flag, param] of Object.entries(simple)) {
-    const v = values[flag];
-    if (typeof v === 'string') q.set(param, v);
+  for (const row of ALL_OPTION_ROWS) {
+    const v = values[flagKey(row)];
+    if (row.name === 'recipe') {
+      // the recipe file is read here and travels as JSON
+      if (typeof v === 'string') q.set(row.name, JSON.stringify(readRecipeFile(v)));
+    } else if (row.kind === 'strings') {
+      for (const item of (v as string[] | undefined) ?? []) q.append(row.name, item);
+    } else if (row.kind === 'boolean') {
+      if (v === true) q.set(row.name, 'true');
+    } else if (typeof v === 'string') {
+      q.set(row.name, v);
+    }
   }
-  for (const [flag, param] of [
-    ['include', 'include'],
-    ['exclude', 'exclude'],
-    ['rule', 'rule'],
-    ['skip', 'skip'],
-  ] as const) {
-    for (const v of (values[flag] as string[] | undefined) ?? []) q.append(param, v);
-  }
-  if (values['keep-1d'] === true) q.set('keep_1d', 'true');
-  // the recipe file is read here and travels as JSON
-  if (typeof values['recipe'] === 'string') q.set('recipe', JSON.stringify(readRecipeFile(values['recipe'])));
   return q;
 }
 

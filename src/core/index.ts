@@ -11,6 +11,7 @@ export * from './fake-quantize.js';
 export * from './range-search.js';
 export * from './rounding.js';
 export * from './spec.js';
+export * from './spec-options.js';
 export * from './tensor.js';
 export * from './validate-qparams.js';
 export * from './quality.js';

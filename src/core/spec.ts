@@ -4,14 +4,21 @@
  * accepts both and applies the defaults documented in the README.
  */
 import { QuantdError } from '../errors/index.js';
-import { QDTYPE_INFO, isQDType, type QDType } from './dtypes.js';
+import { QDTYPE_INFO, type QDType } from './dtypes.js';
 import { FLOAT32_EPS, FLOAT32_MIN_NORMAL, fround } from './rounding.js';
+import {
+  MODES,
+  RANGE_SEARCHES,
+  SCHEMES,
+  parseEnumOption,
+  parseIntegerOption,
+  parseNumberOption,
+  specOptionRow,
+  type SpecOptionRow,
+} from './spec-options.js';
 
-export const SCHEMES = ['per_tensor', 'per_channel', 'per_token', 'per_group'] as const;
 export type Scheme = (typeof SCHEMES)[number];
-export const MODES = ['affine', 'symmetric', 'float_qparams'] as const;
 export type Mode = (typeof MODES)[number];
-export const RANGE_SEARCHES = ['minmax', 'greedy'] as const;
 export type RangeSearch = (typeof RANGE_SEARCHES)[number];
 
 export interface QuantSpec {
@@ -32,64 +39,35 @@ export interface QuantSpec {
   readonly rangeSearch: RangeSearch;
 }
 
-/** Options as a transport hands them over, snake_case like the HTTP query. */
-export interface SpecOptions {
-  qdtype?: string | undefined;
-  scheme?: string | undefined;
-  mode?: string | undefined;
-  axis?: string | number | undefined;
-  group_size?: string | number | undefined;
-  quant_min?: string | number | undefined;
-  quant_max?: string | number | undefined;
-  eps?: string | number | undefined;
-  range_search?: string | undefined;
-}
+/**
+ * Options as a transport hands them over, snake_case like the HTTP query, one per row of the
+ * spec option table: enum options as text, numeric ones as text or numbers.
+ */
+export type SpecOptions = {
+  [Row in SpecOptionRow as Row['name']]?: Row['kind'] extends 'enum'
+    ? string | undefined
+    : string | number | undefined;
+};
 
 export const DEFAULT_GROUP_SIZE = 128;
 
-function parseInteger(option: string, value: string | number): number {
-  const n = typeof value === 'number' ? value : /^[+-]?\d+$/.test(value.trim()) ? Number(value) : NaN;
-  if (!Number.isSafeInteger(n)) {
-    throw new QuantdError('OPTION_INVALID', { option, detail: 'must be an integer', value: String(value) });
-  }
-  return n;
-}
-
-function parseNumber(option: string, value: string | number): number {
-  const n = typeof value === 'number' ? value : value.trim() === '' ? NaN : Number(value);
-  if (!Number.isFinite(n)) {
-    throw new QuantdError('OPTION_INVALID', {
-      option,
-      detail: 'must be a finite number',
-      value: String(value),
-    });
-  }
-  return n;
-}
-
-function oneOf<T extends string>(
-  values: readonly T[],
-  value: string,
-  code: 'UNKNOWN_SCHEME' | 'UNKNOWN_MODE',
-): T {
-  if ((values as readonly string[]).includes(value)) return value as T;
-  throw new QuantdError(code, { value });
-}
+const integerOption = (
+  name: 'axis' | 'group_size' | 'quant_min' | 'quant_max',
+  value: string | number,
+): number => parseIntegerOption(specOptionRow(name), value);
 
 function defaultMode(qdtype: QDType): Mode {
   return QDTYPE_INFO[qdtype].float8 ? 'symmetric' : 'affine';
 }
 
 export function parseSpec(options: SpecOptions): QuantSpec {
-  const qdtypeText = options.qdtype ?? 'int8';
-  if (!isQDType(qdtypeText)) throw new QuantdError('UNKNOWN_QDTYPE', { value: qdtypeText });
-  const qdtype: QDType = qdtypeText;
+  const qdtype = parseEnumOption(specOptionRow('qdtype'), options.qdtype ?? 'int8');
   const info = QDTYPE_INFO[qdtype];
-  const scheme = oneOf(SCHEMES, options.scheme ?? 'per_tensor', 'UNKNOWN_SCHEME');
-  const mode = oneOf(MODES, options.mode ?? defaultMode(qdtype), 'UNKNOWN_MODE');
+  const scheme = parseEnumOption(specOptionRow('scheme'), options.scheme ?? 'per_tensor');
+  const mode = parseEnumOption(specOptionRow('mode'), options.mode ?? defaultMode(qdtype));
 
-  const quantMin = options.quant_min === undefined ? info.min : parseInteger('quant_min', options.quant_min);
-  const quantMax = options.quant_max === undefined ? info.max : parseInteger('quant_max', options.quant_max);
+  const quantMin = options.quant_min === undefined ? info.min : integerOption('quant_min', options.quant_min);
+  const quantMax = options.quant_max === undefined ? info.max : integerOption('quant_max', options.quant_max);
   if (quantMin < info.min || quantMax > info.max) {
     throw new QuantdError('QUANT_RANGE_INVALID', {
       detail: `[${quantMin}, ${quantMax}] is outside ${qdtype}'s range [${info.min}, ${info.max}]; quant_min/quant_max may narrow the range, never widen it`,
@@ -103,7 +81,7 @@ export function parseSpec(options: SpecOptions): QuantSpec {
 
   let eps = FLOAT32_EPS;
   if (options.eps !== undefined) {
-    const raw = parseNumber('eps', options.eps);
+    const raw = parseNumberOption(specOptionRow('eps'), options.eps);
     eps = fround(raw);
     if (!(eps >= FLOAT32_MIN_NORMAL) || !Number.isFinite(eps)) {
       throw new QuantdError('EPS_INVALID', { value: String(options.eps) });
@@ -119,7 +97,7 @@ export function parseSpec(options: SpecOptions): QuantSpec {
         value: String(options.axis),
       });
     }
-    axis = parseInteger('axis', options.axis);
+    axis = integerOption('axis', options.axis);
   } else if (scheme === 'per_channel') {
     axis = 0;
   }
@@ -133,7 +111,7 @@ export function parseSpec(options: SpecOptions): QuantSpec {
         value: String(options.group_size),
       });
     }
-    groupSize = parseInteger('group_size', options.group_size);
+    groupSize = integerOption('group_size', options.group_size);
     if (groupSize < 2) {
       throw new QuantdError('OPTION_INVALID', {
         option: 'group_size',
@@ -145,14 +123,7 @@ export function parseSpec(options: SpecOptions): QuantSpec {
     groupSize = DEFAULT_GROUP_SIZE;
   }
 
-  const rangeSearch = (options.range_search ?? 'minmax') as RangeSearch;
-  if (!(RANGE_SEARCHES as readonly string[]).includes(rangeSearch)) {
-    throw new QuantdError('OPTION_INVALID', {
-      option: 'range_search',
-      detail: 'must be minmax or greedy',
-      value: String(options.range_search),
-    });
-  }
+  const rangeSearch = parseEnumOption(specOptionRow('range_search'), options.range_search ?? 'minmax');
 
   const spec: QuantSpec = {
     qdtype,

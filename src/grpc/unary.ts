@@ -2,10 +2,11 @@
  * The unary RPCs: an OperationRequest message to the service layer and back. The result is the
  * same container POST /v1/<operation> returns, as one safetensors file or as decoded tensors.
  */
-import { ST_DTYPE_SIZE, type StDType } from '../core/index.js';
+import { SPEC_OPTION_NAMES, ST_DTYPE_SIZE, type SpecOptionRow, type StDType } from '../core/index.js';
 import { QuantdError, shapeText } from '../errors/index.js';
 import { encodeHeader, parseSafetensors } from '../format/index.js';
 import {
+  SELECTION_OPTION_ROWS,
   floatStDType,
   operationRequest,
   runBufferOperation,
@@ -16,19 +17,13 @@ import {
   type RequestParams,
 } from '../service/index.js';
 
-export interface SpecMessage {
-  readonly qdtype?: string;
-  readonly scheme?: string;
-  readonly mode?: string;
-  readonly axis?: number;
-  readonly group_size?: number;
-  readonly quant_min?: number;
-  readonly quant_max?: number;
-  readonly eps?: number;
-  readonly range_search?: string;
+/** A decoded Spec message: a field per spec option (text for enums, numbers otherwise). */
+export type SpecMessage = {
+  readonly [Row in SpecOptionRow as Row['name']]?: Row['kind'] extends 'enum' ? string : number;
+} & {
   readonly include?: string[];
   readonly exclude?: string[];
-}
+};
 
 export interface TensorMessage {
   readonly name?: string;
@@ -57,19 +52,10 @@ export interface UnaryResponse {
  * `oneofs: true`, proto-loader adds a synthetic key for each proto3 `optional` field that is set
  * (`_axis: 'axis'`, the name of its synthetic oneof), which is no option.
  */
-const SPEC_FIELDS = [
-  'qdtype',
-  'scheme',
-  'mode',
-  'axis',
-  'group_size',
-  'quant_min',
-  'quant_max',
-  'eps',
-  'range_search',
-  'include',
-  'exclude',
-] as const satisfies readonly (keyof SpecMessage)[];
+const SPEC_FIELDS: readonly (keyof SpecMessage)[] = [
+  ...SPEC_OPTION_NAMES,
+  ...SELECTION_OPTION_ROWS.map((row) => row.name),
+];
 
 /**
  * The fields of a Spec that are set (an unset field, an empty string or list counts as unset), in

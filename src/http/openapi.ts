@@ -6,25 +6,38 @@
 import type { FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import { MODES, QDTYPES, SCHEMES } from '../core/index.js';
-import type { Operation } from '../service/index.js';
+import { defaultTextOf, type OptionRow } from '../core/index.js';
+import { ALL_OPTION_ROWS, OPERATION_OPTION_ROWS, OPERATIONS, type Operation } from '../service/index.js';
 
-const SPEC_QUERY = {
-  qdtype: { type: 'string', enum: [...QDTYPES], default: 'int8' },
-  scheme: { type: 'string', enum: [...SCHEMES], default: 'per_tensor' },
-  mode: { type: 'string', enum: [...MODES], description: 'default affine (symmetric for fp8)' },
-  axis: { type: 'integer', description: 'per_channel axis (default 0)' },
-  group_size: { type: 'integer', description: 'per_group group size (default 128)' },
-  quant_min: { type: 'integer' },
-  quant_max: { type: 'integer' },
-  eps: { type: 'number', description: 'smallest chosen scale (default 2^-23)' },
-  range_search: { type: 'string', enum: ['minmax', 'greedy'] },
-  include: { type: 'array', items: { type: 'string' }, description: 'tensor name globs to transform' },
-  exclude: { type: 'array', items: { type: 'string' }, description: 'tensor name globs to pass through' },
+const JSON_TYPE: Readonly<Record<OptionRow['kind'], string>> = {
+  enum: 'string',
+  integer: 'integer',
+  number: 'number',
+  boolean: 'boolean',
+  string: 'string',
+  strings: 'array',
 };
-const DTYPE_QUERY = {
-  dtype: { type: 'string', enum: ['float32', 'float16', 'bfloat16'], default: 'float32' },
-};
+
+/** The query parameter schema of one option row (documentation: quantd validates itself). */
+function optionSchema(row: OptionRow): Record<string, unknown> {
+  const defaultText = defaultTextOf(row);
+  // a fixed default is the schema's own; one that depends (mode, quant_min) is told in words
+  const description =
+    row.default === undefined && defaultText !== undefined ? `${row.doc} (default ${defaultText})` : row.doc;
+  return {
+    type: JSON_TYPE[row.kind],
+    ...(row.kind === 'strings' && { items: { type: 'string' } }),
+    ...(row.values && { enum: [...row.values] }),
+    ...(row.default !== undefined && { default: row.default }),
+    description,
+    example: row.kind === 'strings' ? [row.example] : row.example,
+  };
+}
+
+/** The query parameters (schema properties) of a list of option rows. */
+export function optionQuery(rows: readonly OptionRow[]): Record<string, Record<string, unknown>> {
+  return Object.fromEntries(rows.map((row) => [row.name, optionSchema(row)]));
+}
 
 const SUMMARY: Record<Operation, string> = {
   quantize: 'Quantize float tensors into a quantd.qtensor/1 container',
@@ -39,12 +52,7 @@ const problem = {
 };
 
 export function opRouteSchema(op: Operation): Record<string, unknown> {
-  const query =
-    op === 'dequantize'
-      ? DTYPE_QUERY
-      : op === 'fake-quantize'
-        ? { ...SPEC_QUERY, ...DTYPE_QUERY }
-        : SPEC_QUERY;
+  const query = optionQuery(OPERATION_OPTION_ROWS[op]);
   return {
     summary: SUMMARY[op],
     tags: ['operations'],
@@ -107,18 +115,8 @@ export function jobRouteSchemas(): Record<
       querystring: {
         type: 'object',
         properties: {
-          op: {
-            type: 'string',
-            enum: ['quantize', 'qparams', 'fake-quantize', 'dequantize'],
-            default: 'quantize',
-          },
-          ...SPEC_QUERY,
-          ...DTYPE_QUERY,
-          recipe: { type: 'string', description: 'a recipe, as JSON text' },
-          rule: { type: 'array', items: { type: 'string' }, description: 'PATTERN:SPEC rules' },
-          skip: { type: 'array', items: { type: 'string' }, description: 'globs of tensors to pass through' },
-          min_size: { type: 'integer' },
-          keep_1d: { type: 'boolean' },
+          op: { type: 'string', enum: [...OPERATIONS], default: 'quantize' },
+          ...optionQuery(ALL_OPTION_ROWS),
         },
       },
       body: {

@@ -14,6 +14,7 @@ import { parseSpec } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
 import {
   OPERATIONS,
+  RECIPE_OPTION_NAMES,
   SPEC_OPTIONS,
   combineRecipe,
   operationRequest,
@@ -25,7 +26,8 @@ import type { InteropLayout, LayoutOptions } from '../service/layouts/index.js';
 import { parseLayoutChecked } from '../service/layouts/parse.js';
 import type { JobParams, Submission } from './store.js';
 
-const RECIPE_PARAMS = ['rule', 'skip', 'min_size', 'keep_1d'] as const;
+/** The recipe parameters of the option table but `recipe`, which a submission carries parsed. */
+const RECIPE_PARAMS: readonly string[] = RECIPE_OPTION_NAMES.filter((name) => name !== 'recipe');
 
 function invalid(option: string, detail: string, value: unknown): QuantdError {
   return new QuantdError('OPTION_INVALID', {
@@ -123,7 +125,7 @@ export function jobRequest(submission: Submission): OperationRequest {
   const { op, params, recipe } = submission;
   const rest: Record<string, string | number | readonly string[]> = {};
   for (const [key, value] of Object.entries(params)) {
-    if ((RECIPE_PARAMS as readonly string[]).includes(key)) continue;
+    if (RECIPE_PARAMS.includes(key)) continue;
     if (typeof value === 'boolean') throw invalid(key, 'must be a string or a number', value);
     rest[key] = value;
   }

@@ -17,6 +17,7 @@
  *    with the spec in request parameters and, for packed codes, `logical_shape` on `codes`.
  */
 import {
+  CODE_SPEC_OPTION_NAMES,
   QDTYPE_INFO,
   hasFloatZeroPoint,
   numelOf,
@@ -472,7 +473,7 @@ function outputName(model: ModelDefinition, tensor: string): string | undefined 
 }
 
 /** The spec keys of a qtensor metadata entry, as response parameters. */
-const SPEC_PARAMETERS = ['qdtype', 'scheme', 'mode', 'axis', 'group_size', 'quant_min', 'quant_max'];
+const SPEC_PARAMETERS = CODE_SPEC_OPTION_NAMES;
 
 /** Runs a prepared request on the service layer; outputs in the requested order. */
 export async function runInfer(

@@ -3,8 +3,9 @@
  * fake_quantize and choose_qparams, each with one version, "1". What a model's metadata says, and
  * which inputs, outputs and request parameters each takes.
  */
+import { CODE_SPEC_OPTION_NAMES, SPEC_OPTION_NAMES } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
-import type { Operation } from '../service/index.js';
+import { OUTPUT_DTYPE_ROW, type Operation } from '../service/index.js';
 import type { FixedDatatype } from './datatypes.js';
 
 export const SERVER_NAME = 'quantd';
@@ -55,17 +56,7 @@ const NUMBERS: readonly FixedDatatype[] = [
   'INT64',
 ];
 const ANY: readonly number[] = [-1];
-const SPEC = [
-  'qdtype',
-  'scheme',
-  'mode',
-  'axis',
-  'group_size',
-  'quant_min',
-  'quant_max',
-  'eps',
-  'range_search',
-] as const;
+const SPEC = SPEC_OPTION_NAMES;
 
 const floatInput: InputDefinition = {
   name: 'input',
@@ -116,7 +107,7 @@ export const MODELS: Readonly<Record<ModelName, ModelDefinition>> = {
       { name: 'zero_point', datatype: 'INT32', shape: ANY, accepts: ['INT32', 'FP32'], required: true },
     ],
     outputs: [{ name: 'output', datatype: 'FP32', shape: ANY }],
-    parameters: ['qdtype', 'scheme', 'mode', 'axis', 'group_size', 'quant_min', 'quant_max', 'dtype'],
+    parameters: [...CODE_SPEC_OPTION_NAMES, OUTPUT_DTYPE_ROW.name],
   },
   fake_quantize: {
     name: 'fake_quantize',

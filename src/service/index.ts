@@ -6,6 +6,7 @@ export * from './selection.js';
 export * from './files.js';
 export * from './inspect.js';
 export * from './request.js';
+export * from './options.js';
 export * from './single-tensor.js';
 export * from './admission.js';
 export * from './recipe.js';

@@ -12,20 +12,11 @@
  * divides the row, axis in range) is checked when the model is planned, before any data is read.
  */
 import picomatch from 'picomatch';
-import { numelOf, parseSpec, type QuantSpec, type SpecOptions } from '../core/index.js';
+import { SPEC_OPTION_NAMES, numelOf, parseSpec, type QuantSpec, type SpecOptions } from '../core/index.js';
 import { QuantdError, isQuantdError } from '../errors/index.js';
 
-export const SPEC_OPTIONS = [
-  'qdtype',
-  'scheme',
-  'mode',
-  'axis',
-  'group_size',
-  'quant_min',
-  'quant_max',
-  'eps',
-  'range_search',
-] as const;
+/** The spec keys a recipe's default and rules take: the spec option table's names. */
+export const SPEC_OPTIONS = SPEC_OPTION_NAMES;
 
 export interface RecipeRule {
   /** How reports and errors name it: `rule 2 ("*.mlp.*")`. */

@@ -3,32 +3,18 @@
  * options; HTTP query parameters, gRPC fields) — turned into an OperationRequest. Unknown options are
  * rejected rather than ignored: a misspelt `qdtpye=int4` must not quietly give int8.
  */
-import { isFloatDType, parseSpec, type FloatDType, type SpecOptions } from '../core/index.js';
+import { SPEC_OPTION_NAMES, parseEnumOption, parseSpec, type SpecOptions } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
+import { OPERATION_OPTION_ROWS, OUTPUT_DTYPE_ROW, RECIPE_OPTION_NAMES } from './options.js';
 import type { Operation, OperationRequest } from './plan.js';
 import { combineRecipe, type Recipe } from './recipe.js';
 
 export type RequestParams = Readonly<Record<string, string | number | readonly string[] | undefined>>;
 
-const SPEC_KEYS = [
-  'qdtype',
-  'scheme',
-  'mode',
-  'axis',
-  'group_size',
-  'quant_min',
-  'quant_max',
-  'eps',
-  'range_search',
-] as const;
-/** Recipe parameters (docs/models.md): a recipe as JSON, and/or rules in command-line form. */
-const RECIPE_KEYS = ['recipe', 'rule', 'skip', 'min_size', 'keep_1d'] as const;
-const OPTIONS_OF: Readonly<Record<Operation, readonly string[]>> = {
-  quantize: [...SPEC_KEYS, 'include', 'exclude', ...RECIPE_KEYS],
-  qparams: [...SPEC_KEYS, 'include', 'exclude', ...RECIPE_KEYS],
-  'fake-quantize': [...SPEC_KEYS, 'include', 'exclude', 'dtype', ...RECIPE_KEYS],
-  dequantize: ['dtype'],
-};
+/** The option names an operation takes (options.ts), in the order messages list them. */
+function optionsOf(op: Operation): string[] {
+  return OPERATION_OPTION_ROWS[op].map((row) => row.name);
+}
 
 /** One value of a parameter; repeated parameters are an error except include/exclude. */
 function single(params: RequestParams, key: string): string | number | undefined {
@@ -54,7 +40,7 @@ function list(params: RequestParams, key: string): string[] {
 }
 
 export function operationRequest(op: Operation, params: RequestParams): OperationRequest {
-  const allowed = OPTIONS_OF[op];
+  const allowed = optionsOf(op);
   for (const key of Object.keys(params)) {
     if (params[key] !== undefined && !allowed.includes(key)) {
       throw new QuantdError('OPTION_INVALID', {
@@ -65,18 +51,20 @@ export function operationRequest(op: Operation, params: RequestParams): Operatio
     }
   }
   const specOptions: SpecOptions = {};
-  for (const key of SPEC_KEYS) {
+  for (const key of SPEC_OPTION_NAMES) {
     const value = single(params, key);
     if (value !== undefined && value !== '') (specOptions as Record<string, string | number>)[key] = value;
   }
-  const dtype = String(single(params, 'dtype') ?? 'float32');
-  if (!isFloatDType(dtype)) throw new QuantdError('UNKNOWN_DTYPE', { value: dtype });
+  const dtype = parseEnumOption(
+    OUTPUT_DTYPE_ROW,
+    String(single(params, 'dtype') ?? OUTPUT_DTYPE_ROW.default),
+  );
   const recipe = op === 'dequantize' ? undefined : recipeOf(params, specOptions);
   return {
     op,
     spec: recipe?.defaultSpec ?? parseSpec(op === 'dequantize' || recipe ? {} : specOptions),
     recipe,
-    outDType: dtype as FloatDType,
+    outDType: dtype,
     include: list(params, 'include'),
     exclude: list(params, 'exclude'),
   };
@@ -96,7 +84,7 @@ function flag(params: RequestParams, key: string): boolean | undefined {
 
 /** The recipe the parameters describe, or undefined when they name none. */
 function recipeOf(params: RequestParams, defaults: SpecOptions): Recipe | undefined {
-  if (!RECIPE_KEYS.some((k) => params[k] !== undefined && params[k] !== '')) return undefined;
+  if (!RECIPE_OPTION_NAMES.some((k) => params[k] !== undefined && params[k] !== '')) return undefined;
   const text = single(params, 'recipe');
   const minSize = single(params, 'min_size');
   const keep1d = flag(params, 'keep_1d');
