@@ -213,14 +213,17 @@ static float make_qx_quants(const float *x, int8_t *L) {
 void qd_ggml_q6_k_block_ref(const float *x, uint8_t *out) {
   int8_t L[QK_K];
   float scales[QK_K / 16];
+  for (int ib = 0; ib < QK_K / 16; ib++) scales[ib] = make_qx_quants(x + 16 * ib, L + 16 * ib);
+  qd_ggml_q6_k_finish(x, scales, L, out);
+}
+
+void qd_ggml_q6_k_finish(const float *x, const float *scales, int8_t *L, uint8_t *out) {
   float max_scale = 0.0f, max_abs_scale = 0.0f;
   for (int ib = 0; ib < QK_K / 16; ib++) {
-    const float scale = make_qx_quants(x + 16 * ib, L + 16 * ib);
-    scales[ib] = scale;
-    const float abs = __builtin_fabsf(scale);
+    const float abs = __builtin_fabsf(scales[ib]);
     if (abs > max_abs_scale) {
       max_abs_scale = abs;
-      max_scale = scale;
+      max_scale = scales[ib];
     }
   }
   if (max_abs_scale < GROUP_MAX_EPS) {

@@ -35,6 +35,9 @@ void qd_ggml_q5_0_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q5_1_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q4_k_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q6_k_block_ref(const float *x, uint8_t *out);
+/* Q6_K after the sub-block search: the block's 16 scales and codes L (nmax + code) → its bytes
+ * (the SIMD variants search sub-blocks across lanes, then finish here). */
+void qd_ggml_q6_k_finish(const float *x, const float *scales, int8_t *L, uint8_t *out);
 /* The scalar block quantizer of a qd_ggml_type; NULL when unknown. */
 qd_ggml_block_fn qd_ggml_block_ref(int32_t type);
 qd_status qd_ggml_quantize_ref(int32_t type, const float *x, uint64_t blocks, uint8_t *out);

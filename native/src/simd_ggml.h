@@ -1,7 +1,7 @@
 /*
  * ggml's 32-element block quantizers (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) over the vector primitives
  * (included by simd_kernels.h): operation for operation what ggml_ref.c does, so the bytes are
- * identical; the K-quants run ggml_kquants.c's scalar blocks.
+ * identical. The K-quants search their sub-blocks across lanes (simd_kquants.h).
  * A block of 32 floats is QD_GGML_VECS vectors; the scales of a group of blocks are vectors
  * too (a scalar fp16 conversion per block cost more than all the rest of Q8_0). A block holding
  * NaN goes to the scalar reference, whose comparison order decides what NaN does; ±Infinity
@@ -306,10 +306,16 @@ QD_TARGET static void QD_NAME(ggml_q5_0_group)(const float *x, int n, uint8_t *o
   }
 }
 
+#include "simd_kquants.h"
+
 QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, uint64_t blocks, uint8_t *out) {
   const uint64_t size = qd_ggml_block_bytes(type);
   if (size == 0) return QD_BAD_ARGUMENT;
-  if (type == QD_GGML_Q4_K || type == QD_GGML_Q6_K) return qd_ggml_quantize_ref(type, x, blocks, out);
+  if (type == QD_GGML_Q6_K) {
+    for (uint64_t b = 0; b < blocks; b++) QD_NAME(kq_q6_k_block)(x + 256 * b, out + size * b);
+    return QD_OK;
+  }
+  if (type == QD_GGML_Q4_K) return qd_ggml_quantize_ref(type, x, blocks, out);
   for (uint64_t b = 0; b < blocks; b += QD_GGML_GROUP) {
     const int n = blocks - b < QD_GGML_GROUP ? (int)(blocks - b) : QD_GGML_GROUP;
     const float *xg = x + 32 * b;
