@@ -116,7 +116,6 @@ static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
 void qd_ggml_q4_k_block_ref(const float *x, uint8_t *out) {
   uint8_t L[QK_K];
   float weights[32], scales[QK_K / 32], mins[QK_K / 32];
-  float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < QK_K / 32; j++) {
     const float *xb = x + 32 * j;
     float sum_x2 = 0.0f;
@@ -124,6 +123,13 @@ void qd_ggml_q4_k_block_ref(const float *x, uint8_t *out) {
     const float av_x = __builtin_sqrtf(sum_x2 / 32.0f);
     for (int l = 0; l < 32; l++) weights[l] = av_x + __builtin_fabsf(xb[l]);
     scales[j] = make_qkx2_quants(xb, weights, L + 32 * j, &mins[j]);
+  }
+  qd_ggml_q4_k_finish(x, scales, mins, L, out);
+}
+
+void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out) {
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (int j = 0; j < QK_K / 32; j++) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }

@@ -35,6 +35,8 @@ void qd_ggml_q5_0_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q5_1_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q4_k_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q6_k_block_ref(const float *x, uint8_t *out);
+/* Q4_K after the sub-block search: the 8 scales, 8 negated mins and codes L → the block's bytes. */
+void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out);
 /* Q6_K after the sub-block search: the block's 16 scales and codes L (nmax + code) → its bytes
  * (the SIMD variants search sub-blocks across lanes, then finish here). */
 void qd_ggml_q6_k_finish(const float *x, const float *scales, int8_t *L, uint8_t *out);

@@ -315,7 +315,13 @@ QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, 
     for (uint64_t b = 0; b < blocks; b++) QD_NAME(kq_q6_k_block)(x + 256 * b, out + size * b);
     return QD_OK;
   }
-  if (type == QD_GGML_Q4_K) return qd_ggml_quantize_ref(type, x, blocks, out);
+  if (type == QD_GGML_Q4_K) {
+    for (uint64_t b = 0; b < blocks; b += KQ_Q4_SUPER) {
+      const int n = blocks - b < KQ_Q4_SUPER ? (int)(blocks - b) : KQ_Q4_SUPER;
+      QD_NAME(kq_q4_k_blocks)(x + 256 * b, n, out + size * b);
+    }
+    return QD_OK;
+  }
   for (uint64_t b = 0; b < blocks; b += QD_GGML_GROUP) {
     const int n = blocks - b < QD_GGML_GROUP ? (int)(blocks - b) : QD_GGML_GROUP;
     const float *xg = x + 32 * b;

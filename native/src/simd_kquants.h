@@ -94,3 +94,108 @@ QD_TARGET static void QD_NAME(kq_q6_k_block)(const float *x, uint8_t *out) {
   for (int first = 0; first < 16; first += VL) QD_NAME(kq_q6_search)(t, first, scales, L);
   qd_ggml_q6_k_finish(x, scales, L, out);
 }
+
+/* Super-blocks per Q4_K search: its 8 sub-blocks fill VL lanes, or half of AVX-512's 16. */
+#define KQ_Q4_SUPER (VL > 8 ? VL / 8 : 1)
+#define KQ_Q4_SUBS (8 * KQ_Q4_SUPER)
+
+/* The weights av_x + |x| of make_qkx2_quants' caller and the search itself (nmax 15, rmin -1,
+ * rdelta 0.1, nstep 20) for VL sub-blocks of 32: t[KQ_Q4_SUBS·i + s] is element i of sub-block
+ * s (lanes: sub-blocks first .. first + VL); scales, negated mins and codes L[32·s + i] out. */
+QD_TARGET static void QD_NAME(kq_q4_search)(const float *t, int first, float *scales, float *neg_mins,
+                                            uint8_t *L) {
+  enum { N = 32, NMAX = 15, NSTEP = 20 };
+  vf xs[N], ws[N];
+  vf sum_x2 = vf_set(0.0f);
+  for (int i = 0; i < N; i++) {
+    xs[i] = vf_load(t + KQ_Q4_SUBS * i + first);
+    sum_x2 = vf_add(sum_x2, vf_mul(xs[i], xs[i]));
+  }
+  float av[VL];
+  vf_store(av, vf_div(sum_x2, vf_set(32.0f)));
+  for (int s = 0; s < VL; s++) av[s] = __builtin_sqrtf(av[s]);
+  const vf av_x = vf_load(av);
+  for (int i = 0; i < N; i++) ws[i] = vf_add(av_x, vf_abs(xs[i]));
+
+  vf min = xs[0], max = xs[0];
+  vf sum_w = ws[0];
+  vf sum_x = vf_mul(sum_w, xs[0]);
+  for (int i = 1; i < N; i++) {
+    min = vf_select(vf_lt(xs[i], min), xs[i], min);
+    max = vf_select(vf_gt(xs[i], max), xs[i], max);
+    sum_w = vf_add(sum_w, ws[i]);
+    sum_x = vf_add(sum_x, vf_mul(ws[i], xs[i]));
+  }
+  min = vf_select(vf_gt(min, vf_set(0.0f)), vf_set(0.0f), min);
+  const vf flat_min = min; /* lanes with max == min stop here: codes 0, scale 0 */
+  const vm flat = vm_and(vf_ge(max, min), vf_le(max, min));
+  vf iscale = vf_div(vf_set((float)NMAX), vf_sub(max, min));
+  vf scale = vf_div(vf_set(1.0f), iscale);
+  vf best_error = vf_set(0.0f);
+  vi l[N];
+  for (int i = 0; i < N; i++) {
+    l[i] = kq_clamp(kq_nearest(vf_mul(iscale, vf_sub(xs[i], min))), 0, NMAX);
+    vf diff = vf_sub(vf_add(vf_mul(scale, vi_to_vf(l[i])), min), xs[i]);
+    best_error = vf_add(best_error, vf_mul(ws[i], vf_mul(diff, diff)));
+  }
+  for (int is = 0; is <= NSTEP; is++) {
+    iscale = vf_div(vf_set(-1.0f + 0.1f * (float)is + (float)NMAX), vf_sub(max, min));
+    vf sum_l = vf_set(0.0f), sum_l2 = vf_set(0.0f), sum_xl = vf_set(0.0f);
+    vi laux[N];
+    for (int i = 0; i < N; i++) {
+      laux[i] = kq_clamp(kq_nearest(vf_mul(iscale, vf_sub(xs[i], min))), 0, NMAX);
+      const vf lf = vi_to_vf(laux[i]), wl = vf_mul(ws[i], lf);
+      sum_l = vf_add(sum_l, wl);
+      sum_l2 = vf_add(sum_l2, vf_mul(wl, lf));
+      sum_xl = vf_add(sum_xl, vf_mul(wl, xs[i]));
+    }
+    const vf D = vf_sub(vf_mul(sum_w, sum_l2), vf_mul(sum_l, sum_l));
+    const vm solvable = vf_gt(D, vf_set(0.0f));
+    if (!vm_any(solvable)) continue;
+    vf this_scale = vf_div(vf_sub(vf_mul(sum_w, sum_xl), vf_mul(sum_x, sum_l)), D);
+    vf this_min = vf_div(vf_sub(vf_mul(sum_l2, sum_x), vf_mul(sum_l, sum_xl)), D);
+    const vm positive_min = vf_gt(this_min, vf_set(0.0f));
+    this_min = vf_select(positive_min, vf_set(0.0f), this_min);
+    this_scale = vf_select(positive_min, vf_div(sum_xl, sum_l2), this_scale);
+    vf cur_error = vf_set(0.0f);
+    for (int i = 0; i < N; i++) {
+      vf diff = vf_sub(vf_add(vf_mul(this_scale, vi_to_vf(laux[i])), this_min), xs[i]);
+      cur_error = vf_add(cur_error, vf_mul(ws[i], vf_mul(diff, diff)));
+    }
+    const vm better = vm_and(solvable, vf_lt(cur_error, best_error));
+    if (!vm_any(better)) continue;
+    for (int i = 0; i < N; i++) l[i] = vi_select(better, laux[i], l[i]);
+    best_error = vf_select(better, cur_error, best_error);
+    scale = vf_select(better, this_scale, scale);
+    min = vf_select(better, this_min, min);
+  }
+  scale = vf_select(flat, vf_set(0.0f), scale);
+  min = vf_select(flat, flat_min, min);
+  vf_store(scales + first, scale);
+  vf_store(neg_mins + first, vi_bits(vi_xor(vf_bits(min), vi_set(INT32_MIN)))); /* -min, -0 for +0 */
+  int32_t lanes[N][VL];
+  for (int i = 0; i < N; i++) vi_store(lanes[i], vi_select(flat, vi_set(0), l[i]));
+  for (int s = 0; s < VL; s++) {
+    for (int i = 0; i < N; i++) L[32 * (first + s) + i] = (uint8_t)lanes[i][s];
+  }
+}
+
+/* `n` (at most KQ_Q4_SUPER) Q4_K super-blocks: those without NaN searched together. */
+QD_TARGET static void QD_NAME(kq_q4_k_blocks)(const float *x, int n, uint8_t *out) {
+  float t[256 * KQ_Q4_SUPER], scales[KQ_Q4_SUBS], neg_mins[KQ_Q4_SUBS];
+  uint8_t L[256 * KQ_Q4_SUPER];
+  int nan[KQ_Q4_SUPER];
+  for (int b = 0; b < KQ_Q4_SUPER; b++) {
+    nan[b] = b < n && QD_NAME(kq_has_nan)(x + 256 * b);
+    for (int s = 0; s < 8; s++) {
+      for (int i = 0; i < 32; i++) t[KQ_Q4_SUBS * i + 8 * b + s] = b < n && !nan[b] ? x[256 * b + 32 * s + i] : 0.0f;
+    }
+  }
+  for (int first = 0; first < KQ_Q4_SUBS; first += VL) QD_NAME(kq_q4_search)(t, first, scales, neg_mins, L);
+  for (int b = 0; b < n; b++) {
+    if (nan[b])
+      qd_ggml_q4_k_block_ref(x + 256 * b, out + 144 * b);
+    else
+      qd_ggml_q4_k_finish(x + 256 * b, scales + 8 * b, neg_mins + 8 * b, L + 256 * b, out + 144 * b);
+  }
+}

@@ -415,7 +415,8 @@ static void test_conversions(const qd_kernels *k) {
 
 /* ggml block types: every variant equals the scalar twin of ggml's reference, block for block,
  * on blocks of interesting values (halves, ±0, subnormals, huge, ±Inf, NaN), of one value, of
- * non-negative values, and with ±0 at an end of the range (where Q4_1 / Q5_1 keep the first). */
+ * non-negative values, of weight-like values, and with ±0 at an end of the range (where Q4_1 /
+ * Q5_1 keep the first). */
 static void test_ggml(const qd_kernels *k) {
   enum { BLOCKS = 64 };
   float *x = malloc(4 * 32 * BLOCKS);
@@ -423,6 +424,9 @@ static void test_ggml(const qd_kernels *k) {
   for (int iter = 0; iter < 300; iter++) {
     const float scale = iter % 3 == 0 ? 1.0f : iter % 3 == 1 ? 1e-3f : 1e-40f;
     for (int i = 0; i < 32 * BLOCKS; i++) x[i] = interesting(scale, iter % 4 == 0, iter % 2 == 0);
+    if (iter % 4 == 1) { /* weight-like: where the K-quant searches' later trials win */
+      for (int i = 0; i < 32 * BLOCKS; i++) x[i] = (uniform() + uniform() + uniform() + uniform() - 2) * scale;
+    }
     if (iter % 5 == 0) {
       for (int i = 0; i < 32; i++) x[i] = x[0]; /* all-equal block */
     }
