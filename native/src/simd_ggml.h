@@ -238,6 +238,19 @@ static inline uint32_t ggml_fifth_bits(const uint8_t *codes) {
   return qh;
 }
 
+/* Codes 0..255 of a Q5 block: their low nibbles into qs (element j low, j + 16 high) and their
+ * fifth bits into qh. */
+QD_TARGET static void QD_NAME(ggml_store_five_bits)(const vi *q, uint8_t *qh, uint8_t *qs) {
+  uint8_t codes[32];
+  for (int k = 0; k < QD_GGML_VECS; k++) vi_store_u8(codes + k * VL, q[k]);
+  const uint32_t bits = ggml_fifth_bits(codes);
+  for (int i = 0; i < 4; i++) qh[i] = (uint8_t)(bits >> (8 * i));
+  for (int k = 0; k < QD_GGML_VECS / 2; k++) {
+    vi lo = vi_and(q[k], vi_set(0x0f)), hi = vi_sll(vi_and(q[k + QD_GGML_VECS / 2], vi_set(0x0f)), 4);
+    vi_store_u8(qs + k * VL, vi_or(lo, hi));
+  }
+}
+
 /* The affine types Q4_1 (nmax 15, clamped) and Q5_1 (nmax 31, unclamped): d = (max - min)/nmax,
  * codes (x - min)·id + ½ truncated. */
 QD_TARGET static void QD_NAME(ggml_affine_group)(const float *x, int n, int five_bits, uint8_t *out) {
@@ -265,11 +278,7 @@ QD_TARGET static void QD_NAME(ggml_affine_group)(const float *x, int n, int five
     }
     uint8_t *ob = out + size * b + (five_bits ? 8 : 4);
     if (five_bits) {
-      uint8_t codes[32];
-      for (int k = 0; k < QD_GGML_VECS; k++) vi_store_u8(codes + k * VL, q[k]);
-      const uint32_t qh = ggml_fifth_bits(codes);
-      for (int i = 0; i < 4; i++) ob[i - 4] = (uint8_t)(qh >> (8 * i));
-      for (int j = 0; j < 16; j++) ob[j] = (uint8_t)((codes[j] & 0x0f) | ((codes[j + 16] & 0x0f) << 4));
+      QD_NAME(ggml_store_five_bits)(q, ob - 4, ob);
     } else {
       /* as Q4_0: the low nibble keeps all eight bits of its code, as the reference ORs them */
       for (int k = 0; k < QD_GGML_VECS / 2; k++) {
@@ -293,16 +302,13 @@ QD_TARGET static void QD_NAME(ggml_q5_0_group)(const float *x, int n, uint8_t *o
   for (int b = 0; b < n; b++) {
     const float *xb = x + 32 * b;
     const vf id = vf_set(ids[b]);
-    uint8_t codes[32];
+    vi q[QD_GGML_VECS];
     for (int k = 0; k < QD_GGML_VECS; k++) {
       vf y = vf_add(vf_mul(vf_load(xb + k * VL), id), vf_set(16.5f));
       vi i = QD_GGML_TAME(ids[b]) ? vf_to_vi_trunc(y) : vi_c_int_low(vf_trunc(y));
-      vi_store_u8(codes + k * VL, vi_and(vi_min(vi_sra(vi_sll(i, 24), 24), vi_set(31)), vi_set(0xff)));
+      q[k] = vi_and(vi_min(vi_sra(vi_sll(i, 24), 24), vi_set(31)), vi_set(0xff));
     }
-    uint8_t *ob = out + 22 * b;
-    const uint32_t qh = ggml_fifth_bits(codes);
-    for (int i = 0; i < 4; i++) ob[2 + i] = (uint8_t)(qh >> (8 * i));
-    for (int j = 0; j < 16; j++) ob[6 + j] = (uint8_t)((codes[j] & 0x0f) | ((codes[j + 16] & 0x0f) << 4));
+    QD_NAME(ggml_store_five_bits)(q, out + 22 * b + 2, out + 22 * b + 6);
   }
 }
 
