@@ -315,16 +315,17 @@ static napi_value js_quality(napi_env env, napi_callback_info info) {
   return status_of(env, s, 0);
 }
 
-/* ggmlQuantize(type, x, out): x.length / 32 ggml blocks (0 Q8_0: 34 bytes, 1 Q4_0: 18 bytes) */
+/* ggmlQuantize(type, x, out): x.length / qd_ggml_block_values(type) ggml blocks of
+ * qd_ggml_block_bytes(type) bytes each */
 static napi_value js_ggml_quantize(napi_env env, napi_callback_info info) {
   ARGS(3);
   int32_t type;
   view x, out;
-  if (!get_i32(env, argv[0], &type) || !get_view(env, argv[1], &x) || !get_view(env, argv[2], &out) ||
-      (type != QD_GGML_Q8_0 && type != QD_GGML_Q4_0))
+  if (!get_i32(env, argv[0], &type) || !get_view(env, argv[1], &x) || !get_view(env, argv[2], &out))
     return throw_error(env, "quantd addon: ggmlQuantize arguments");
-  const uint64_t blocks = x.bytes / (4 * 32);
-  if (x.bytes % (4 * 32) != 0 || out.bytes < blocks * (type == QD_GGML_Q8_0 ? 34 : 18))
+  if (qd_ggml_block_values(type) == 0) return status_of(env, QD_BAD_ARGUMENT, 0); /* as the kernel says */
+  const uint64_t values = qd_ggml_block_values(type), blocks = x.bytes / (4 * values);
+  if (x.bytes % (4 * values) != 0 || out.bytes < blocks * qd_ggml_block_bytes(type))
     return throw_error(env, "quantd addon: ggmlQuantize sizes");
   return status_of(env, kernels->ggml_quantize(type, x.data, blocks, out.data), 0);
 }

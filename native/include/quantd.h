@@ -111,16 +111,26 @@ typedef qd_status (*qd_quality_fn)(const float *x, const void *codes, uint64_t s
                                    const qd_layout *l, const float *scale, const float *zero_point, const qd_quant *q,
                                    qd_quality *stats);
 
-/* ggml's 32-element block types that have kernels (the others are quantized in TypeScript,
- * src/core/interop/ggml-legacy.ts, which these match byte for byte). */
+/* ggml's block types that have kernels (the others are quantized in TypeScript); they match
+ * src/core/interop/ggml-legacy.ts and ggml-kquants.ts byte for byte. */
 typedef enum {
-  QD_GGML_Q8_0 = 0, /* d:f16, qs:int8[32]; 34 bytes */
-  QD_GGML_Q4_0 = 1, /* d:f16, qs:u8[16]; 18 bytes */
+  QD_GGML_Q8_0 = 0, /* 32 values: d:f16, qs:int8[32]; 34 bytes */
+  QD_GGML_Q4_0 = 1, /* 32 values: d:f16, qs:u8[16]; 18 bytes */
+  QD_GGML_Q4_1 = 2, /* 32 values: d:f16, m:f16, qs:u8[16]; 20 bytes */
+  QD_GGML_Q5_0 = 3, /* 32 values: d:f16, qh:u32, qs:u8[16]; 22 bytes */
+  QD_GGML_Q5_1 = 4, /* 32 values: d:f16, m:f16, qh:u32, qs:u8[16]; 24 bytes */
+  QD_GGML_Q4_K = 5, /* 256 values: d:f16, dmin:f16, scales:u8[12], qs:u8[128]; 144 bytes */
+  QD_GGML_Q6_K = 6, /* 256 values: ql:u8[128], qh:u8[64], scales:int8[16], d:f16; 210 bytes */
 } qd_ggml_type;
 
-/* `blocks` consecutive blocks of 32 floats → ggml blocks, with the rounding of ggml's reference
- * quantizers (quantize_row_q8_0_ref / _q4_0_ref, compiled without contraction): never fails but
- * for an unknown type (QD_BAD_ARGUMENT); NaN and Infinity give the bytes the reference gives. */
+/* Values and bytes of one block of a qd_ggml_type; 0 for an unknown type. */
+uint32_t qd_ggml_block_values(int32_t type);
+uint32_t qd_ggml_block_bytes(int32_t type);
+
+/* `blocks` consecutive blocks (qd_ggml_block_values floats each) → ggml blocks, with the
+ * rounding of ggml's reference quantizers (quantize_row_*_ref, compiled without contraction):
+ * never fails but for an unknown type (QD_BAD_ARGUMENT); NaN and Infinity give the bytes the
+ * reference gives. */
 typedef qd_status (*qd_ggml_quantize_fn)(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
 
 typedef struct {

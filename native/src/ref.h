@@ -25,9 +25,23 @@ void qd_f32_to_bf16_ref(const void *in, uint64_t n, void *out);
 qd_status qd_quality_ref(const float *x, const void *codes, uint64_t start, uint64_t count, const qd_layout *l,
                          const float *scale, const float *zero_point, const qd_quant *q, qd_quality *stats);
 
-/* ggml block quantizers (ggml_ref.c): one block of 32 floats, and the table entry. */
+/* ggml block quantizers (ggml_ref.c, ggml_kquants.c): one block (32 floats, or 256 for the
+ * K-quants), and the table entry. */
+typedef void (*qd_ggml_block_fn)(const float *x, uint8_t *out);
 void qd_ggml_q8_0_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q4_0_block_ref(const float *x, uint8_t *out);
+void qd_ggml_q4_1_block_ref(const float *x, uint8_t *out);
+void qd_ggml_q5_0_block_ref(const float *x, uint8_t *out);
+void qd_ggml_q5_1_block_ref(const float *x, uint8_t *out);
+void qd_ggml_q4_k_block_ref(const float *x, uint8_t *out);
+void qd_ggml_q6_k_block_ref(const float *x, uint8_t *out);
+/* Q4_K after the sub-block search: the 8 scales, 8 negated mins and codes L → the block's bytes. */
+void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out);
+/* Q6_K after the sub-block search: the block's 16 scales and codes L (nmax + code) → its bytes
+ * (the SIMD variants search sub-blocks across lanes, then finish here). */
+void qd_ggml_q6_k_finish(const float *x, const float *scales, int8_t *L, uint8_t *out);
+/* The scalar block quantizer of a qd_ggml_type; NULL when unknown. */
+qd_ggml_block_fn qd_ggml_block_ref(int32_t type);
 qd_status qd_ggml_quantize_ref(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
 
 #endif

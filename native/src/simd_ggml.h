@@ -1,6 +1,7 @@
 /*
- * ggml's Q8_0 and Q4_0 block quantizers over the vector primitives (included by
- * simd_kernels.h): operation for operation what ggml_ref.c does, so the bytes are identical.
+ * ggml's 32-element block quantizers (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) over the vector primitives
+ * (included by simd_kernels.h): operation for operation what ggml_ref.c does, so the bytes are
+ * identical. The K-quants search their sub-blocks across lanes (simd_kquants.h).
  * A block of 32 floats is QD_GGML_VECS vectors; the scales of a group of blocks are vectors
  * too (a scalar fp16 conversion per block cost more than all the rest of Q8_0). A block holding
  * NaN goes to the scalar reference, whose comparison order decides what NaN does; ±Infinity
@@ -74,9 +75,12 @@ QD_TARGET static void QD_NAME(ggml_scales)(const float *top, float divisor, int 
   }
 }
 
-/* Codes whose products are far from int32's limits (id finite and at most 2^20: |x·id| stays
- * near 127, or is NaN from Inf·0) need no range check: NaN converts to a low byte of 0 either way. */
-#define QD_GGML_TAME(id) ((id) <= 1048576.0f)
+/* Codes whose products are far from int32's limits (|id| finite and at most 2^20: |x·id| stays
+ * near 127, or is NaN from Inf·0) need no range check: NaN converts to a low byte of 0 either way.
+ * The magnitude matters: Q4_0 / Q5_0 ids are negative for a positive max, and an id of -Inf
+ * (a subnormal d) must take the checked path, where ±Inf gives 0 as in C — SIMD128's saturating
+ * conversion would give INT32_MAX for +Inf. */
+#define QD_GGML_TAME(id) (__builtin_fabsf(id) <= 1048576.0f)
 
 /* roundf for tame lanes, to int: trunc(v + copysign(½, v)) is exact for |v| ≥ ½ (the sum can
  * only round onto an integer it already truncates to), and |v| < ½ is 0 — where the sum may
@@ -183,15 +187,158 @@ QD_TARGET static void QD_NAME(ggml_q4_0_group)(const float *x, int n, uint8_t *o
   }
 }
 
+/* fp16 of n floats, to out + stride·b (the min of Q4_1 / Q5_1 blocks). */
+QD_TARGET static void QD_NAME(ggml_store_f16s)(const float *v, int n, uint8_t *out, uint64_t stride) {
+  uint16_t h[QD_GGML_GROUP];
+  int i = 0;
+#if QD_HAS_F16C
+  for (; i + VL <= n; i += VL) vf_store_f16(h + i, vf_load(v + i));
+#endif
+  for (; i < n; i++) h[i] = qd_f32_to_f16(v[i]);
+  for (int b = 0; b < n; b++) {
+    out[stride * (uint64_t)b] = (uint8_t)h[b];
+    out[stride * (uint64_t)b + 1] = (uint8_t)(h[b] >> 8);
+  }
+}
+
+/* The reference's min and max of a block (from ±FLT_MAX with strict comparisons) from order
+ * keys; 0 when the block holds NaN or either end is ±0 (then which zero comes first decides). */
+QD_TARGET static int QD_NAME(ggml_min_max)(const float *x, float *min, float *max) {
+  vm nan = vm_none();
+  vi hi = vi_set(INT32_MIN), lo = vi_set(INT32_MAX);
+  for (int k = 0; k < QD_GGML_VECS; k++) {
+    vf v = vf_load(x + k * VL);
+    nan = vm_or(nan, vf_unord(v));
+    vi key = key_of(vf_bits(v));
+    hi = vi_max(hi, key);
+    lo = vi_min(lo, key);
+  }
+  if (vm_any(nan)) return 0;
+  int32_t hk = vi_hmax(hi), lk = vi_hmin(lo);
+  hk ^= (int32_t)((uint32_t)(hk >> 31) >> 1), lk ^= (int32_t)((uint32_t)(lk >> 31) >> 1); /* keys back to bits */
+  float h, l;
+  __builtin_memcpy(&h, &hk, 4);
+  __builtin_memcpy(&l, &lk, 4);
+  if (h == 0.0f || l == 0.0f) return 0;
+  *min = l < 3.40282347e38f ? l : 3.40282347e38f; /* a block of +Inf keeps the starting FLT_MAX */
+  *max = h > -3.40282347e38f ? h : -3.40282347e38f;
+  return 1;
+}
+
+/* Bit 4 of 32 code bytes as a 32-bit mask (qh of Q5_0 / Q5_1): each 0/1 byte of a word moves to
+ * bit i of the top byte by one multiplication (the partial products never overlap). */
+static inline uint32_t ggml_fifth_bits(const uint8_t *codes) {
+  uint32_t qh = 0;
+  for (int w = 0; w < 4; w++) {
+    uint64_t word;
+    __builtin_memcpy(&word, codes + 8 * w, 8);
+    const uint64_t bits = (word >> 4) & 0x0101010101010101ull;
+    qh |= (uint32_t)((bits * 0x0102040810204080ull) >> 56) << (8 * w);
+  }
+  return qh;
+}
+
+/* Codes 0..255 of a Q5 block: their low nibbles into qs (element j low, j + 16 high) and their
+ * fifth bits into qh. */
+QD_TARGET static void QD_NAME(ggml_store_five_bits)(const vi *q, uint8_t *qh, uint8_t *qs) {
+  uint8_t codes[32];
+  for (int k = 0; k < QD_GGML_VECS; k++) vi_store_u8(codes + k * VL, q[k]);
+  const uint32_t bits = ggml_fifth_bits(codes);
+  for (int i = 0; i < 4; i++) qh[i] = (uint8_t)(bits >> (8 * i));
+  for (int k = 0; k < QD_GGML_VECS / 2; k++) {
+    vi lo = vi_and(q[k], vi_set(0x0f)), hi = vi_sll(vi_and(q[k + QD_GGML_VECS / 2], vi_set(0x0f)), 4);
+    vi_store_u8(qs + k * VL, vi_or(lo, hi));
+  }
+}
+
+/* The affine types Q4_1 (nmax 15, clamped) and Q5_1 (nmax 31, unclamped): d = (max - min)/nmax,
+ * codes (x - min)·id + ½ truncated. */
+QD_TARGET static void QD_NAME(ggml_affine_group)(const float *x, int n, int five_bits, uint8_t *out) {
+  const uint64_t size = five_bits ? 24 : 20;
+  float mins[QD_GGML_GROUP] = {0}, ranges[QD_GGML_GROUP] = {0}, ids[QD_GGML_GROUP];
+  for (int b = 0; b < n; b++) {
+    float max;
+    if (!QD_NAME(ggml_min_max)(x + 32 * b, &mins[b], &max)) { /* the reference's order decides */
+      for (int c = 0; c < n; c++) (five_bits ? qd_ggml_q5_1_block_ref : qd_ggml_q4_1_block_ref)(x + 32 * c, out + size * c);
+      return;
+    }
+    ranges[b] = max - mins[b];
+  }
+  QD_NAME(ggml_scales)(ranges, five_bits ? 31.0f : 15.0f, n, ids, out, size);
+  QD_NAME(ggml_store_f16s)(mins, n, out + 2, size);
+  for (int b = 0; b < n; b++) {
+    const float *xb = x + 32 * b;
+    const vf id = vf_set(ids[b]), min = vf_set(mins[b]);
+    vi q[QD_GGML_VECS];
+    for (int k = 0; k < QD_GGML_VECS; k++) {
+      vf y = vf_add(vf_mul(vf_sub(vf_load(xb + k * VL), min), id), vf_set(0.5f));
+      vi i = QD_GGML_TAME(ids[b]) ? vf_to_vi_trunc(y) : vi_c_int_low(vf_trunc(y));
+      /* Q5_1: (uint8_t) of the int; Q4_1: MIN(15, (int8_t) of it) */
+      q[k] = five_bits ? vi_and(i, vi_set(0xff)) : vi_min(vi_sra(vi_sll(i, 24), 24), vi_set(15));
+    }
+    uint8_t *ob = out + size * b + (five_bits ? 8 : 4);
+    if (five_bits) {
+      QD_NAME(ggml_store_five_bits)(q, ob - 4, ob);
+    } else {
+      /* as Q4_0: the low nibble keeps all eight bits of its code, as the reference ORs them */
+      for (int k = 0; k < QD_GGML_VECS / 2; k++) {
+        vi lo = vi_and(q[k], vi_set(0xff)), hi = vi_sll(vi_and(q[k + QD_GGML_VECS / 2], vi_set(0x0f)), 4);
+        vi_store_u8(ob + k * VL, vi_and(vi_or(lo, hi), vi_set(0xff)));
+      }
+    }
+  }
+}
+
+/* Q5_0: Q4_0's scheme with d = max / -16 and codes MIN(31, (int8_t)(x·id + 16.5)). */
+QD_TARGET static void QD_NAME(ggml_q5_0_group)(const float *x, int n, uint8_t *out) {
+  float top[QD_GGML_GROUP] = {0}, ids[QD_GGML_GROUP];
+  for (int b = 0; b < n; b++) {
+    if (!QD_NAME(ggml_signed_max)(x + 32 * b, &top[b])) { /* NaN: the reference's order decides */
+      for (int c = 0; c < n; c++) qd_ggml_q5_0_block_ref(x + 32 * c, out + 22 * c);
+      return;
+    }
+  }
+  QD_NAME(ggml_scales)(top, -16.0f, n, ids, out, 22);
+  for (int b = 0; b < n; b++) {
+    const float *xb = x + 32 * b;
+    const vf id = vf_set(ids[b]);
+    vi q[QD_GGML_VECS];
+    for (int k = 0; k < QD_GGML_VECS; k++) {
+      vf y = vf_add(vf_mul(vf_load(xb + k * VL), id), vf_set(16.5f));
+      vi i = QD_GGML_TAME(ids[b]) ? vf_to_vi_trunc(y) : vi_c_int_low(vf_trunc(y));
+      q[k] = vi_and(vi_min(vi_sra(vi_sll(i, 24), 24), vi_set(31)), vi_set(0xff));
+    }
+    QD_NAME(ggml_store_five_bits)(q, out + 22 * b + 2, out + 22 * b + 6);
+  }
+}
+
+#include "simd_kquants.h"
+
 QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, uint64_t blocks, uint8_t *out) {
-  if (type != QD_GGML_Q8_0 && type != QD_GGML_Q4_0) return QD_BAD_ARGUMENT;
-  const uint64_t size = type == QD_GGML_Q8_0 ? 34 : 18;
+  const uint64_t size = qd_ggml_block_bytes(type);
+  if (size == 0) return QD_BAD_ARGUMENT;
+  if (type == QD_GGML_Q6_K) {
+    for (uint64_t b = 0; b < blocks; b++) QD_NAME(kq_q6_k_block)(x + 256 * b, out + size * b);
+    return QD_OK;
+  }
+  if (type == QD_GGML_Q4_K) {
+    for (uint64_t b = 0; b < blocks; b += KQ_Q4_SUPER) {
+      const int n = blocks - b < KQ_Q4_SUPER ? (int)(blocks - b) : KQ_Q4_SUPER;
+      QD_NAME(kq_q4_k_blocks)(x + 256 * b, n, out + size * b);
+    }
+    return QD_OK;
+  }
   for (uint64_t b = 0; b < blocks; b += QD_GGML_GROUP) {
     const int n = blocks - b < QD_GGML_GROUP ? (int)(blocks - b) : QD_GGML_GROUP;
-    if (type == QD_GGML_Q8_0)
-      QD_NAME(ggml_q8_0_group)(x + 32 * b, n, out + size * b);
-    else
-      QD_NAME(ggml_q4_0_group)(x + 32 * b, n, out + size * b);
+    const float *xg = x + 32 * b;
+    uint8_t *og = out + size * b;
+    switch (type) {
+    case QD_GGML_Q8_0: QD_NAME(ggml_q8_0_group)(xg, n, og); break;
+    case QD_GGML_Q4_0: QD_NAME(ggml_q4_0_group)(xg, n, og); break;
+    case QD_GGML_Q4_1: QD_NAME(ggml_affine_group)(xg, n, 0, og); break;
+    case QD_GGML_Q5_0: QD_NAME(ggml_q5_0_group)(xg, n, og); break;
+    default: QD_NAME(ggml_affine_group)(xg, n, 1, og); break; /* Q5_1 */
+    }
   }
   return QD_OK;
 }

@@ -413,8 +413,10 @@ static void test_conversions(const qd_kernels *k) {
   free(h), free(f1), free(f2), free(o1), free(o2);
 }
 
-/* ggml Q8_0 / Q4_0: every variant equals the scalar twin of ggml's reference, block for block,
- * on blocks of interesting values (halves, ±0, subnormals, huge, ±Inf, NaN) and of one value. */
+/* ggml block types: every variant equals the scalar twin of ggml's reference, block for block,
+ * on blocks of interesting values (halves, ±0, subnormals, huge, ±Inf, NaN), of one value, of
+ * non-negative values, of weight-like values, and with ±0 at an end of the range (where Q4_1 /
+ * Q5_1 keep the first). */
 static void test_ggml(const qd_kernels *k) {
   enum { BLOCKS = 64 };
   float *x = malloc(4 * 32 * BLOCKS);
@@ -422,18 +424,26 @@ static void test_ggml(const qd_kernels *k) {
   for (int iter = 0; iter < 300; iter++) {
     const float scale = iter % 3 == 0 ? 1.0f : iter % 3 == 1 ? 1e-3f : 1e-40f;
     for (int i = 0; i < 32 * BLOCKS; i++) x[i] = interesting(scale, iter % 4 == 0, iter % 2 == 0);
+    if (iter % 4 == 1) { /* weight-like: where the K-quant searches' later trials win */
+      for (int i = 0; i < 32 * BLOCKS; i++) x[i] = (uniform() + uniform() + uniform() + uniform() - 2) * scale;
+    }
     if (iter % 5 == 0) {
       for (int i = 0; i < 32; i++) x[i] = x[0]; /* all-equal block */
     }
-    for (int32_t type = QD_GGML_Q8_0; type <= QD_GGML_Q4_0; type++) {
-      const size_t bytes = (type == QD_GGML_Q8_0 ? 34 : 18) * (size_t)BLOCKS;
+    for (int i = 32; i < 64; i++) x[i] = __builtin_fabsf(x[i]); /* no negative value */
+    x[64 + iter % 32] = iter % 2 ? 0.0f : -0.0f;                /* a zero, maybe the max */
+    for (int i = 96; i < 128; i++) x[i] = (float)(i % 7) * scale; /* +0 is the min */
+    for (int32_t type = QD_GGML_Q8_0; type <= QD_GGML_Q6_K; type++) {
+      const uint64_t blocks = 32 * BLOCKS / qd_ggml_block_values(type);
+      const size_t bytes = qd_ggml_block_bytes(type) * blocks;
       memset(o1, 0xa5, bytes), memset(o2, 0x5a, bytes);
-      CHECK(qd_kernels_ref.ggml_quantize(type, x, BLOCKS, o1) == QD_OK, "ggml ref status");
-      CHECK(k->ggml_quantize(type, x, BLOCKS, o2) == QD_OK, "%s ggml status", k->isa);
+      CHECK(qd_kernels_ref.ggml_quantize(type, x, blocks, o1) == QD_OK, "ggml ref status");
+      CHECK(k->ggml_quantize(type, x, blocks, o2) == QD_OK, "%s ggml status", k->isa);
       CHECK(!memcmp(o1, o2, bytes), "%s ggml type %d iteration %d", k->isa, type, iter);
     }
   }
   CHECK(k->ggml_quantize(7, x, 1, o2) == QD_BAD_ARGUMENT, "%s ggml: unknown type", k->isa);
+  CHECK(k->ggml_quantize(-1, x, 1, o2) == QD_BAD_ARGUMENT, "%s ggml: negative type", k->isa);
   free(x), free(o1), free(o2);
 }
 

@@ -130,7 +130,7 @@ int32_t qdw_quality(const float *x, const void *codes, double start, double coun
   return s;
 }
 
-/* x: `blocks` × 32 floats → ggml blocks (type 0 Q8_0, 1 Q4_0) at out */
+/* x: `blocks` × qd_ggml_block_values(type) floats → ggml blocks (qd_ggml_type) at out */
 EXPORT("ggml_quantize")
 int32_t qdw_ggml_quantize(int32_t type, const float *x, double blocks, uint8_t *out) {
   return kernels->ggml_quantize(type, x, (uint64_t)blocks, out);

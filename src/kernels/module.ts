@@ -32,13 +32,27 @@ export const CHOOSE_MODE = {
   token_affine: 4,
 } as const;
 
-/** The ggml types' rows with a C kernel (native/src/ggml_ref.c): its id and bytes per 32 floats. */
-function kernelRow(name: 'Q8_0' | 'Q4_0'): { readonly id: number; readonly blockBytes: number } {
-  const t = ggmlTypeByName(name)!;
-  return { id: t.kernel!, blockBytes: t.typeSize };
+/** qd_ggml_type in native/include/quantd.h: the ggml types the C kernels quantize. */
+const GGML_KERNEL_IDS = { Q8_0: 0, Q4_0: 1, Q4_1: 2, Q5_0: 3, Q5_1: 4, Q4_K: 5, Q6_K: 6 } as const;
+export type GgmlKernelType = keyof typeof GGML_KERNEL_IDS;
+
+export interface GgmlKernelRow {
+  /** The qd_ggml_type id ggmlQuantize takes. */
+  readonly id: number;
+  /** Floats per block (32, or 256 for the K-quants) and bytes per block. */
+  readonly blockSize: number;
+  readonly blockBytes: number;
 }
 
-export const GGML_KERNEL_TYPES = { Q8_0: kernelRow('Q8_0'), Q4_0: kernelRow('Q4_0') } as const;
+function kernelRow(name: GgmlKernelType): GgmlKernelRow {
+  const t = ggmlTypeByName(name)!;
+  return { id: GGML_KERNEL_IDS[name], blockSize: t.blockSize, blockBytes: t.typeSize };
+}
+
+/** Every type with a C kernel. The encoders use one where its ggml.ts row names it (`kernel`). */
+export const GGML_KERNEL_TYPES: Readonly<Record<GgmlKernelType, GgmlKernelRow>> = Object.fromEntries(
+  (Object.keys(GGML_KERNEL_IDS) as GgmlKernelType[]).map((name) => [name, kernelRow(name)]),
+) as Record<GgmlKernelType, GgmlKernelRow>;
 
 /** Conversion kinds of convert(). */
 export const CONVERT = { f16ToF32: 0, bf16ToF32: 1, f32ToF16: 2, f32ToBf16: 3 } as const;
@@ -137,6 +151,9 @@ export interface KernelModule {
     q: QuantArgs,
     stats: Float64Array,
   ): number;
-  /** x.length / 32 ggml blocks of GGML_KERNEL_TYPES[·].id into out, ggml's reference rounding. */
+  /**
+   * x.length / blockSize ggml blocks of GGML_KERNEL_TYPES[·].id into out (blockBytes each),
+   * ggml's reference rounding.
+   */
   ggmlQuantize(type: number, x: Float32Array, out: Uint8Array): number;
 }

@@ -358,19 +358,19 @@ class WasmKernels implements KernelModule {
 
   ggmlQuantize(type: number, x: Float32Array, out: Uint8Array): number {
     this.reset();
-    const blockBytes =
-      type === GGML_KERNEL_TYPES.Q8_0.id
-        ? GGML_KERNEL_TYPES.Q8_0.blockBytes
-        : GGML_KERNEL_TYPES.Q4_0.blockBytes;
+    const row = Object.values(GGML_KERNEL_TYPES).find((t) => t.id === type);
+    if (row === undefined) return this.status(this.e.ggml_quantize(type, 0, 0, 0)); // the kernel's own answer
+    const { blockSize, blockBytes } = row; // CHUNK is a multiple of every block size
     const n = Math.min(CHUNK, x.length);
     const pX = this.alloc(n * 4);
-    const pOut = this.alloc((n / 32) * blockBytes);
+    const pOut = this.alloc((n / blockSize) * blockBytes);
     let s = 0;
     for (let off = 0; off < x.length && s === 0; off += CHUNK) {
       const part = x.subarray(off, off + CHUNK);
       this.put(pX, part);
-      s = this.e.ggml_quantize(type, pX, part.length / 32, pOut);
-      if (s === 0) this.take(pOut, out, (off / 32) * blockBytes, (part.length / 32) * blockBytes);
+      s = this.e.ggml_quantize(type, pX, part.length / blockSize, pOut);
+      if (s === 0)
+        this.take(pOut, out, (off / blockSize) * blockBytes, (part.length / blockSize) * blockBytes);
     }
     return this.status(s);
   }

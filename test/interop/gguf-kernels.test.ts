@@ -1,18 +1,17 @@
 /**
- * The C kernels for ggml Q8_0 / Q4_0 (native/src/ggml_ref.c, simd_ggml.h) through every backend
- * and ISA: byte for byte the pinned golden blocks and the TypeScript quantizers
- * (src/core/interop/ggml-legacy.ts) on random and adversarial blocks; and the gguf layout that
- * uses them writes the same file as with QUANTD_BACKEND=js.
+ * The C kernels for the ggml types (native/src/ggml_ref.c, ggml_kquants.c, simd_ggml.h) through
+ * every backend and ISA: byte for byte the pinned golden blocks and the TypeScript quantizers
+ * (src/core/interop/ggml-legacy.ts, ggml-kquants.ts) on random and adversarial blocks.
  */
 import { readFileSync } from 'node:fs';
 
 import { describe, expect, it } from 'vitest';
 
-import { ggmlEncode } from '../../src/core/interop/ggml.js';
+import { GGML_TYPES, ggmlEncode } from '../../src/core/interop/ggml.js';
 import { GGML_KERNEL_TYPES } from '../../src/kernels/index.js';
 import { parityVariants } from '../kernels/helpers.js';
 
-const TYPES = ['Q8_0', 'Q4_0'] as const;
+const TYPES = ['Q8_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q4_K', 'Q6_K'] as const;
 const hex = (b: Uint8Array): string => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('hex');
 
 function golden(type: string): Array<{ name: string; input: number[]; expected: string }> {
@@ -24,64 +23,139 @@ function golden(type: string): Array<{ name: string; input: number[]; expected: 
   ).cases;
 }
 
-/** Deterministic blocks that stress the rounding: halves after scaling, ±0, subnormals, ±Inf, NaN, ties of |max|. */
-function adversarial(blocks: number, seed: number): Float32Array {
+/**
+ * Deterministic values that stress the rounding: halves after scaling, ±0, subnormals, ±Inf,
+ * NaN, ties of |max|, all-equal runs, one outlier. The kind (and scale) changes every `run`
+ * values: 32 mixes kinds inside a K-quant super-block, 256 gives each super-block one kind.
+ */
+function adversarial(count: number, seed: number, run = 32): Float32Array {
   let s = seed >>> 0;
   const next = (): number => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0), s / 2 ** 32);
   const bits = new Uint32Array(1);
   const asFloat = new Float32Array(bits.buffer);
-  const x = new Float32Array(32 * blocks);
-  for (let b = 0; b < blocks; b++) {
-    const kind = b % 8;
+  const x = new Float32Array(count);
+  let same = 0;
+  for (let i = 0; i < count; i++) {
+    const b = Math.floor(i / run);
+    const j = i % run;
+    const kind = b % 10;
     const scale = [1, 1e-3, 1e-40, 3e38][b % 4]!;
-    for (let j = 0; j < 32; j++) {
-      const r = next();
-      let v: number;
-      if (kind === 0)
-        v = (Math.round(r * 254) - 127) * (scale / 127); // codes at exact integers
-      else if (kind === 1)
-        v = (Math.floor(r * 16) - 8 + 0.5) * scale; // x·id + 8.5 at integers
-      else if (kind === 2)
-        v = j === 0 || j === 7 ? (j === 0 ? -scale : scale) : r * scale; // |max| tie, signs differ
-      else if (kind === 3) v = r < 0.5 ? 0 : -0;
-      else if (kind === 4) v = r < 0.1 ? (r < 0.05 ? Infinity : -Infinity) : (r - 0.5) * scale;
-      else if (kind === 5) v = r < 0.1 ? NaN : (r - 0.5) * scale;
-      else if (kind === 6) {
-        bits[0] = Math.floor(r * 2 ** 32) & 0x807fffff; // subnormals
-        v = asFloat[0]!;
-      } else {
-        bits[0] = Math.floor(r * 2 ** 32); // any bit pattern
-        v = asFloat[0]!;
-      }
-      x[32 * b + j] = v;
-    }
+    const r = next();
+    let v: number;
+    if (kind === 0)
+      v = (Math.round(r * 254) - 127) * (scale / 127); // codes at exact integers
+    else if (kind === 1)
+      v = (Math.floor(r * 16) - 8 + 0.5) * scale; // x·id + 8.5 at integers
+    else if (kind === 2)
+      v = j === 0 || j === 7 ? (j === 0 ? -scale : scale) : r * scale; // |max| tie, signs differ
+    else if (kind === 3) v = r < 0.5 ? 0 : -0;
+    else if (kind === 4) v = r < 0.1 ? (r < 0.05 ? Infinity : -Infinity) : (r - 0.5) * scale;
+    else if (kind === 5) v = r < 0.1 ? NaN : (r - 0.5) * scale;
+    else if (kind === 6) {
+      bits[0] = Math.floor(r * 2 ** 32) & 0x807fffff; // subnormals
+      v = asFloat[0]!;
+    } else if (kind === 7) {
+      bits[0] = Math.floor(r * 2 ** 32); // any bit pattern
+      v = asFloat[0]!;
+    } else if (kind === 8) {
+      if (j === 0) same = (r - 0.5) * scale; // all equal
+      v = same;
+    } else v = j === 5 ? scale : (r - 0.5) * scale * 1e-3; // one outlier
+    x[i] = v;
   }
   return x;
+}
+
+/** Weight-like values (a sum of four uniforms, a few larger): where the searches' later trials win. */
+function weightLike(count: number, seed: number): Float32Array {
+  let s = seed >>> 0;
+  const next = (): number => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0), s / 2 ** 32);
+  const x = new Float32Array(count);
+  for (let i = 0; i < count; i++) {
+    const v = next() + next() + next() + next() - 2;
+    x[i] = next() < 0.01 ? v * 8 : v * 0.05;
+  }
+  return x;
+}
+
+const blocksOf = (type: (typeof TYPES)[number], x: Float32Array): Uint8Array =>
+  new Uint8Array((x.length / GGML_KERNEL_TYPES[type].blockSize) * GGML_KERNEL_TYPES[type].blockBytes);
+
+/**
+ * The first block whose bytes differ, -1 if none. K-quant super-blocks holding a NaN are not
+ * compared: their searches pass NaNs through sums of two NaN operands, and which payload comes
+ * out (it reaches nearest_int's mantissa bits) is neither IEEE's, C's nor JavaScript's to fix —
+ * the TypeScript oracle's own bytes depend on the engine's register choices. No such block is
+ * ever written: the gguf layout refuses non-finite input (checkGgmlEncodable). The 32-value
+ * types never combine two NaNs, so they are compared on every block.
+ */
+function firstDifferingBlock(
+  type: (typeof TYPES)[number],
+  x: Float32Array,
+  out: Uint8Array,
+  expected: Uint8Array,
+): number {
+  const { blockSize, blockBytes } = GGML_KERNEL_TYPES[type];
+  for (let b = 0; b < x.length / blockSize; b++) {
+    if (blockSize === 256 && x.subarray(b * blockSize, (b + 1) * blockSize).some(Number.isNaN)) continue;
+    for (let i = b * blockBytes; i < (b + 1) * blockBytes; i++) if (out[i] !== expected[i]) return b;
+  }
+  return -1;
 }
 
 describe.each(parityVariants())('%s', (_name, k) => {
   it.each(TYPES)('%s: every golden block', (type) => {
     for (const c of golden(type)) {
       const x = Float32Array.from(c.input);
-      const out = new Uint8Array((x.length / 32) * GGML_KERNEL_TYPES[type].blockBytes);
+      const out = blocksOf(type, x);
       expect(k.ggmlQuantize(GGML_KERNEL_TYPES[type].id, x, out)).toBe(0);
       expect(hex(out), c.name).toBe(c.expected);
     }
   });
 
   it.each(TYPES)('%s: adversarial blocks equal the TypeScript quantizer', (type) => {
-    const x = adversarial(4096 + 3, type.length * 7919);
-    const out = new Uint8Array((x.length / 32) * GGML_KERNEL_TYPES[type].blockBytes).fill(0xa5);
-    expect(k.ggmlQuantize(GGML_KERNEL_TYPES[type].id, x, out)).toBe(0);
-    const expected = ggmlEncode(type, x, 32);
-    const firstDiff = out.findIndex((b, i) => b !== expected[i]);
-    expect(firstDiff, `first differing byte at ${firstDiff}`).toBe(-1);
+    for (const [run, nan] of [
+      [32, true],
+      [256, true],
+      [32, false], // every K-quant super-block compared: NaN → +Inf
+    ] as const) {
+      const x = adversarial(256 * (512 + 3), type.length * 7919 + run, run);
+      if (!nan) x.forEach((v, i) => Number.isNaN(v) && (x[i] = Infinity));
+      const out = blocksOf(type, x).fill(0xa5);
+      expect(k.ggmlQuantize(GGML_KERNEL_TYPES[type].id, x, out)).toBe(0);
+      const expected = ggmlEncode(type, x, 256);
+      const bad = firstDifferingBlock(type, x, out, expected);
+      expect(bad, `kinds every ${run} values (NaN: ${nan}): first differing block ${bad}`).toBe(-1);
+    }
   });
 
-  it('spans more than one wasm chunk (65536 floats) without seams', () => {
-    const x = adversarial(65536 / 32 + 5, 42);
-    const out = new Uint8Array((x.length / 32) * 34);
-    expect(k.ggmlQuantize(GGML_KERNEL_TYPES.Q8_0.id, x, out)).toBe(0);
-    expect(hex(out)).toBe(hex(ggmlEncode('Q8_0', x, 32)));
+  it.each(TYPES)('%s: weight-like blocks equal the TypeScript quantizer', (type) => {
+    const x = weightLike(256 * 4096, type.length * 31 + 5);
+    const out = blocksOf(type, x);
+    expect(k.ggmlQuantize(GGML_KERNEL_TYPES[type].id, x, out)).toBe(0);
+    expect(firstDifferingBlock(type, x, out, ggmlEncode(type, x, 256))).toBe(-1);
   });
+
+  it.each(['Q8_0', 'Q5_1', 'Q6_K'] as const)(
+    '%s spans more than one wasm chunk (65536 floats) without seams',
+    (type) => {
+      const x = adversarial(65536 + 256 * 5, 42);
+      const out = blocksOf(type, x);
+      expect(k.ggmlQuantize(GGML_KERNEL_TYPES[type].id, x, out)).toBe(0);
+      expect(firstDifferingBlock(type, x, out, ggmlEncode(type, x, 256))).toBe(-1);
+    },
+  );
+
+  it('rejects an unknown type', () => {
+    expect(k.ggmlQuantize(7, new Float32Array(32), new Uint8Array(64))).toBe(3);
+  });
+});
+
+it('each ggml.ts row with a kernel names the C kernel of its type', () => {
+  for (const t of GGML_TYPES) {
+    if (t.kernel === undefined) continue;
+    const row = GGML_KERNEL_TYPES[t.name as keyof typeof GGML_KERNEL_TYPES];
+    expect(row, t.name).toBeDefined();
+    expect(t.kernel, t.name).toBe(row.id);
+  }
 });

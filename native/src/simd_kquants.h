@@ -1,0 +1,201 @@
+/*
+ * The K-quants' sub-block searches over the vector primitives (included by simd_ggml.h): one
+ * sub-block per lane, so every lane runs ggml_kquants.c's statements in their order — the same
+ * float32 operations, the same sums in the same order — and the bytes are identical. Never a
+ * sum reassociated across lanes. A super-block holding NaN goes to the scalar reference (which
+ * NaN payload survives a two-NaN operation is the compiler's choice, not ours).
+ */
+
+/* ggml's nearest_int per lane: add 1.5·2^23, keep the low mantissa bits. */
+QD_V vi kq_nearest(vf v) {
+  vi bits = vf_bits(vf_add(v, vf_set(12582912.0f)));
+  return vi_sub(vi_and(bits, vi_set(0x007fffff)), vi_set(0x00400000));
+}
+
+QD_V vi kq_clamp(vi v, int32_t lo, int32_t hi) { return vi_min(vi_max(v, vi_set(lo)), vi_set(hi)); }
+
+/* x == 0 (either zero) without an equality primitive; false for NaN. */
+QD_V vm kq_is_zero(vf x) { return vm_and(vf_ge(x, vf_set(0.0f)), vf_le(x, vf_set(0.0f))); }
+
+/* Whether a super-block of 256 floats holds NaN. */
+QD_TARGET static int QD_NAME(kq_has_nan)(const float *x) {
+  vm nan = vm_none();
+  for (int k = 0; k < 256; k += VL) nan = vm_or(nan, vf_unord(vf_load(x + k)));
+  return vm_any(nan);
+}
+
+/* make_qx_quants (nmax 32, rmse_type 1) for VL sub-blocks of 16: t[16·i + s] is element i of
+ * sub-block s (lanes: sub-blocks first .. first + VL); their scales to scales[], codes (nmax +
+ * code) to L[16·s + i]. */
+QD_TARGET static void QD_NAME(kq_q6_search)(const float *t, int first, float *scales, int8_t *L) {
+  enum { N = 16, NMAX = 32 };
+  vf xs[N];
+  vf max = vf_set(0.0f), amax = vf_set(0.0f);
+  for (int i = 0; i < N; i++) {
+    xs[i] = vf_load(t + 16 * i + first);
+    vf ax = vf_abs(xs[i]);
+    vm bigger = vf_gt(ax, amax);
+    amax = vf_select(bigger, ax, amax);
+    max = vf_select(bigger, xs[i], max);
+  }
+  const vm zero_group = vf_lt(amax, vf_set(1e-15f)); /* GROUP_MAX_EPS: all codes 0, scale 0 */
+  vf iscale = vf_div(vf_set(-(float)NMAX), max);
+  vf sumlx = vf_set(0.0f), suml2 = vf_set(0.0f);
+  vi l[N];
+  for (int i = 0; i < N; i++) {
+    vi li = kq_clamp(kq_nearest(vf_mul(iscale, xs[i])), -NMAX, NMAX - 1);
+    l[i] = vi_add(li, vi_set(NMAX));
+    const vf lf = vi_to_vf(li), w = vf_mul(xs[i], xs[i]);
+    sumlx = vf_add(sumlx, vf_mul(vf_mul(w, xs[i]), lf));
+    suml2 = vf_add(suml2, vf_mul(vf_mul(w, lf), lf));
+  }
+  vf scale = vf_select(kq_is_zero(suml2), vf_set(0.0f), vf_div(sumlx, suml2));
+  vf best = vf_mul(scale, sumlx);
+  for (int is = -9; is <= 9; is++) {
+    if (is == 0) continue;
+    iscale = vf_div(vf_set(-((float)NMAX + 0.1f * (float)is)), max);
+    sumlx = suml2 = vf_set(0.0f);
+    for (int i = 0; i < N; i++) {
+      const vf lf = vi_to_vf(kq_clamp(kq_nearest(vf_mul(iscale, xs[i])), -NMAX, NMAX - 1));
+      const vf w = vf_mul(xs[i], xs[i]);
+      sumlx = vf_add(sumlx, vf_mul(vf_mul(w, xs[i]), lf));
+      suml2 = vf_add(suml2, vf_mul(vf_mul(w, lf), lf));
+    }
+    const vm better =
+        vm_and(vf_gt(suml2, vf_set(0.0f)), vf_gt(vf_mul(sumlx, sumlx), vf_mul(best, suml2)));
+    if (!vm_any(better)) continue;
+    for (int i = 0; i < N; i++) {
+      vi li = vi_add(kq_clamp(kq_nearest(vf_mul(iscale, xs[i])), -NMAX, NMAX - 1), vi_set(NMAX));
+      l[i] = vi_select(better, li, l[i]);
+    }
+    const vf this_scale = vf_div(sumlx, suml2);
+    scale = vf_select(better, this_scale, scale);
+    best = vf_select(better, vf_mul(this_scale, sumlx), best);
+  }
+  scale = vf_select(zero_group, vf_set(0.0f), scale);
+  int32_t lanes[N][VL];
+  for (int i = 0; i < N; i++) vi_store(lanes[i], vi_select(zero_group, vi_set(0), l[i]));
+  vf_store(scales + first, scale);
+  for (int s = 0; s < VL; s++) {
+    for (int i = 0; i < N; i++) L[16 * (first + s) + i] = (int8_t)lanes[i][s];
+  }
+}
+
+QD_TARGET static void QD_NAME(kq_q6_k_block)(const float *x, uint8_t *out) {
+  if (QD_NAME(kq_has_nan)(x)) {
+    qd_ggml_q6_k_block_ref(x, out);
+    return;
+  }
+  float t[256], scales[16];
+  int8_t L[256];
+  for (int s = 0; s < 16; s++) {
+    for (int i = 0; i < 16; i++) t[16 * i + s] = x[16 * s + i];
+  }
+  for (int first = 0; first < 16; first += VL) QD_NAME(kq_q6_search)(t, first, scales, L);
+  qd_ggml_q6_k_finish(x, scales, L, out);
+}
+
+/* Super-blocks per Q4_K search: its 8 sub-blocks fill VL lanes, or half of AVX-512's 16. */
+#define KQ_Q4_SUPER (VL > 8 ? VL / 8 : 1)
+#define KQ_Q4_SUBS (8 * KQ_Q4_SUPER)
+
+/* The weights av_x + |x| of make_qkx2_quants' caller and the search itself (nmax 15, rmin -1,
+ * rdelta 0.1, nstep 20) for VL sub-blocks of 32: t[KQ_Q4_SUBS·i + s] is element i of sub-block
+ * s (lanes: sub-blocks first .. first + VL); scales, negated mins and codes L[32·s + i] out. */
+QD_TARGET static void QD_NAME(kq_q4_search)(const float *t, int first, float *scales, float *neg_mins,
+                                            uint8_t *L) {
+  enum { N = 32, NMAX = 15, NSTEP = 20 };
+  vf xs[N], ws[N];
+  vf sum_x2 = vf_set(0.0f);
+  for (int i = 0; i < N; i++) {
+    xs[i] = vf_load(t + KQ_Q4_SUBS * i + first);
+    sum_x2 = vf_add(sum_x2, vf_mul(xs[i], xs[i]));
+  }
+  float av[VL];
+  vf_store(av, vf_div(sum_x2, vf_set(32.0f)));
+  for (int s = 0; s < VL; s++) av[s] = __builtin_sqrtf(av[s]);
+  const vf av_x = vf_load(av);
+  for (int i = 0; i < N; i++) ws[i] = vf_add(av_x, vf_abs(xs[i]));
+
+  vf min = xs[0], max = xs[0];
+  vf sum_w = ws[0];
+  vf sum_x = vf_mul(sum_w, xs[0]);
+  for (int i = 1; i < N; i++) {
+    min = vf_select(vf_lt(xs[i], min), xs[i], min);
+    max = vf_select(vf_gt(xs[i], max), xs[i], max);
+    sum_w = vf_add(sum_w, ws[i]);
+    sum_x = vf_add(sum_x, vf_mul(ws[i], xs[i]));
+  }
+  min = vf_select(vf_gt(min, vf_set(0.0f)), vf_set(0.0f), min);
+  const vf flat_min = min; /* lanes with max == min stop here: codes 0, scale 0 */
+  const vm flat = vm_and(vf_ge(max, min), vf_le(max, min));
+  vf iscale = vf_div(vf_set((float)NMAX), vf_sub(max, min));
+  vf scale = vf_div(vf_set(1.0f), iscale);
+  vf best_error = vf_set(0.0f);
+  vi l[N];
+  for (int i = 0; i < N; i++) {
+    l[i] = kq_clamp(kq_nearest(vf_mul(iscale, vf_sub(xs[i], min))), 0, NMAX);
+    vf diff = vf_sub(vf_add(vf_mul(scale, vi_to_vf(l[i])), min), xs[i]);
+    best_error = vf_add(best_error, vf_mul(ws[i], vf_mul(diff, diff)));
+  }
+  for (int is = 0; is <= NSTEP; is++) {
+    iscale = vf_div(vf_set(-1.0f + 0.1f * (float)is + (float)NMAX), vf_sub(max, min));
+    vf sum_l = vf_set(0.0f), sum_l2 = vf_set(0.0f), sum_xl = vf_set(0.0f);
+    vi laux[N];
+    for (int i = 0; i < N; i++) {
+      laux[i] = kq_clamp(kq_nearest(vf_mul(iscale, vf_sub(xs[i], min))), 0, NMAX);
+      const vf lf = vi_to_vf(laux[i]), wl = vf_mul(ws[i], lf);
+      sum_l = vf_add(sum_l, wl);
+      sum_l2 = vf_add(sum_l2, vf_mul(wl, lf));
+      sum_xl = vf_add(sum_xl, vf_mul(wl, xs[i]));
+    }
+    const vf D = vf_sub(vf_mul(sum_w, sum_l2), vf_mul(sum_l, sum_l));
+    const vm solvable = vf_gt(D, vf_set(0.0f));
+    if (!vm_any(solvable)) continue;
+    vf this_scale = vf_div(vf_sub(vf_mul(sum_w, sum_xl), vf_mul(sum_x, sum_l)), D);
+    vf this_min = vf_div(vf_sub(vf_mul(sum_l2, sum_x), vf_mul(sum_l, sum_xl)), D);
+    const vm positive_min = vf_gt(this_min, vf_set(0.0f));
+    this_min = vf_select(positive_min, vf_set(0.0f), this_min);
+    this_scale = vf_select(positive_min, vf_div(sum_xl, sum_l2), this_scale);
+    vf cur_error = vf_set(0.0f);
+    for (int i = 0; i < N; i++) {
+      vf diff = vf_sub(vf_add(vf_mul(this_scale, vi_to_vf(laux[i])), this_min), xs[i]);
+      cur_error = vf_add(cur_error, vf_mul(ws[i], vf_mul(diff, diff)));
+    }
+    const vm better = vm_and(solvable, vf_lt(cur_error, best_error));
+    if (!vm_any(better)) continue;
+    for (int i = 0; i < N; i++) l[i] = vi_select(better, laux[i], l[i]);
+    best_error = vf_select(better, cur_error, best_error);
+    scale = vf_select(better, this_scale, scale);
+    min = vf_select(better, this_min, min);
+  }
+  scale = vf_select(flat, vf_set(0.0f), scale);
+  min = vf_select(flat, flat_min, min);
+  vf_store(scales + first, scale);
+  vf_store(neg_mins + first, vi_bits(vi_xor(vf_bits(min), vi_set(INT32_MIN)))); /* -min, -0 for +0 */
+  int32_t lanes[N][VL];
+  for (int i = 0; i < N; i++) vi_store(lanes[i], vi_select(flat, vi_set(0), l[i]));
+  for (int s = 0; s < VL; s++) {
+    for (int i = 0; i < N; i++) L[32 * (first + s) + i] = (uint8_t)lanes[i][s];
+  }
+}
+
+/* `n` (at most KQ_Q4_SUPER) Q4_K super-blocks: those without NaN searched together. */
+QD_TARGET static void QD_NAME(kq_q4_k_blocks)(const float *x, int n, uint8_t *out) {
+  float t[256 * KQ_Q4_SUPER], scales[KQ_Q4_SUBS], neg_mins[KQ_Q4_SUBS];
+  uint8_t L[256 * KQ_Q4_SUPER];
+  int nan[KQ_Q4_SUPER];
+  for (int b = 0; b < KQ_Q4_SUPER; b++) {
+    nan[b] = b < n && QD_NAME(kq_has_nan)(x + 256 * b);
+    for (int s = 0; s < 8; s++) {
+      for (int i = 0; i < 32; i++) t[KQ_Q4_SUBS * i + 8 * b + s] = b < n && !nan[b] ? x[256 * b + 32 * s + i] : 0.0f;
+    }
+  }
+  for (int first = 0; first < KQ_Q4_SUBS; first += VL) QD_NAME(kq_q4_search)(t, first, scales, neg_mins, L);
+  for (int b = 0; b < n; b++) {
+    if (nan[b])
+      qd_ggml_q4_k_block_ref(x + 256 * b, out + 144 * b);
+    else
+      qd_ggml_q4_k_finish(x + 256 * b, scales + 8 * b, neg_mins + 8 * b, L + 256 * b, out + 144 * b);
+  }
+}
