@@ -154,17 +154,17 @@ function floatsOfSt(dtype: StDType, data: Uint8Array): Float32Array {
   return toFloat32(data, floatDTypeOfSt(dtype)!);
 }
 
-/** Q8_0 / Q4_0 through the C kernels when loaded (byte-identical, test/interop/gguf-kernels). */
+/** Through the C kernel of the type, when one is loaded (byte-identical: test/interop/gguf-kernels). */
 function ggmlBytes(
   module: KernelModule | null,
   type: GgmlWriteType,
   x: Float32Array,
   ne0: number,
 ): Uint8Array {
-  const kernel = ggmlTypeByName(type)!.kernel;
-  if (module === null || kernel === undefined) return ggmlEncode(type, x, ne0);
-  const out = new Uint8Array((x.length / 32) * ggmlTypeByName(type)!.typeSize);
-  const status = module.ggmlQuantize(kernel, x, out);
+  const t = ggmlTypeByName(type)!;
+  if (module === null || t.kernel === undefined) return ggmlEncode(type, x, ne0);
+  const out = new Uint8Array((x.length / t.blockSize) * t.typeSize);
+  const status = module.ggmlQuantize(t.kernel, x, out);
   if (status !== 0)
     throw new QuantdError('INTERNAL', { detail: `ggml ${type} kernel returned status ${status}` });
   return out;
