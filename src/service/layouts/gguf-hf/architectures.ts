@@ -1,0 +1,158 @@
+/**
+ * The architectures the Hugging Face → GGUF conversion supports: which `architectures` class of
+ * config.json maps to which llama.cpp architecture, the hyperparameters written as
+ * `{arch}.*` metadata, the tensor names of llama.cpp's tensor map, which rows are permuted, and
+ * the shape each tensor must have under config.json (a contradiction is an error before any
+ * tensor is read). Anything else is refused by name, listing the supported ones.
+ */
+import { QuantdError } from '../../../errors/index.js';
+import type { GgufKv } from '../../../format/gguf.js';
+import { llamaGgufName } from '../gguf-names.js';
+import { configNumber, configInt, hfInvalid, requireInt, type JsonObject } from './folder.js';
+import { f32, str, u32 } from './gguf-kv.js';
+
+/** What config.json says about the network's dimensions. */
+export interface Hyperparameters {
+  readonly layers: number;
+  readonly hidden: number;
+  readonly ffn: number;
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  readonly vocab: number;
+  readonly context: number;
+  readonly normEps: number;
+  readonly ropeTheta: number;
+  readonly tiedEmbeddings: boolean;
+}
+
+export interface Architecture {
+  /** general.architecture. */
+  readonly gguf: string;
+  /** llama.cpp's name of a checkpoint tensor; null: dropped (buffers); undefined: unknown. */
+  tensorName(hfName: string): string | null | undefined;
+  /** The head count whose rows a tensor is permuted by (llama's rotary layout), if any. */
+  permuteHeads(hfName: string, h: Hyperparameters): number | undefined;
+  /** The `{arch}.*` metadata. */
+  metadata(h: Hyperparameters, config: JsonObject, path: string): GgufKv[];
+}
+
+export function hyperparameters(config: JsonObject, path: string): Hyperparameters {
+  const hidden = requireInt(config, 'hidden_size', path);
+  const heads = requireInt(config, 'num_attention_heads', path);
+  if (heads === 0 || hidden % heads !== 0) {
+    throw hfInvalid(path, `hidden_size ${hidden} is not a multiple of num_attention_heads ${heads}`);
+  }
+  return {
+    layers: requireInt(config, 'num_hidden_layers', path),
+    hidden,
+    ffn: requireInt(config, 'intermediate_size', path),
+    heads,
+    kvHeads: configInt(config, 'num_key_value_heads', path, heads)!,
+    headDim: configInt(config, 'head_dim', path, hidden / heads)!,
+    vocab: requireInt(config, 'vocab_size', path),
+    context: requireInt(config, 'max_position_embeddings', path),
+    normEps: configNumber(config, 'rms_norm_eps', path) ?? 1e-5,
+    ropeTheta: configNumber(config, 'rope_theta', path) ?? 10000,
+    tiedEmbeddings: config['tie_word_embeddings'] === true,
+  };
+}
+
+/** The hyperparameters every llama-like architecture writes (the converter's common set). */
+function commonMetadata(arch: string, h: Hyperparameters): GgufKv[] {
+  return [
+    u32(`${arch}.vocab_size`, h.vocab),
+    u32(`${arch}.context_length`, h.context),
+    u32(`${arch}.embedding_length`, h.hidden),
+    u32(`${arch}.block_count`, h.layers),
+    u32(`${arch}.feed_forward_length`, h.ffn),
+    u32(`${arch}.attention.head_count`, h.heads),
+    u32(`${arch}.attention.head_count_kv`, h.kvHeads),
+    f32(`${arch}.rope.freq_base`, h.ropeTheta),
+    f32(`${arch}.attention.layer_norm_rms_epsilon`, h.normEps),
+    u32(`${arch}.rope.dimension_count`, h.headDim),
+  ];
+}
+
+/** rope_scaling of config.json: linear scaling as metadata (llama3's is a rope_freqs tensor). */
+function ropeScalingMetadata(arch: string, config: JsonObject, path: string): GgufKv[] {
+  const scaling = config['rope_scaling'];
+  if (scaling === undefined || scaling === null) return [];
+  if (typeof scaling !== 'object' || Array.isArray(scaling)) {
+    throw hfInvalid(path, 'rope_scaling must be an object or null');
+  }
+  const s = scaling as JsonObject;
+  const type = s['rope_type'] ?? s['type'];
+  if (type === 'linear') {
+    const factor = configNumber(s, 'factor', path);
+    if (factor === undefined) throw hfInvalid(path, 'rope_scaling of type linear has no factor');
+    return [str(`${arch}.rope.scaling.type`, 'linear'), f32(`${arch}.rope.scaling.factor`, factor)];
+  }
+  throw new QuantdError('FEATURE_UNSUPPORTED', {
+    detail: `${path}: rope_scaling type ${JSON.stringify(type)} is not supported by the GGUF conversion (supported: linear)`,
+  });
+}
+
+const LLAMA: Architecture = {
+  gguf: 'llama',
+  tensorName: llamaGgufName,
+  permuteHeads: (name, h) =>
+    /\.self_attn\.q_proj\.(weight|bias)$/.test(name)
+      ? h.heads
+      : /\.self_attn\.k_proj\.(weight|bias)$/.test(name)
+        ? h.kvHeads
+        : undefined,
+  metadata: (h, config, path) => [
+    ...commonMetadata('llama', h),
+    ...ropeScalingMetadata('llama', config, path),
+  ],
+};
+
+/** config.json `architectures` class → the converter's architecture. */
+const BY_CLASS: Readonly<Record<string, Architecture>> = {
+  LlamaForCausalLM: LLAMA,
+  MistralForCausalLM: LLAMA, // llama.cpp runs Mistral as llama (convert_hf_to_gguf.py does too)
+};
+
+export const SUPPORTED_CLASSES = Object.keys(BY_CLASS);
+
+/** The architecture of config.json, or FEATURE_UNSUPPORTED naming it and the supported ones. */
+export function architectureOf(config: JsonObject, path: string): Architecture {
+  const classes = config['architectures'];
+  const name = Array.isArray(classes) && typeof classes[0] === 'string' ? classes[0] : undefined;
+  if (name === undefined) {
+    throw hfInvalid(path, 'has no "architectures" list naming the model class (e.g. LlamaForCausalLM)');
+  }
+  const arch = BY_CLASS[name];
+  if (arch === undefined) {
+    throw new QuantdError('FEATURE_UNSUPPORTED', {
+      detail: `${path}: architecture ${name} cannot be converted to GGUF; supported: ${SUPPORTED_CLASSES.join(', ')}`,
+    });
+  }
+  return arch;
+}
+
+/** The shape (safetensors order) llama.cpp expects for a tensor, by its GGUF name. */
+export function expectedShape(ggufName: string, h: Hyperparameters): readonly number[] | undefined {
+  const q = h.heads * h.headDim;
+  const kv = h.kvHeads * h.headDim;
+  const base = ggufName.replace(/^blk\.\d+\./, '');
+  const shapes: Readonly<Record<string, readonly number[]>> = {
+    'token_embd.weight': [h.vocab, h.hidden],
+    'output.weight': [h.vocab, h.hidden],
+    'output_norm.weight': [h.hidden],
+    'attn_norm.weight': [h.hidden],
+    'ffn_norm.weight': [h.hidden],
+    'attn_q.weight': [q, h.hidden],
+    'attn_k.weight': [kv, h.hidden],
+    'attn_v.weight': [kv, h.hidden],
+    'attn_output.weight': [h.hidden, q],
+    'attn_q.bias': [q],
+    'attn_k.bias': [kv],
+    'attn_v.bias': [kv],
+    'ffn_gate.weight': [h.ffn, h.hidden],
+    'ffn_up.weight': [h.ffn, h.hidden],
+    'ffn_down.weight': [h.hidden, h.ffn],
+  };
+  return shapes[base];
+}

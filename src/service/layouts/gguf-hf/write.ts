@@ -1,0 +1,203 @@
+/**
+ * A Hugging Face model folder → one GGUF file llama.cpp runs (what convert_hf_to_gguf.py and
+ * llama-quantize do together): every check that can fail — config.json, the architecture, the
+ * tokenizer, each tensor's name and shape against config.json — runs before any tensor is read;
+ * then the header (general.*, the architecture's hyperparameters, the tokenizer) is written and
+ * the tensors stream through the gguf layout's encoders, shard after shard.
+ */
+import { basename } from 'node:path';
+
+import { floatDTypeOfSt, numelOf } from '../../../core/dtypes.js';
+import { ggmlTensorBytes, ggmlTypeByName, isQuantType, QUANT_TYPES } from '../../../core/interop/ggml.js';
+import type { GgmlWriteType } from '../../../core/interop/ggml.js';
+import { QuantdError, shapeText } from '../../../errors/index.js';
+import { GgufFileWriter } from '../../../format/gguf-file.js';
+import type { GgufKv } from '../../../format/gguf.js';
+import { SafetensorsFileReader } from '../../../format/safetensors-file.js';
+import type { TensorEntry } from '../../../format/safetensors.js';
+import { ALIGNMENT, LLAMA_FTYPE, QUANTIZATION_VERSION, ggufTensorType } from '../gguf.js';
+import { runEncodeJobs, type EncodeJob, type JobSource, type LayoutHooks } from '../run-jobs.js';
+import type { LayoutOptions, LayoutWriteResult } from '../types.js';
+import { architectureOf, expectedShape, hyperparameters, type Hyperparameters } from './architectures.js';
+import { hfInvalid, readHfFolder, weightFiles } from './folder.js';
+import { str, u32 } from './gguf-kv.js';
+import { tokenizerMetadata } from './tokenizer.js';
+
+/** llama_ftype of all-F32 and mostly-F16 files (LLAMA_FTYPE_ALL_F32, LLAMA_FTYPE_MOSTLY_F16). */
+const FLOAT_FTYPE = { F32: 0, F16: 1 } as const;
+type FolderType = keyof typeof LLAMA_FTYPE | keyof typeof FLOAT_FTYPE;
+
+/** Options that config.json decides for a model folder (given anyway: refused, not ignored). */
+const FROM_CONFIG = ['arch', 'names', 'heads', 'kv_heads'];
+
+function folderOptions(options: LayoutOptions): { type: FolderType; name: string | undefined } {
+  for (const key of FROM_CONFIG) {
+    const value = options[key];
+    if (value !== undefined) {
+      throw new QuantdError('OPTION_INVALID', {
+        option: key,
+        detail: 'does not apply to a model folder: config.json gives the architecture, names and heads',
+        value,
+      });
+    }
+  }
+  const text = options['type'] ?? 'Q8_0';
+  const type = text.toUpperCase();
+  if (type !== 'F32' && type !== 'F16' && !isQuantType(type)) {
+    throw new QuantdError('OPTION_INVALID', {
+      option: 'type',
+      detail: `must be one of F32, F16, ${QUANT_TYPES.join(', ')}`,
+      value: text,
+    });
+  }
+  return { type, name: options['name'] };
+}
+
+function tensorType(name: string, shape: readonly number[], type: FolderType) {
+  if (isQuantType(type)) return ggufTensorType(name, shape, type);
+  return shape.length <= 1 ? { type: 'F32' as const } : { type };
+}
+
+interface ShardTensor {
+  readonly reader: SafetensorsFileReader;
+  readonly entry: TensorEntry;
+}
+
+interface Planned {
+  readonly source: ShardTensor;
+  readonly name: string;
+  readonly dims: number[];
+  readonly type: GgmlWriteType;
+  readonly permute: number | undefined;
+}
+
+const LAYER = /^blk\.(\d+)\./;
+
+/** Every tensor a llama-like block needs (biases and the untied output are optional). */
+const BLOCK_TENSORS = [
+  'attn_norm.weight',
+  'attn_q.weight',
+  'attn_k.weight',
+  'attn_v.weight',
+  'attn_output.weight',
+  'ffn_norm.weight',
+  'ffn_gate.weight',
+  'ffn_up.weight',
+  'ffn_down.weight',
+];
+
+function checkComplete(names: ReadonlySet<string>, h: Hyperparameters, dir: string): void {
+  const required = ['token_embd.weight', 'output_norm.weight'];
+  if (!h.tiedEmbeddings) required.push('output.weight');
+  for (let i = 0; i < h.layers; i++) required.push(...BLOCK_TENSORS.map((t) => `blk.${i}.${t}`));
+  const missing = required.filter((n) => !names.has(n));
+  if (missing.length > 0) {
+    throw hfInvalid(
+      dir,
+      `config.json describes ${h.layers} layers but the weights lack ${missing.slice(0, 3).join(', ')}${missing.length > 3 ? ` and ${missing.length - 3} more` : ''}`,
+    );
+  }
+}
+
+export async function writeGgufFromFolder(
+  dir: string,
+  output: string,
+  options: LayoutOptions,
+  hooks: LayoutHooks = {},
+): Promise<LayoutWriteResult> {
+  const o = folderOptions(options);
+  const folder = await readHfFolder(dir);
+  const configPath = `${dir}/config.json`;
+  const arch = architectureOf(folder.config, configPath);
+  const h = hyperparameters(folder.config, configPath);
+  const tokenizer = await tokenizerMetadata(folder, h.vocab);
+  const readers: SafetensorsFileReader[] = [];
+  try {
+    for (const file of await weightFiles(dir)) readers.push(await SafetensorsFileReader.open(file));
+    const planned: Planned[] = [];
+    const report: Array<LayoutWriteResult['tensors'][number]> = [];
+    const names = new Set<string>();
+    for (const reader of readers) {
+      for (const entry of reader.header.entries) {
+        const name = arch.tensorName(entry.name);
+        if (name === null || floatDTypeOfSt(entry.dtype) === undefined) {
+          report.push({ name: entry.name, type: 'skipped', note: 'not a weight llama.cpp reads' });
+          continue;
+        }
+        if (name === undefined) {
+          throw new QuantdError('FEATURE_UNSUPPORTED', {
+            detail: `${reader.path}: tensor ${JSON.stringify(entry.name)} has no llama.cpp name in the ${arch.gguf} architecture`,
+          });
+        }
+        const layer = LAYER.exec(name);
+        const expected = expectedShape(name, h);
+        if (
+          (layer && Number(layer[1]) >= h.layers) ||
+          (expected !== undefined && shapeText(expected) !== shapeText(entry.shape))
+        ) {
+          throw hfInvalid(
+            configPath,
+            layer && Number(layer[1]) >= h.layers
+              ? `num_hidden_layers is ${h.layers} but the weights hold ${entry.name}`
+              : `contradicts the weights: ${entry.name} has shape ${shapeText(entry.shape)}, config.json implies ${shapeText(expected!)}`,
+          );
+        }
+        if (names.has(name)) throw new QuantdError('NAME_COLLISION', { source: dir, tensor: name });
+        names.add(name);
+        const choice = tensorType(name, entry.shape, o.type);
+        planned.push({
+          source: { reader, entry },
+          name,
+          dims: [...entry.shape].reverse(),
+          type: choice.type,
+          permute: arch.permuteHeads(entry.name, h),
+        });
+        report.push({
+          name,
+          type: choice.type,
+          ...('note' in choice && choice.note ? { note: choice.note } : {}),
+        });
+      }
+    }
+    checkComplete(names, h, dir);
+    const modelName = o.name ?? basename(dir);
+    const kvs: GgufKv[] = [
+      str('general.architecture', arch.gguf),
+      str('general.name', modelName),
+      str('general.basename', modelName),
+      u32('general.file_type', isQuantType(o.type) ? LLAMA_FTYPE[o.type] : FLOAT_FTYPE[o.type]),
+      u32('general.quantization_version', QUANTIZATION_VERSION),
+      u32('general.alignment', ALIGNMENT),
+      ...arch.metadata(h, folder.config, configPath),
+      ...tokenizer,
+    ];
+    const writer = await GgufFileWriter.create(
+      output,
+      kvs,
+      planned.map((p) => ({ name: p.name, dims: p.dims, type: p.type })),
+    );
+    const jobs = planned.map((p): EncodeJob<ShardTensor> => ({
+      inputs: [p.source],
+      outputs: [
+        { name: p.name, bytes: ggmlTensorBytes(ggmlTypeByName(p.type)!, p.dims[0]!, numelOf(p.dims)) },
+      ],
+      call: {
+        kind: 'ggml',
+        tensor: p.source.entry.name,
+        dtype: floatDTypeOfSt(p.source.entry.dtype)!,
+        type: p.type,
+        ne0: p.dims[0]!,
+        ...(p.permute !== undefined && { permute: { rows: p.source.entry.shape[0]!, heads: p.permute } }),
+      },
+      label: p.name,
+    }));
+    const source: JobSource<ShardTensor> = {
+      read: (t, shared) => t.reader.read(t.entry, shared),
+      size: (t) => t.entry.end - t.entry.begin,
+    };
+    await runEncodeJobs(source, jobs, writer, hooks);
+    return { files: [output], tensors: report };
+  } finally {
+    for (const r of readers) await r.close();
+  }
+}
