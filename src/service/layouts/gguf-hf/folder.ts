@@ -55,7 +55,7 @@ export async function readJsonObject(path: string, required: boolean): Promise<J
   } catch (err) {
     const code = errorCode(err);
     if (code === 'ENOENT' && !required) return {};
-    if (code === 'ENOENT') throw hfInvalid(path, 'is missing: a model folder needs its config.json');
+    if (code === 'ENOENT') throw hfInvalid(path, 'is missing (a model folder needs its config.json)');
     throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
   }
   let json: unknown;
