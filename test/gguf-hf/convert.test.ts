@@ -19,10 +19,10 @@ import { argmax, expected, fixtureDir, loadModel, logitsAfterEach, maxAbsDiff } 
 const DIR = mkdtempSync(join(tmpdir(), 'quantd-gguf-hf-'));
 afterAll(() => rmSync(DIR, { recursive: true, force: true }));
 
-async function metadata(path: string): Promise<ReadonlyMap<string, GgufValue>> {
+async function header(path: string): Promise<GgufFileReader['header']> {
   const reader = await GgufFileReader.open(path);
   try {
-    return reader.header.kvs;
+    return reader.header;
   } finally {
     await reader.close();
   }
@@ -38,11 +38,18 @@ interface Fixture {
   readonly name: string;
   readonly arch: string;
   readonly tokenizer: 'llama' | 'gpt2';
+  /** tokenizer.ggml.pre. */
+  readonly pre: string;
+  /** Llama 3.1 rope scaling: a rope_freqs tensor computed from config.json. */
+  readonly ropeFreqs: boolean;
 }
 
-const FIXTURES: readonly Fixture[] = [{ name: 'llama-spm', arch: 'llama', tokenizer: 'llama' }];
+const FIXTURES: readonly Fixture[] = [
+  { name: 'llama-spm', arch: 'llama', tokenizer: 'llama', pre: 'default', ropeFreqs: false },
+  { name: 'llama3-bpe', arch: 'llama', tokenizer: 'gpt2', pre: 'llama-bpe', ropeFreqs: true },
+];
 
-describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer }) => {
+describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer, pre, ropeFreqs }) => {
   const exp = expected(name);
   const files: Record<string, string> = {};
   const models: Record<string, LlamaModel> = {};
@@ -61,20 +68,24 @@ describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer
   });
 
   it('writes the metadata llama.cpp reads', async () => {
-    const kvs = await metadata(files['Q8_0']!);
+    const { kvs, tensors } = await header(files['Q8_0']!);
     expect(value(kvs.get('general.architecture'))).toBe(arch);
     expect(value(kvs.get('general.file_type'))).toBe(7);
     expect(value(kvs.get(`${arch}.block_count`))).toBe(2);
     expect(value(kvs.get(`${arch}.embedding_length`))).toBe(64);
     expect(value(kvs.get(`${arch}.attention.head_count_kv`))).toBe(2);
     expect(value(kvs.get('tokenizer.ggml.model'))).toBe(tokenizer);
+    expect(value(kvs.get('tokenizer.ggml.pre'))).toBe(pre);
+    expect(kvs.has('tokenizer.ggml.merges')).toBe(tokenizer === 'gpt2');
+    expect(value(kvs.get('tokenizer.ggml.add_bos_token'))).toBe(true);
+    const names = tensors.map((t) => t.name);
+    expect(names).toContain('blk.1.attn_q.weight');
+    expect(names.includes('rope_freqs.weight')).toBe(ropeFreqs);
     const tokens = value(kvs.get('tokenizer.ggml.tokens')) as string[];
     expect(tokens).toHaveLength(exp.logits.length);
     expect(value(kvs.get('tokenizer.ggml.bos_token_id'))).toBe(exp.promptIds[0]);
     expect(value(kvs.get('tokenizer.chat_template'))).toMatch(/messages/);
-    expect(value(kvs.get('general.file_type'))).not.toBe(
-      value((await metadata(files['F32']!)).get('general.file_type')),
-    );
+    expect(value((await header(files['F32']!)).kvs.get('general.file_type'))).toBe(0);
   });
 
   it('tokenizes a multilingual text to the reference tokenizer ids', () => {

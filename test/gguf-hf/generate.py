@@ -13,7 +13,10 @@ what llama.cpp (node-llama-cpp) computes from quantd's GGUF. The tests never run
 import io
 import json
 import os
+import re
 import struct
+import subprocess
+from collections import Counter
 
 import sentencepiece as spm
 import torch
@@ -90,11 +93,30 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rope(x, theta, inv_freq=None):
+def inv_freq_of(cfg, dim):
+    """Rotary frequencies, with Llama 3.1's rope scaling when config.json asks for it."""
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    s = cfg.get("rope_scaling")
+    if not s or s.get("rope_type") != "llama3":
+        return inv_freq
+    old = s["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / s["low_freq_factor"], old / s["high_freq_factor"]
+    out = []
+    for f in inv_freq.tolist():
+        wavelen = 2 * torch.pi / f
+        if wavelen < high_wavelen:
+            out.append(f)
+        elif wavelen > low_wavelen:
+            out.append(f / s["factor"])
+        else:
+            smooth = (old / wavelen - s["low_freq_factor"]) / (s["high_freq_factor"] - s["low_freq_factor"])
+            out.append((1 - smooth) * f / s["factor"] + smooth * f)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def rope(x, inv_freq):
     """HF's rotary layout: the two halves of each head are the pair (llama.cpp permutes rows)."""
-    seq, dim = x.shape[-2], x.shape[-1]
-    if inv_freq is None:
-        inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    seq = x.shape[-2]
     angles = torch.arange(seq, dtype=torch.float64)[:, None] * inv_freq[None, :]
     angles = torch.cat((angles, angles), dim=-1)
     return (x.double() * angles.cos() + rotate_half(x.double()) * angles.sin()).float()
@@ -103,7 +125,7 @@ def rope(x, theta, inv_freq=None):
 def llama_logits(w, cfg, ids):
     heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg["hidden_size"] // heads
-    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
+    eps, inv_freq = cfg["rms_norm_eps"], inv_freq_of(cfg, cfg["hidden_size"] // heads)
     x = w["model.embed_tokens.weight"][ids]
     seq = len(ids)
     mask = torch.full((seq, seq), float("-inf")).triu(1)
@@ -113,7 +135,7 @@ def llama_logits(w, cfg, ids):
         q = (h @ w[p + "self_attn.q_proj.weight"].T).view(seq, heads, hd).transpose(0, 1)
         k = (h @ w[p + "self_attn.k_proj.weight"].T).view(seq, kv_heads, hd).transpose(0, 1)
         v = (h @ w[p + "self_attn.v_proj.weight"].T).view(seq, kv_heads, hd).transpose(0, 1)
-        q, k = rope(q, theta), rope(k, theta)
+        q, k = rope(q, inv_freq), rope(k, inv_freq)
         k = k.repeat_interleave(heads // kv_heads, dim=0)
         v = v.repeat_interleave(heads // kv_heads, dim=0)
         att = torch.softmax(q @ k.transpose(1, 2) / hd**0.5 + mask, dim=-1)
@@ -209,6 +231,165 @@ def llama_spm():
         json.dump(expected, f)
 
 
+# --- a byte-level BPE tokenizer.json (Llama 3 style), trained here on the corpus ---------------
+
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def byte_chars():
+    """GPT-2's byte → printable character table: printable Latin-1 bytes map to themselves."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def train_byte_bpe(merges_wanted):
+    chars = byte_chars()
+    # an approximation of the split regex (Python's re has no \p{L}): merges only need to be valid
+    words = Counter()
+    for line in CORPUS:
+        for piece in re.findall(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+|\d{1,3}| ?[^\s\w]+|\s+", line):
+            words[tuple(chars[b] for b in piece.encode())] += 1
+    vocab = [chars[b] for b in range(256)]
+    merges = []
+    for _ in range(merges_wanted):
+        pairs = Counter()
+        for word, n in words.items():
+            for a, b in zip(word, word[1:]):
+                pairs[(a, b)] += n
+        if not pairs:
+            break
+        (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+        merges.append(f"{a} {b}")
+        vocab.append(a + b)
+        merged = Counter()
+        for word, n in words.items():
+            out, i = [], 0
+            while i < len(word):
+                if i + 1 < len(word) and word[i] == a and word[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            merged[tuple(out)] += n
+        words = merged
+    return vocab, merges
+
+
+def llama3_tokenizer_json(vocab, merges, specials, bos):
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for t, i in specials.items()
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+            ],
+        },
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {bos: {"id": bos, "ids": [specials[bos]], "tokens": [bos]}},
+        },
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+            "vocab": {t: i for i, t in enumerate(vocab)},
+            "merges": merges,
+        },
+    }
+
+
+def reference_ids(folder, texts):
+    """tokenizers.js's ids (see reference-tokenize.mjs for where it comes from)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference-tokenize.mjs")
+    out = subprocess.run(["node", script, folder, *texts], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def llama3_bpe():
+    name = "llama3-bpe"
+    folder = os.path.join(ROOT, name)
+    os.makedirs(folder, exist_ok=True)
+    vocab, merges = train_byte_bpe(200)
+    names = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
+    specials = {t: len(vocab) + i for i, t in enumerate(names)}
+    tok = llama3_tokenizer_json(vocab, merges, specials, names[0])
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": len(vocab) + len(names) + 5,  # ids no token uses: the converter pads
+        "max_position_embeddings": 1024,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+        "bos_token_id": specials[names[0]],
+        "eos_token_id": [specials[names[1]], specials[names[2]]],
+        "tie_word_embeddings": True,
+        "torch_dtype": "float16",
+    }
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    tok_cfg = {
+        "bos_token": names[0],
+        "eos_token": names[2],
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "chat_template": "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{{ eos_token }}{% endfor %}",
+    }
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(tok_cfg, f, indent=2)
+    generator = torch.Generator().manual_seed(4321)
+    w = llama_weights(cfg, generator)
+    write_safetensors(os.path.join(folder, "model.safetensors"), w)
+    ids, prompt_ids = reference_ids(folder, [TEXT, PROMPT])
+    prompt = [specials[names[0]]] + prompt_ids
+    logits = llama_logits({k: v.float() for k, v in w.items()}, cfg, prompt)
+    expected = {
+        "text": TEXT,
+        "ids": ids,
+        "prompt": PROMPT,
+        "promptIds": prompt,
+        "logits": [round(float(v), 6) for v in logits],
+    }
+    with open(os.path.join(ROOT, name + ".expected.json"), "w") as f:
+        json.dump(expected, f)
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     llama_spm()
+    llama3_bpe()

@@ -35,6 +35,14 @@ export interface Architecture {
   permuteHeads(hfName: string, h: Hyperparameters): number | undefined;
   /** The `{arch}.*` metadata. */
   metadata(h: Hyperparameters, config: JsonObject, path: string): GgufKv[];
+  /** Tensors the converter computes rather than copies (llama3's rope_freqs). */
+  generated(h: Hyperparameters, config: JsonObject, path: string): GeneratedTensor[];
+}
+
+/** A float32 tensor made from config.json, by its GGUF name. */
+export interface GeneratedTensor {
+  readonly name: string;
+  readonly data: Float32Array;
 }
 
 export function hyperparameters(config: JsonObject, path: string): Hyperparameters {
@@ -74,23 +82,65 @@ function commonMetadata(arch: string, h: Hyperparameters): GgufKv[] {
   ];
 }
 
-/** rope_scaling of config.json: linear scaling as metadata (llama3's is a rope_freqs tensor). */
-function ropeScalingMetadata(arch: string, config: JsonObject, path: string): GgufKv[] {
+/** config.json's rope_scaling and its type, or undefined when it has none. */
+function ropeScaling(config: JsonObject, path: string): { s: JsonObject; type: unknown } | undefined {
   const scaling = config['rope_scaling'];
-  if (scaling === undefined || scaling === null) return [];
+  if (scaling === undefined || scaling === null) return undefined;
   if (typeof scaling !== 'object' || Array.isArray(scaling)) {
     throw hfInvalid(path, 'rope_scaling must be an object or null');
   }
   const s = scaling as JsonObject;
-  const type = s['rope_type'] ?? s['type'];
+  return { s, type: s['rope_type'] ?? s['type'] };
+}
+
+/** rope_scaling of config.json: linear scaling as metadata (llama3's is a rope_freqs tensor). */
+function ropeScalingMetadata(arch: string, config: JsonObject, path: string): GgufKv[] {
+  const scaling = ropeScaling(config, path);
+  if (scaling === undefined || scaling.type === 'llama3') return [];
+  const { s, type } = scaling;
   if (type === 'linear') {
     const factor = configNumber(s, 'factor', path);
     if (factor === undefined) throw hfInvalid(path, 'rope_scaling of type linear has no factor');
     return [str(`${arch}.rope.scaling.type`, 'linear'), f32(`${arch}.rope.scaling.factor`, factor)];
   }
   throw new QuantdError('FEATURE_UNSUPPORTED', {
-    detail: `${path}: rope_scaling type ${JSON.stringify(type)} is not supported by the GGUF conversion (supported: linear)`,
+    detail: `${path}: rope_scaling type ${JSON.stringify(type)} is not supported by the GGUF conversion (supported: linear, llama3)`,
   });
+}
+
+/**
+ * Llama 3.1's rope scaling as llama.cpp applies it: a divisor per rotary frequency (the
+ * rope_freqs tensor). Short wavelengths keep their frequency, long ones are divided by
+ * `factor`, and the band between blends the two smoothly.
+ */
+function llama3RopeFreqs(h: Hyperparameters, config: JsonObject, path: string): GeneratedTensor[] {
+  const scaling = ropeScaling(config, path);
+  if (scaling?.type !== 'llama3') return [];
+  const { s } = scaling;
+  const need = (key: string): number => {
+    const v = configNumber(s, key, path);
+    if (v === undefined || v <= 0)
+      throw hfInvalid(path, `rope_scaling of type llama3 needs a positive ${key}`);
+    return v;
+  };
+  const factor = need('factor');
+  const low = need('low_freq_factor');
+  const high = need('high_freq_factor');
+  const original = need('original_max_position_embeddings');
+  const lowWavelen = original / low;
+  const highWavelen = original / high;
+  const data = new Float32Array(h.headDim / 2);
+  for (let i = 0; i < data.length; i++) {
+    const freq = 1 / h.ropeTheta ** ((2 * i) / h.headDim);
+    const wavelen = (2 * Math.PI) / freq;
+    if (wavelen < highWavelen) data[i] = 1;
+    else if (wavelen > lowWavelen) data[i] = factor;
+    else {
+      const smooth = (original / wavelen - low) / (high - low);
+      data[i] = 1 / ((1 - smooth) / factor + smooth);
+    }
+  }
+  return [{ name: 'rope_freqs.weight', data }];
 }
 
 const LLAMA: Architecture = {
@@ -106,6 +156,7 @@ const LLAMA: Architecture = {
     ...commonMetadata('llama', h),
     ...ropeScalingMetadata('llama', config, path),
   ],
+  generated: llama3RopeFreqs,
 };
 
 /** config.json `architectures` class → the converter's architecture. */

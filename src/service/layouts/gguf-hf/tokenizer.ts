@@ -5,8 +5,11 @@
  * - SentencePiece (tokenizer.model): model "llama", pre-tokenizer "default", the pieces with
  *   their scores and types; a vocabulary shorter than config.json's vocab_size is padded with
  *   unused "[PAD{i}]" tokens so the embedding rows and the tokens agree.
- * - special ids: config.json's bos/eos/pad_token_id when given, else the SentencePiece model's;
- *   add_bos/add_eos from tokenizer_config.json when it says; the chat template from it too.
+ * - byte-level BPE (tokenizer.json, when there is no tokenizer.model): ./tokenizer-bpe.ts.
+ * - special ids: SentencePiece's own ids, or the tokens tokenizer_config.json names, else
+ *   config.json's *_token_id; add_bos/add_eos from tokenizer_config.json when it says (else,
+ *   for tokenizer.json, whether its post-processor puts a special token first); the chat
+ *   template from tokenizer_config.json.
  */
 import { readFile } from 'node:fs/promises';
 
@@ -14,8 +17,9 @@ import { QuantdError } from '../../../errors/index.js';
 import type { GgufKv } from '../../../format/gguf.js';
 import { errorDetail } from '../../../format/file-errors.js';
 import { SP_PIECE_TYPES, parseSentencePieceModel } from '../../../format/sentencepiece-model.js';
-import { configBool, configInt, configString, hfInvalid, type HfFolder } from './folder.js';
+import { configBool, configString, hfInvalid, type HfFolder, type JsonObject } from './folder.js';
 import { bool, floats, int32s, str, strings, u32 } from './gguf-kv.js';
+import { bpeVocabulary } from './tokenizer-bpe.js';
 
 async function readBytes(path: string): Promise<Uint8Array> {
   try {
@@ -64,24 +68,57 @@ async function sentencePieceVocabulary(path: string, vocabSize: number): Promise
   };
 }
 
+/** A special token of tokenizer_config.json ("<s>" or {"content": "<s>", ...}), as text. */
+function tokenText(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'object' && value !== null && typeof (value as JsonObject)['content'] === 'string') {
+    return (value as JsonObject)['content'] as string;
+  }
+  return undefined;
+}
+
+/** A *_token_id of config.json: a number, or a list whose first entry counts (Llama 3.1's eos). */
+function configId(config: JsonObject, key: string): number | undefined {
+  const v = config[key];
+  const id = Array.isArray(v) ? (v as unknown[])[0] : v;
+  return typeof id === 'number' && Number.isSafeInteger(id) && id >= 0 ? id : undefined;
+}
+
 /** The tokenizer metadata of the folder; `vocabSize` is config.json's vocab_size. */
 export async function tokenizerMetadata(folder: HfFolder, vocabSize: number): Promise<GgufKv[]> {
-  if (folder.sentencePiece === undefined) {
+  const tc = folder.tokenizerConfig;
+  let vocab: Vocabulary;
+  let addBos = configBool(tc, 'add_bos_token');
+  if (folder.tokenizerJson !== undefined && folder.sentencePiece === undefined) {
+    const bpe = await bpeVocabulary(folder.tokenizerJson, vocabSize);
+    const byText = (key: string): number => {
+      const text = tokenText(tc[key]);
+      return text !== undefined ? (bpe.idOf.get(text) ?? -1) : -1;
+    };
+    vocab = {
+      kvs: bpe.kvs,
+      ids: {
+        bos: byText('bos_token'),
+        eos: byText('eos_token'),
+        unk: byText('unk_token'),
+        pad: byText('pad_token'),
+      },
+    };
+    addBos ??= bpe.addsBos;
+  } else if (folder.sentencePiece !== undefined) {
+    vocab = await sentencePieceVocabulary(folder.sentencePiece, vocabSize);
+  } else {
     throw hfInvalid(
       folder.dir,
-      folder.tokenizerJson !== undefined
-        ? 'its tokenizer.json is not a tokenizer the GGUF conversion reads yet (SentencePiece tokenizer.model is)'
-        : 'has no tokenizer (tokenizer.model or tokenizer.json): llama.cpp needs the vocabulary',
+      'has no tokenizer (tokenizer.model or tokenizer.json): llama.cpp needs the vocabulary',
     );
   }
-  const vocab = await sentencePieceVocabulary(folder.sentencePiece, vocabSize);
-  const configPath = `${folder.dir}/config.json`;
-  const id = (key: string, fallback: number): number => configInt(folder.config, key, configPath) ?? fallback;
+  const id = (key: string, fallback: number): number => configId(folder.config, key) ?? fallback;
   const special: Array<[string, number]> = [
-    ['bos', id('bos_token_id', vocab.ids.bos)],
-    ['eos', id('eos_token_id', vocab.ids.eos)],
+    ['bos', vocab.ids.bos >= 0 ? vocab.ids.bos : id('bos_token_id', -1)],
+    ['eos', vocab.ids.eos >= 0 ? vocab.ids.eos : id('eos_token_id', -1)],
     ['unknown', vocab.ids.unk],
-    ['padding', id('pad_token_id', vocab.ids.pad)],
+    ['padding', vocab.ids.pad >= 0 ? vocab.ids.pad : id('pad_token_id', -1)],
   ];
   const kvs = [...vocab.kvs];
   for (const [name, value] of special) {
@@ -91,8 +128,6 @@ export async function tokenizerMetadata(folder: HfFolder, vocabSize: number): Pr
     }
     kvs.push(u32(`tokenizer.ggml.${name}_token_id`, value));
   }
-  const tc = folder.tokenizerConfig;
-  const addBos = configBool(tc, 'add_bos_token');
   const addEos = configBool(tc, 'add_eos_token');
   if (addBos !== undefined) kvs.push(bool('tokenizer.ggml.add_bos_token', addBos));
   if (addEos !== undefined) kvs.push(bool('tokenizer.ggml.add_eos_token', addEos));

@@ -18,7 +18,13 @@ import type { TensorEntry } from '../../../format/safetensors.js';
 import { ALIGNMENT, LLAMA_FTYPE, QUANTIZATION_VERSION, ggufTensorType } from '../gguf.js';
 import { runEncodeJobs, type EncodeJob, type JobSource, type LayoutHooks } from '../run-jobs.js';
 import type { LayoutOptions, LayoutWriteResult } from '../types.js';
-import { architectureOf, expectedShape, hyperparameters, type Hyperparameters } from './architectures.js';
+import {
+  architectureOf,
+  expectedShape,
+  hyperparameters,
+  type GeneratedTensor,
+  type Hyperparameters,
+} from './architectures.js';
 import { hfInvalid, readHfFolder, weightFiles } from './folder.js';
 import { str, u32 } from './gguf-kv.js';
 import { tokenizerMetadata } from './tokenizer.js';
@@ -62,6 +68,9 @@ interface ShardTensor {
   readonly reader: SafetensorsFileReader;
   readonly entry: TensorEntry;
 }
+
+/** What a job reads: a checkpoint tensor, or one computed from config.json. */
+type JobInput = ShardTensor | GeneratedTensor;
 
 interface Planned {
   readonly source: ShardTensor;
@@ -160,6 +169,11 @@ export async function writeGgufFromFolder(
       }
     }
     checkComplete(names, h, dir);
+    const generated = arch.generated(h, folder.config, configPath);
+    for (const g of generated) {
+      if (names.has(g.name)) throw new QuantdError('NAME_COLLISION', { source: dir, tensor: g.name });
+      report.push({ name: g.name, type: 'F32', note: 'computed from config.json' });
+    }
     const modelName = o.name ?? basename(dir);
     const kvs: GgufKv[] = [
       str('general.architecture', arch.gguf),
@@ -171,12 +185,16 @@ export async function writeGgufFromFolder(
       ...arch.metadata(h, folder.config, configPath),
       ...tokenizer,
     ];
-    const writer = await GgufFileWriter.create(
-      output,
-      kvs,
-      planned.map((p) => ({ name: p.name, dims: p.dims, type: p.type })),
-    );
-    const jobs = planned.map((p): EncodeJob<ShardTensor> => ({
+    const writer = await GgufFileWriter.create(output, kvs, [
+      ...planned.map((p) => ({ name: p.name, dims: p.dims, type: p.type })),
+      ...generated.map((g) => ({ name: g.name, dims: [g.data.length], type: 'F32' })),
+    ]);
+    const copies = generated.map((g): EncodeJob<JobInput> => ({
+      inputs: [g],
+      outputs: [{ name: g.name, bytes: g.data.byteLength }],
+      label: g.name,
+    }));
+    const jobs = planned.map((p): EncodeJob<JobInput> => ({
       inputs: [p.source],
       outputs: [
         { name: p.name, bytes: ggmlTensorBytes(ggmlTypeByName(p.type)!, p.dims[0]!, numelOf(p.dims)) },
@@ -191,11 +209,14 @@ export async function writeGgufFromFolder(
       },
       label: p.name,
     }));
-    const source: JobSource<ShardTensor> = {
-      read: (t, shared) => t.reader.read(t.entry, shared),
-      size: (t) => t.entry.end - t.entry.begin,
+    const source: JobSource<JobInput> = {
+      read: async (t, shared) =>
+        'data' in t
+          ? new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)
+          : t.reader.read(t.entry, shared),
+      size: (t) => ('data' in t ? t.data.byteLength : t.entry.end - t.entry.begin),
     };
-    await runEncodeJobs(source, jobs, writer, hooks);
+    await runEncodeJobs(source, [...jobs, ...copies], writer, hooks);
     return { files: [output], tensors: report };
   } finally {
     for (const r of readers) await r.close();
