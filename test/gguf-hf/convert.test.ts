@@ -42,14 +42,18 @@ interface Fixture {
   readonly pre: string;
   /** Llama 3.1 rope scaling: a rope_freqs tensor computed from config.json. */
   readonly ropeFreqs: boolean;
+  /** Whether the tokenizer prepends bos (then the reference prompt starts with it). */
+  readonly addBos: boolean;
 }
 
 const FIXTURES: readonly Fixture[] = [
-  { name: 'llama-spm', arch: 'llama', tokenizer: 'llama', pre: 'default', ropeFreqs: false },
-  { name: 'llama3-bpe', arch: 'llama', tokenizer: 'gpt2', pre: 'llama-bpe', ropeFreqs: true },
+  { name: 'llama-spm', arch: 'llama', tokenizer: 'llama', pre: 'default', ropeFreqs: false, addBos: true },
+  { name: 'llama3-bpe', arch: 'llama', tokenizer: 'gpt2', pre: 'llama-bpe', ropeFreqs: true, addBos: true },
+  { name: 'qwen2-bpe', arch: 'qwen2', tokenizer: 'gpt2', pre: 'qwen2', ropeFreqs: false, addBos: false },
+  { name: 'qwen3-bpe', arch: 'qwen3', tokenizer: 'gpt2', pre: 'qwen2', ropeFreqs: false, addBos: false },
 ];
 
-describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer, pre, ropeFreqs }) => {
+describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer, pre, ropeFreqs, addBos }) => {
   const exp = expected(name);
   const files: Record<string, string> = {};
   const models: Record<string, LlamaModel> = {};
@@ -77,20 +81,20 @@ describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer
     expect(value(kvs.get('tokenizer.ggml.model'))).toBe(tokenizer);
     expect(value(kvs.get('tokenizer.ggml.pre'))).toBe(pre);
     expect(kvs.has('tokenizer.ggml.merges')).toBe(tokenizer === 'gpt2');
-    expect(value(kvs.get('tokenizer.ggml.add_bos_token'))).toBe(true);
+    expect(value(kvs.get('tokenizer.ggml.add_bos_token'))).toBe(addBos);
     const names = tensors.map((t) => t.name);
     expect(names).toContain('blk.1.attn_q.weight');
     expect(names.includes('rope_freqs.weight')).toBe(ropeFreqs);
     const tokens = value(kvs.get('tokenizer.ggml.tokens')) as string[];
     expect(tokens).toHaveLength(exp.logits.length);
-    expect(value(kvs.get('tokenizer.ggml.bos_token_id'))).toBe(exp.promptIds[0]);
+    if (addBos) expect(value(kvs.get('tokenizer.ggml.bos_token_id'))).toBe(exp.promptIds[0]);
     expect(value(kvs.get('tokenizer.chat_template'))).toMatch(/messages/);
     expect(value((await header(files['F32']!)).kvs.get('general.file_type'))).toBe(0);
   });
 
   it('tokenizes a multilingual text to the reference tokenizer ids', () => {
     expect(models['Q8_0']!.tokenize(exp.text)).toEqual(exp.ids);
-    expect(models['F32']!.tokenize(exp.prompt)).toEqual(exp.promptIds.slice(1));
+    expect(models['F32']!.tokenize(exp.prompt)).toEqual(exp.promptIds.slice(addBos ? 1 : 0));
   });
 
   it('F32 logits equal the reference forward pass', () => {

@@ -123,18 +123,27 @@ def rope(x, inv_freq):
 
 
 def llama_logits(w, cfg, ids):
+    """Llama, and its relatives: Qwen 2 adds q/k/v biases, Qwen 3 RMS-normalizes q and k per head."""
     heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    hd = cfg["hidden_size"] // heads
-    eps, inv_freq = cfg["rms_norm_eps"], inv_freq_of(cfg, cfg["hidden_size"] // heads)
+    hd = cfg.get("head_dim", cfg["hidden_size"] // heads)
+    eps, inv_freq = cfg["rms_norm_eps"], inv_freq_of(cfg, hd)
+
+    def proj(h, p, name, n):
+        y = h @ w[p + f"self_attn.{name}_proj.weight"].T
+        if p + f"self_attn.{name}_proj.bias" in w:
+            y = y + w[p + f"self_attn.{name}_proj.bias"]
+        y = y.view(seq, n, hd)
+        if p + f"self_attn.{name}_norm.weight" in w:
+            y = rms_norm(y, w[p + f"self_attn.{name}_norm.weight"], eps)
+        return y.transpose(0, 1)
+
     x = w["model.embed_tokens.weight"][ids]
     seq = len(ids)
     mask = torch.full((seq, seq), float("-inf")).triu(1)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(seq, heads, hd).transpose(0, 1)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(seq, kv_heads, hd).transpose(0, 1)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(seq, kv_heads, hd).transpose(0, 1)
+        q, k, v = proj(h, p, "q", heads), proj(h, p, "k", kv_heads), proj(h, p, "v", kv_heads)
         q, k = rope(q, inv_freq), rope(k, inv_freq)
         k = k.repeat_interleave(heads // kv_heads, dim=0)
         v = v.repeat_interleave(heads // kv_heads, dim=0)
@@ -151,7 +160,7 @@ def llama_logits(w, cfg, ids):
 
 def llama_weights(cfg, generator):
     hidden, ffn = cfg["hidden_size"], cfg["intermediate_size"]
-    hd = hidden // cfg["num_attention_heads"]
+    hd = cfg.get("head_dim", hidden // cfg["num_attention_heads"])
     q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
 
     def rand(*shape, scale=0.08):
@@ -165,6 +174,13 @@ def llama_weights(cfg, generator):
         w[p + "self_attn.q_proj.weight"] = rand(q, hidden, scale=0.3)
         w[p + "self_attn.k_proj.weight"] = rand(kv, hidden, scale=0.3)
         w[p + "self_attn.v_proj.weight"] = rand(kv, hidden)
+        if cfg.get("model_type") == "qwen2":
+            w[p + "self_attn.q_proj.bias"] = rand(q, scale=0.3)
+            w[p + "self_attn.k_proj.bias"] = rand(kv, scale=0.3)
+            w[p + "self_attn.v_proj.bias"] = rand(kv)
+        if cfg.get("model_type") == "qwen3":
+            w[p + "self_attn.q_norm.weight"] = (1 + rand(hd, scale=0.1).float()).half()
+            w[p + "self_attn.k_norm.weight"] = (1 + rand(hd, scale=0.1).float()).half()
         w[p + "self_attn.o_proj.weight"] = rand(hidden, q)
         w[p + "post_attention_layernorm.weight"] = (1 + rand(hidden, scale=0.1).float()).half()
         w[p + "mlp.gate_proj.weight"] = rand(ffn, hidden)
@@ -237,6 +253,7 @@ LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+QWEN2_SPLIT = LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
 
 
 def byte_chars():
@@ -286,7 +303,16 @@ def train_byte_bpe(merges_wanted):
     return vocab, merges
 
 
-def llama3_tokenizer_json(vocab, merges, specials, bos):
+def bpe_tokenizer_json(vocab, merges, specials, bos, split):
+    """A byte-level BPE tokenizer.json: Llama 3's (bos prepended) or, with bos None, Qwen 2's."""
+    template = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {bos: {"id": bos, "ids": [specials.get(bos)], "tokens": [bos]}},
+    }
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
     return {
         "version": "1.0",
         "truncation": None,
@@ -300,17 +326,11 @@ def llama3_tokenizer_json(vocab, merges, specials, bos):
         "pre_tokenizer": {
             "type": "Sequence",
             "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated", "invert": False},
+                {"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False},
                 {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
             ],
         },
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                     {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {bos: {"id": bos, "ids": [specials[bos]], "tokens": [bos]}},
-        },
+        "post_processor": template if bos is not None else byte_level,
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         "model": {
             "type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
@@ -335,7 +355,7 @@ def llama3_bpe():
     vocab, merges = train_byte_bpe(200)
     names = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
     specials = {t: len(vocab) + i for i, t in enumerate(names)}
-    tok = llama3_tokenizer_json(vocab, merges, specials, names[0])
+    tok = bpe_tokenizer_json(vocab, merges, specials, names[0], LLAMA3_SPLIT)
     with open(os.path.join(folder, "tokenizer.json"), "w") as f:
         json.dump(tok, f, ensure_ascii=False)
     cfg = {
@@ -389,7 +409,64 @@ def llama3_bpe():
         json.dump(expected, f)
 
 
+def qwen(name, model_type, architecture, extra):
+    """Qwen 2 / Qwen 3: Qwen's byte-level BPE (single digits, no bos), tied embeddings."""
+    folder = os.path.join(ROOT, name)
+    os.makedirs(folder, exist_ok=True)
+    vocab, merges = train_byte_bpe(180)
+    names = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    specials = {t: len(vocab) + i for i, t in enumerate(names)}
+    tok = bpe_tokenizer_json(vocab, merges, specials, None, QWEN2_SPLIT)
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    cfg = {
+        "architectures": [architecture],
+        "model_type": model_type,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": len(vocab) + len(names) + 3,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "bos_token_id": specials["<|endoftext|>"],
+        "eos_token_id": specials["<|im_end|>"],
+        "tie_word_embeddings": True,
+        "torch_dtype": "float16",
+        **extra,
+    }
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    tok_cfg = {
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "tokenizer_class": "Qwen2Tokenizer",
+        "chat_template": "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}",
+    }
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(tok_cfg, f, indent=2)
+    generator = torch.Generator().manual_seed(len(name))
+    w = llama_weights(cfg, generator)
+    write_safetensors(os.path.join(folder, "model.safetensors"), w)
+    ids, prompt_ids = reference_ids(folder, [TEXT, PROMPT])
+    logits = llama_logits({k: v.float() for k, v in w.items()}, cfg, prompt_ids)
+    expected = {
+        "text": TEXT,
+        "ids": ids,
+        "prompt": PROMPT,
+        "promptIds": prompt_ids,
+        "logits": [round(float(v), 6) for v in logits],
+    }
+    with open(os.path.join(ROOT, name + ".expected.json"), "w") as f:
+        json.dump(expected, f)
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     llama_spm()
     llama3_bpe()
+    qwen("qwen2-bpe", "qwen2", "Qwen2ForCausalLM", {})
+    qwen("qwen3-bpe", "qwen3", "Qwen3ForCausalLM", {"head_dim": 32})

@@ -154,15 +154,55 @@ const LLAMA: Architecture = {
         : undefined,
   metadata: (h, config, path) => [
     ...commonMetadata('llama', h),
+    ...headSizeMetadata('llama', h, config),
     ...ropeScalingMetadata('llama', config, path),
   ],
   generated: llama3RopeFreqs,
 };
 
+/** Key and value head size, written when config.json gives head_dim (it may differ from hidden / heads). */
+function headSizeMetadata(arch: string, h: Hyperparameters, config: JsonObject): GgufKv[] {
+  if (config['head_dim'] === undefined) return [];
+  return [u32(`${arch}.attention.key_length`, h.headDim), u32(`${arch}.attention.value_length`, h.headDim)];
+}
+
+/** Qwen 3's per-head RMS norms of q and k. */
+const QK_NORM: Readonly<Record<string, string>> = {
+  'self_attn.q_norm.weight': 'attn_q_norm.weight',
+  'self_attn.k_norm.weight': 'attn_k_norm.weight',
+};
+
+function qkNormName(name: string): string | undefined {
+  const m = /^model\.layers\.(\d+)\.(.+)$/.exec(name);
+  const mapped = m ? QK_NORM[m[2]!] : undefined;
+  return mapped !== undefined ? `blk.${m![1]}.${mapped}` : undefined;
+}
+
+/**
+ * Qwen 2 (q/k/v biases) and Qwen 3 (q/k norms): llama's tensors and hyperparameters, but
+ * llama.cpp applies their rotary embedding in the "neox" layout, which is Hugging Face's
+ * own, so no rows are permuted.
+ */
+function qwen(arch: string): Architecture {
+  return {
+    gguf: arch,
+    tensorName: (name) => qkNormName(name) ?? llamaGgufName(name),
+    permuteHeads: () => undefined,
+    metadata: (h, config, path) => [
+      ...commonMetadata(arch, h),
+      ...headSizeMetadata(arch, h, config),
+      ...ropeScalingMetadata(arch, config, path),
+    ],
+    generated: () => [],
+  };
+}
+
 /** config.json `architectures` class → the converter's architecture. */
 const BY_CLASS: Readonly<Record<string, Architecture>> = {
   LlamaForCausalLM: LLAMA,
   MistralForCausalLM: LLAMA, // llama.cpp runs Mistral as llama (convert_hf_to_gguf.py does too)
+  Qwen2ForCausalLM: qwen('qwen2'),
+  Qwen3ForCausalLM: qwen('qwen3'),
 };
 
 export const SUPPORTED_CLASSES = Object.keys(BY_CLASS);
@@ -198,6 +238,8 @@ export function expectedShape(ggufName: string, h: Hyperparameters): readonly nu
     'attn_k.weight': [kv, h.hidden],
     'attn_v.weight': [kv, h.hidden],
     'attn_output.weight': [h.hidden, q],
+    'attn_q_norm.weight': [h.headDim],
+    'attn_k_norm.weight': [h.headDim],
     'attn_q.bias': [q],
     'attn_k.bias': [kv],
     'attn_v.bias': [kv],
