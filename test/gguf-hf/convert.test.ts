@@ -31,8 +31,12 @@ async function header(path: string): Promise<GgufFileReader['header']> {
 const value = (v: GgufValue | undefined): unknown =>
   v?.type === 'array' ? v.value.map((x) => x.value) : v?.value;
 
-/** Minimum top-1 agreement with F32 over the prompt's positions (random weights leave near ties). */
-const AGREEMENT: Readonly<Record<string, number>> = { Q8_0: 0.9, Q4_0: 0.75, Q4_K: 0.75 };
+/**
+ * Minimum top-1 agreement with F32 over the prompt's positions. Random weights leave near ties
+ * that 4-bit rounding flips (measured: Q8_0 94-100 %, Q4_0 65-100 %, Q4_K 76-100 %); a broken
+ * quantization or layout agrees at chance, about 1/400.
+ */
+const AGREEMENT: Readonly<Record<string, number>> = { Q8_0: 0.9, Q4_0: 0.5, Q4_K: 0.5 };
 
 interface Fixture {
   readonly name: string;
@@ -51,6 +55,7 @@ const FIXTURES: readonly Fixture[] = [
   { name: 'llama3-bpe', arch: 'llama', tokenizer: 'gpt2', pre: 'llama-bpe', ropeFreqs: true, addBos: true },
   { name: 'qwen2-bpe', arch: 'qwen2', tokenizer: 'gpt2', pre: 'qwen2', ropeFreqs: false, addBos: false },
   { name: 'qwen3-bpe', arch: 'qwen3', tokenizer: 'gpt2', pre: 'qwen2', ropeFreqs: false, addBos: false },
+  { name: 'phi3-spm', arch: 'phi3', tokenizer: 'llama', pre: 'default', ropeFreqs: false, addBos: true },
 ];
 
 describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer, pre, ropeFreqs, addBos }) => {
@@ -77,13 +82,13 @@ describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer
     expect(value(kvs.get('general.file_type'))).toBe(7);
     expect(value(kvs.get(`${arch}.block_count`))).toBe(2);
     expect(value(kvs.get(`${arch}.embedding_length`))).toBe(64);
-    expect(value(kvs.get(`${arch}.attention.head_count_kv`))).toBe(2);
+    expect(value(kvs.get(`${arch}.attention.head_count_kv`))).toBe(arch === 'phi3' ? 4 : 2);
     expect(value(kvs.get('tokenizer.ggml.model'))).toBe(tokenizer);
     expect(value(kvs.get('tokenizer.ggml.pre'))).toBe(pre);
     expect(kvs.has('tokenizer.ggml.merges')).toBe(tokenizer === 'gpt2');
     expect(value(kvs.get('tokenizer.ggml.add_bos_token'))).toBe(addBos);
     const names = tensors.map((t) => t.name);
-    expect(names).toContain('blk.1.attn_q.weight');
+    expect(names).toContain(arch === 'phi3' ? 'blk.1.attn_qkv.weight' : 'blk.1.attn_q.weight');
     expect(names.includes('rope_freqs.weight')).toBe(ropeFreqs);
     const tokens = value(kvs.get('tokenizer.ggml.tokens')) as string[];
     expect(tokens).toHaveLength(exp.logits.length);

@@ -464,9 +464,77 @@ def qwen(name, model_type, architecture, extra):
         json.dump(expected, f)
 
 
+def phi3_spm():
+    """Phi-3: llama's network with fused qkv_proj and gate_up_proj, a SentencePiece tokenizer."""
+    name = "phi3-spm"
+    folder = os.path.join(ROOT, name)
+    os.makedirs(folder, exist_ok=True)
+    sp_bytes = train_sentencepiece(400)
+    with open(os.path.join(folder, "tokenizer.model"), "wb") as f:
+        f.write(sp_bytes)
+    sp = spm.SentencePieceProcessor(model_proto=sp_bytes)
+    cfg = {
+        "architectures": ["Phi3ForCausalLM"],
+        "model_type": "phi3",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "vocab_size": 408,
+        "max_position_embeddings": 512,
+        "original_max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "sliding_window": 511,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float16",
+    }
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    added = ["<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>"]  # beyond tokenizer.model, as Phi-3's
+    tok_cfg = {
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "chat_template": "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}",
+        "added_tokens_decoder": {
+            str(400 + i): {"content": t, "special": True, "lstrip": False, "rstrip": False, "normalized": False}
+            for i, t in enumerate(added)
+        },
+    }
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(tok_cfg, f, indent=2)
+    w = llama_weights(cfg, torch.Generator().manual_seed(99))
+    fused = dict(w)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        fused[p + "self_attn.qkv_proj.weight"] = torch.cat(
+            [fused.pop(p + f"self_attn.{x}_proj.weight") for x in "qkv"]
+        )
+        fused[p + "mlp.gate_up_proj.weight"] = torch.cat([fused.pop(p + f"mlp.{x}_proj.weight") for x in ("gate", "up")])
+    write_safetensors(os.path.join(folder, "model.safetensors"), fused)
+    prompt = [sp.bos_id()] + sp.encode(PROMPT)
+    logits = llama_logits({k: v.float() for k, v in w.items()}, cfg, prompt)
+    expected = {
+        "text": TEXT,
+        "ids": sp.encode(TEXT),
+        "prompt": PROMPT,
+        "promptIds": prompt,
+        "logits": [round(float(v), 6) for v in logits],
+    }
+    with open(os.path.join(ROOT, name + ".expected.json"), "w") as f:
+        json.dump(expected, f)
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     llama_spm()
     llama3_bpe()
     qwen("qwen2-bpe", "qwen2", "Qwen2ForCausalLM", {})
     qwen("qwen3-bpe", "qwen3", "Qwen3ForCausalLM", {"head_dim": 32})
+    phi3_spm()

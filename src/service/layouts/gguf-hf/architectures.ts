@@ -37,7 +37,24 @@ export interface Architecture {
   metadata(h: Hyperparameters, config: JsonObject, path: string): GgufKv[];
   /** Tensors the converter computes rather than copies (llama3's rope_freqs). */
   generated(h: Hyperparameters, config: JsonObject, path: string): GeneratedTensor[];
+  /** The tensors every block must have (GGUF names without the blk.N. prefix). */
+  readonly blockTensors: readonly string[];
+  /** The shape (safetensors order) config.json implies for a tensor, by its GGUF name. */
+  shapeOf(ggufName: string, h: Hyperparameters): readonly number[] | undefined;
 }
+
+/** What a llama-like block holds (biases and q/k norms are optional). */
+const LLAMA_BLOCK = [
+  'attn_norm.weight',
+  'attn_q.weight',
+  'attn_k.weight',
+  'attn_v.weight',
+  'attn_output.weight',
+  'ffn_norm.weight',
+  'ffn_gate.weight',
+  'ffn_up.weight',
+  'ffn_down.weight',
+];
 
 /** A float32 tensor made from config.json, by its GGUF name. */
 export interface GeneratedTensor {
@@ -158,6 +175,8 @@ const LLAMA: Architecture = {
     ...ropeScalingMetadata('llama', config, path),
   ],
   generated: llama3RopeFreqs,
+  blockTensors: LLAMA_BLOCK,
+  shapeOf: llamaShape,
 };
 
 /** Key and value head size, written when config.json gives head_dim (it may differ from hidden / heads). */
@@ -194,8 +213,58 @@ function qwen(arch: string): Architecture {
       ...ropeScalingMetadata(arch, config, path),
     ],
     generated: () => [],
+    blockTensors: LLAMA_BLOCK,
+    shapeOf: llamaShape,
   };
 }
+
+const PHI3_LAYER: Readonly<Record<string, string>> = {
+  'self_attn.qkv_proj.weight': 'attn_qkv.weight',
+  'mlp.gate_up_proj.weight': 'ffn_up.weight',
+};
+
+/**
+ * Phi-3: llama's network with q/k/v fused into one projection and gate/up into another (kept
+ * fused: llama.cpp splits them), rotary embedding in the neox layout (no permutation), and
+ * its own context keys. Its long-context variants (rope_scaling longrope) are refused.
+ */
+const PHI3: Architecture = {
+  gguf: 'phi3',
+  tensorName: (name) => {
+    const m = /^model\.layers\.(\d+)\.(.+)$/.exec(name);
+    const fused = m ? PHI3_LAYER[m[2]!] : undefined;
+    return fused !== undefined ? `blk.${m![1]}.${fused}` : llamaGgufName(name);
+  },
+  permuteHeads: () => undefined,
+  metadata: (h, config, path) => {
+    const kvs = [
+      ...commonMetadata('phi3', h),
+      u32(
+        'phi3.rope.scaling.original_context_length',
+        configInt(config, 'original_max_position_embeddings', path, h.context)!,
+      ),
+      ...ropeScalingMetadata('phi3', config, path),
+    ];
+    const window = configInt(config, 'sliding_window', path);
+    if (window !== undefined) kvs.push(u32('phi3.attention.sliding_window', window));
+    return kvs;
+  },
+  generated: () => [],
+  blockTensors: [
+    'attn_norm.weight',
+    'attn_qkv.weight',
+    'attn_output.weight',
+    'ffn_norm.weight',
+    'ffn_up.weight',
+    'ffn_down.weight',
+  ],
+  shapeOf: (name, h) => {
+    const base = name.replace(/^blk\.\d+\./, '');
+    if (base === 'attn_qkv.weight') return [(h.heads + 2 * h.kvHeads) * h.headDim, h.hidden];
+    if (base === 'ffn_up.weight') return [2 * h.ffn, h.hidden];
+    return llamaShape(name, h);
+  },
+};
 
 /** config.json `architectures` class → the converter's architecture. */
 const BY_CLASS: Readonly<Record<string, Architecture>> = {
@@ -203,6 +272,7 @@ const BY_CLASS: Readonly<Record<string, Architecture>> = {
   MistralForCausalLM: LLAMA, // llama.cpp runs Mistral as llama (convert_hf_to_gguf.py does too)
   Qwen2ForCausalLM: qwen('qwen2'),
   Qwen3ForCausalLM: qwen('qwen3'),
+  Phi3ForCausalLM: PHI3,
 };
 
 export const SUPPORTED_CLASSES = Object.keys(BY_CLASS);
@@ -223,8 +293,8 @@ export function architectureOf(config: JsonObject, path: string): Architecture {
   return arch;
 }
 
-/** The shape (safetensors order) llama.cpp expects for a tensor, by its GGUF name. */
-export function expectedShape(ggufName: string, h: Hyperparameters): readonly number[] | undefined {
+/** The shape (safetensors order) llama.cpp expects for a llama-like tensor, by its GGUF name. */
+function llamaShape(ggufName: string, h: Hyperparameters): readonly number[] | undefined {
   const q = h.heads * h.headDim;
   const kv = h.kvHeads * h.headDim;
   const base = ggufName.replace(/^blk\.\d+\./, '');

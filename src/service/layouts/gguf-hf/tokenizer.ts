@@ -4,7 +4,8 @@
  *
  * - SentencePiece (tokenizer.model): model "llama", pre-tokenizer "default", the pieces with
  *   their scores and types; a vocabulary shorter than config.json's vocab_size is padded with
- *   unused "[PAD{i}]" tokens so the embedding rows and the tokens agree.
+ *   unused "[PAD{i}]" tokens so the embedding rows and the tokens agree; tokens
+ *   tokenizer_config.json adds (added_tokens_decoder) take their ids.
  * - byte-level BPE (tokenizer.json, when there is no tokenizer.model): ./tokenizer-bpe.ts.
  * - special ids: SentencePiece's own ids, or the tokens tokenizer_config.json names, else
  *   config.json's *_token_id; add_bos/add_eos from tokenizer_config.json when it says (else,
@@ -34,7 +35,44 @@ interface Vocabulary {
   readonly ids: { bos: number; eos: number; unk: number; pad: number };
 }
 
-async function sentencePieceVocabulary(path: string, vocabSize: number): Promise<Vocabulary> {
+/**
+ * tokenizer_config.json's added_tokens_decoder ({"32000": {"content": "<|endoftext|>",
+ * "special": true}}): tokens outside tokenizer.model (Phi-3's chat tokens), placed at their ids;
+ * special ones are control tokens, others user-defined.
+ */
+function addedTokens(
+  tokens: string[],
+  types: number[],
+  tokenizerConfig: JsonObject,
+  vocabSize: number,
+  path: string,
+): void {
+  const decoder = tokenizerConfig['added_tokens_decoder'];
+  if (typeof decoder !== 'object' || decoder === null) return;
+  for (const [key, token] of Object.entries(decoder as JsonObject)) {
+    const id = Number(key);
+    const content = (token as JsonObject | null)?.['content'];
+    if (!Number.isSafeInteger(id) || id < 0 || typeof content !== 'string') {
+      throw hfInvalid(path, `added_tokens_decoder has a malformed entry ${JSON.stringify(key)}`);
+    }
+    if (id >= vocabSize) {
+      throw hfInvalid(
+        path,
+        `added token ${JSON.stringify(content)} has id ${id}, outside vocab_size ${vocabSize}`,
+      );
+    }
+    tokens[id] = content;
+    types[id] =
+      (token as JsonObject)['special'] === true ? SP_PIECE_TYPES.CONTROL : SP_PIECE_TYPES.USER_DEFINED;
+  }
+}
+
+async function sentencePieceVocabulary(
+  path: string,
+  vocabSize: number,
+  tokenizerConfig: JsonObject,
+  tokenizerConfigPath: string,
+): Promise<Vocabulary> {
   const sp = parseSentencePieceModel(await readBytes(path), path);
   if (sp.modelType !== 1 && sp.modelType !== 2) {
     throw hfInvalid(
@@ -56,6 +94,7 @@ async function sentencePieceVocabulary(path: string, vocabSize: number): Promise
     scores.push(-1000);
     types.push(SP_PIECE_TYPES.UNUSED);
   }
+  addedTokens(tokens, types, tokenizerConfig, vocabSize, tokenizerConfigPath);
   return {
     kvs: [
       str('tokenizer.ggml.model', 'llama'),
@@ -106,7 +145,12 @@ export async function tokenizerMetadata(folder: HfFolder, vocabSize: number): Pr
     };
     addBos ??= bpe.addsBos;
   } else if (folder.sentencePiece !== undefined) {
-    vocab = await sentencePieceVocabulary(folder.sentencePiece, vocabSize);
+    vocab = await sentencePieceVocabulary(
+      folder.sentencePiece,
+      vocabSize,
+      tc,
+      `${folder.dir}/tokenizer_config.json`,
+    );
   } else {
     throw hfInvalid(
       folder.dir,

@@ -20,8 +20,8 @@ import { runEncodeJobs, type EncodeJob, type JobSource, type LayoutHooks } from 
 import type { LayoutOptions, LayoutWriteResult } from '../types.js';
 import {
   architectureOf,
-  expectedShape,
   hyperparameters,
+  type Architecture,
   type GeneratedTensor,
   type Hyperparameters,
 } from './architectures.js';
@@ -82,23 +82,15 @@ interface Planned {
 
 const LAYER = /^blk\.(\d+)\./;
 
-/** Every tensor a llama-like block needs (biases and the untied output are optional). */
-const BLOCK_TENSORS = [
-  'attn_norm.weight',
-  'attn_q.weight',
-  'attn_k.weight',
-  'attn_v.weight',
-  'attn_output.weight',
-  'ffn_norm.weight',
-  'ffn_gate.weight',
-  'ffn_up.weight',
-  'ffn_down.weight',
-];
-
-function checkComplete(names: ReadonlySet<string>, h: Hyperparameters, dir: string): void {
+function checkComplete(
+  names: ReadonlySet<string>,
+  arch: Architecture,
+  h: Hyperparameters,
+  dir: string,
+): void {
   const required = ['token_embd.weight', 'output_norm.weight'];
   if (!h.tiedEmbeddings) required.push('output.weight');
-  for (let i = 0; i < h.layers; i++) required.push(...BLOCK_TENSORS.map((t) => `blk.${i}.${t}`));
+  for (let i = 0; i < h.layers; i++) required.push(...arch.blockTensors.map((t) => `blk.${i}.${t}`));
   const missing = required.filter((n) => !names.has(n));
   if (missing.length > 0) {
     throw hfInvalid(
@@ -139,7 +131,7 @@ export async function writeGgufFromFolder(
           });
         }
         const layer = LAYER.exec(name);
-        const expected = expectedShape(name, h);
+        const expected = arch.shapeOf(name, h);
         if (
           (layer && Number(layer[1]) >= h.layers) ||
           (expected !== undefined && shapeText(expected) !== shapeText(entry.shape))
@@ -168,7 +160,7 @@ export async function writeGgufFromFolder(
         });
       }
     }
-    checkComplete(names, h, dir);
+    checkComplete(names, arch, h, dir);
     const generated = arch.generated(h, folder.config, configPath);
     for (const g of generated) {
       if (names.has(g.name)) throw new QuantdError('NAME_COLLISION', { source: dir, tensor: g.name });
