@@ -43,7 +43,7 @@ import {
 } from '../../format/gguf.js';
 import { SafetensorsFileReader, SafetensorsFileWriter } from '../../format/safetensors-file.js';
 import type { TensorEntry, TensorPlan } from '../../format/safetensors.js';
-import { isDirectory } from './gguf-hf/folder.js';
+import { isDirectory, isModelFolder } from './gguf-hf/folder.js';
 import { writeGgufFromFolder } from './gguf-hf/write.js';
 import { llamaGgufName } from './gguf-names.js';
 import { safetensorsSource } from './linear-common.js';
@@ -364,4 +364,5 @@ export const ggufLayout: InteropLayout = {
   write: writeGguf,
   read: readGguf,
   detect: (_path: string, head: Uint8Array) => isGguf(head),
+  readsFolder: isModelFolder,
 };

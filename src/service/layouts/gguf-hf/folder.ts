@@ -47,6 +47,11 @@ async function exists(path: string): Promise<boolean> {
   }
 }
 
+/** Whether `path` is a Hugging Face model folder: a directory holding a config.json. */
+export async function isModelFolder(path: string): Promise<boolean> {
+  return (await isDirectory(path)) && (await exists(join(path, 'config.json')));
+}
+
 /** A JSON object file; `{}` when optional and absent. */
 export async function readJsonObject(path: string, required: boolean): Promise<JsonObject> {
   let text: string;
