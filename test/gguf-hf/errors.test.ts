@@ -18,10 +18,10 @@ const DIR = mkdtempSync(join(tmpdir(), 'quantd-gguf-hf-errors-'));
 afterAll(() => rmSync(DIR, { recursive: true, force: true }));
 let seq = 0;
 
-/** A copy of the llama fixture folder, changed by `edit`. */
-function folder(edit: (dir: string) => void): string {
+/** A copy of a fixture folder (the SentencePiece llama by default), changed by `edit`. */
+function folder(edit: (dir: string) => void, fixture = 'llama-spm'): string {
   const dir = join(DIR, `model-${seq++}`);
-  cpSync(fixtureDir('llama-spm'), dir, { recursive: true });
+  cpSync(fixtureDir(fixture), dir, { recursive: true });
   edit(dir);
   return dir;
 }
@@ -88,6 +88,32 @@ describe('HF folder → GGUF: refusals', () => {
     const err = await failure(folder((d) => editConfig(d, (c) => (c['vocab_size'] = 300))));
     expect(err.code).toBe('HF_MODEL_INVALID');
     expect(err.message).toMatch(/400 pieces but config\.json's vocab_size is 300/);
+  });
+
+  it('a tokenizer.json whose pre-tokenizer llama.cpp does not implement', async () => {
+    const dir = folder((d) => {
+      const path = join(d, 'tokenizer.json');
+      const tok = JSON.parse(readFileSync(path, 'utf8')) as { pre_tokenizer: unknown };
+      tok.pre_tokenizer = { type: 'Split', pattern: { Regex: '\\w+|\\s+' }, behavior: 'Isolated' };
+      writeFileSync(path, JSON.stringify(tok));
+    }, 'llama3-bpe');
+    const err = await failure(dir);
+    expect(err.code).toBe('HF_MODEL_INVALID');
+    expect(err.message).toMatch(
+      /tokenizer\.json: its pre-tokenizer \(split regex "\\\\w\+\|\\\\s\+"\) is not one/,
+    );
+  });
+
+  it('a tokenizer.json that is not byte-level BPE', async () => {
+    const dir = folder((d) => {
+      const path = join(d, 'tokenizer.json');
+      const tok = JSON.parse(readFileSync(path, 'utf8')) as { model: { type: string } };
+      tok.model.type = 'WordPiece';
+      writeFileSync(path, JSON.stringify(tok));
+    }, 'llama3-bpe');
+    const err = await failure(dir);
+    expect(err.code).toBe('HF_MODEL_INVALID');
+    expect(err.message).toMatch(/is not a BPE tokenizer/);
   });
 
   it('options that config.json decides', async () => {
