@@ -37,12 +37,12 @@ describe('HF folder → GGUF: architectures', () => {
 
   it('an unsupported class names itself and every supported one', async () => {
     const err = await ggufLayout
-      .write(withClass('llama-spm', 'Gemma2ForCausalLM'), join(DIR, 'gemma.gguf'), {})
+      .write(withClass('llama-spm', 'GPTNeoXForCausalLM'), join(DIR, 'neox.gguf'), {})
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(QuantdError);
     expect((err as QuantdError).code).toBe('FEATURE_UNSUPPORTED');
     expect((err as QuantdError).message).toContain(
-      'architecture Gemma2ForCausalLM cannot be converted to GGUF; supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM',
+      'architecture GPTNeoXForCausalLM cannot be converted to GGUF; supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM',
     );
   });
 });

@@ -56,6 +56,7 @@ const FIXTURES: readonly Fixture[] = [
   { name: 'qwen2-bpe', arch: 'qwen2', tokenizer: 'gpt2', pre: 'qwen2', ropeFreqs: false, addBos: false },
   { name: 'qwen3-bpe', arch: 'qwen3', tokenizer: 'gpt2', pre: 'qwen2', ropeFreqs: false, addBos: false },
   { name: 'phi3-spm', arch: 'phi3', tokenizer: 'llama', pre: 'default', ropeFreqs: false, addBos: true },
+  { name: 'gemma2-spm', arch: 'gemma2', tokenizer: 'llama', pre: 'default', ropeFreqs: false, addBos: true },
 ];
 
 describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer, pre, ropeFreqs, addBos }) => {
@@ -105,7 +106,9 @@ describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer
   it('F32 logits equal the reference forward pass', () => {
     const last = f32Logits[f32Logits.length - 1]!;
     expect(last).toHaveLength(exp.logits.length);
-    expect(maxAbsDiff(last, exp.logits)).toBeLessThan(1e-4);
+    // float32 rounding: within 1e-5 of the largest logit (Gemma 2's reach 30, its soft cap)
+    const scale = Math.max(...exp.logits.map(Math.abs));
+    expect(maxAbsDiff(last, exp.logits) / scale).toBeLessThan(1e-5);
   });
 
   it('F16 logits equal the reference forward pass to F16 activation rounding', async () => {

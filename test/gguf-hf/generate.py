@@ -56,7 +56,7 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
-def train_sentencepiece(vocab_size):
+def train_sentencepiece(vocab_size, add_dummy_prefix=True):
     """A Llama-2-style SentencePiece BPE model: identity normalization, byte fallback, split digits."""
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -69,7 +69,7 @@ def train_sentencepiece(vocab_size):
         split_digits=True,
         normalization_rule_name="identity",
         remove_extra_whitespaces=False,
-        add_dummy_prefix=True,
+        add_dummy_prefix=add_dummy_prefix,
         allow_whitespace_only_pieces=True,
         unk_id=0,
         bos_id=1,
@@ -531,6 +531,106 @@ def phi3_spm():
         json.dump(expected, f)
 
 
+def gemma_norm(x, w, eps):
+    return rms_norm(x, 1 + w, eps)
+
+
+def gemma2_logits(w, cfg, ids):
+    """Gemma 2: scaled embeddings, (1 + w) norms around attention and MLP, soft-capping, GELU (tanh)."""
+    heads, kv_heads, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps, inv_freq = cfg["rms_norm_eps"], inv_freq_of(cfg, hd)
+    x = w["model.embed_tokens.weight"][ids] * cfg["hidden_size"] ** 0.5
+    seq = len(ids)
+    mask = torch.full((seq, seq), float("-inf")).triu(1)
+    cap = cfg["attn_logit_softcapping"]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = gemma_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(seq, heads, hd).transpose(0, 1)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(seq, kv_heads, hd).transpose(0, 1)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(seq, kv_heads, hd).transpose(0, 1)
+        q, k = rope(q, inv_freq), rope(k, inv_freq)
+        k = k.repeat_interleave(heads // kv_heads, dim=0)
+        v = v.repeat_interleave(heads // kv_heads, dim=0)
+        scores = q @ k.transpose(1, 2) * cfg["query_pre_attn_scalar"] ** -0.5
+        scores = torch.tanh(scores / cap) * cap
+        o = (torch.softmax(scores + mask, dim=-1) @ v).transpose(0, 1).reshape(seq, heads * hd)
+        x = x + gemma_norm(o @ w[p + "self_attn.o_proj.weight"].T, w[p + "post_attention_layernorm.weight"], eps)
+        h = gemma_norm(x, w[p + "pre_feedforward_layernorm.weight"], eps)
+        gate = torch.nn.functional.gelu(h @ w[p + "mlp.gate_proj.weight"].T, approximate="tanh")
+        mlp = (gate * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        x = x + gemma_norm(mlp, w[p + "post_feedforward_layernorm.weight"], eps)
+    x = gemma_norm(x, w["model.norm.weight"], eps)
+    logits = x[-1] @ w["model.embed_tokens.weight"].T
+    return torch.tanh(logits / cfg["final_logit_softcapping"]) * cfg["final_logit_softcapping"]
+
+
+def gemma2_spm():
+    """Gemma 2 with a SentencePiece tokenizer that adds no dummy prefix (as Gemma's)."""
+    name = "gemma2-spm"
+    folder = os.path.join(ROOT, name)
+    os.makedirs(folder, exist_ok=True)
+    sp_bytes = train_sentencepiece(400, add_dummy_prefix=False)
+    with open(os.path.join(folder, "tokenizer.model"), "wb") as f:
+        f.write(sp_bytes)
+    sp = spm.SentencePieceProcessor(model_proto=sp_bytes)
+    cfg = {
+        "architectures": ["Gemma2ForCausalLM"],
+        "model_type": "gemma2",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "query_pre_attn_scalar": 16,
+        "vocab_size": 400,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0,
+        "sliding_window": 256,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float16",
+    }
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    tok_cfg = {
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "chat_template": "{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}",
+    }
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(tok_cfg, f, indent=2)
+    w = llama_weights(cfg, torch.Generator().manual_seed(77))
+    hidden = cfg["hidden_size"]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "pre_feedforward_layernorm.weight"] = w.pop(p + "post_attention_layernorm.weight")
+        for n in ("post_attention_layernorm", "post_feedforward_layernorm"):
+            w[p + n + ".weight"] = (torch.randn(hidden, generator=torch.Generator().manual_seed(i)) * 0.1).half()
+    for k in list(w):
+        if k.endswith("norm.weight"):  # Gemma's norms are stored minus one
+            w[k] = (w[k].float() - 1).half()
+    write_safetensors(os.path.join(folder, "model.safetensors"), w)
+    prompt = [sp.bos_id()] + sp.encode(PROMPT)
+    logits = gemma2_logits({k: v.float() for k, v in w.items()}, cfg, prompt)
+    expected = {
+        "text": TEXT,
+        "ids": sp.encode(TEXT),
+        "prompt": PROMPT,
+        "promptIds": prompt,
+        "logits": [round(float(v), 6) for v in logits],
+    }
+    with open(os.path.join(ROOT, name + ".expected.json"), "w") as f:
+        json.dump(expected, f)
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     llama_spm()
@@ -538,3 +638,4 @@ if __name__ == "__main__":
     qwen("qwen2-bpe", "qwen2", "Qwen2ForCausalLM", {})
     qwen("qwen3-bpe", "qwen3", "Qwen3ForCausalLM", {"head_dim": 32})
     phi3_spm()
+    gemma2_spm()

@@ -41,6 +41,8 @@ export interface Architecture {
   readonly blockTensors: readonly string[];
   /** The shape (safetensors order) config.json implies for a tensor, by its GGUF name. */
   shapeOf(ggufName: string, h: Hyperparameters): readonly number[] | undefined;
+  /** Whether a checkpoint tensor is stored plus one (Gemma's norms scale by 1 + w; llama.cpp by w). */
+  plusOne?(hfName: string): boolean;
 }
 
 /** What a llama-like block holds (biases and q/k norms are optional). */
@@ -266,6 +268,69 @@ const PHI3: Architecture = {
   },
 };
 
+const GEMMA2_LAYER: Readonly<Record<string, string>> = {
+  'input_layernorm.weight': 'attn_norm.weight',
+  'post_attention_layernorm.weight': 'post_attention_norm.weight',
+  'pre_feedforward_layernorm.weight': 'ffn_norm.weight',
+  'post_feedforward_layernorm.weight': 'post_ffw_norm.weight',
+};
+
+function numberOr(config: JsonObject, key: string, path: string, fallback: number): number {
+  return configNumber(config, key, path) ?? fallback;
+}
+
+/**
+ * Gemma 2: norms around both attention and MLP, soft-capped attention and output logits,
+ * sliding-window attention on alternate layers, tied embeddings, neox rotary layout. Its
+ * RMS norms scale by (1 + w), llama.cpp's by w: the converter stores w + 1. llama.cpp scales
+ * queries by 1/sqrt(head_dim) (1/sqrt(hidden/heads) for the 27B), so a config whose
+ * query_pre_attn_scalar says otherwise is refused.
+ */
+const GEMMA2: Architecture = {
+  gguf: 'gemma2',
+  tensorName: (name) => {
+    const m = /^model\.layers\.(\d+)\.(.+)$/.exec(name);
+    const mapped = m ? GEMMA2_LAYER[m[2]!] : undefined;
+    return mapped !== undefined ? `blk.${m![1]}.${mapped}` : llamaGgufName(name);
+  },
+  permuteHeads: () => undefined,
+  metadata: (h, config, path) => {
+    const scalar = configNumber(config, 'query_pre_attn_scalar', path);
+    const llamaCppScalar = h.layers === 46 ? h.hidden / h.heads : h.headDim;
+    if (scalar !== undefined && scalar !== llamaCppScalar) {
+      throw new QuantdError('FEATURE_UNSUPPORTED', {
+        detail: `${path}: query_pre_attn_scalar ${scalar}: llama.cpp scales Gemma 2 queries by 1/sqrt(${llamaCppScalar})`,
+      });
+    }
+    return [
+      ...commonMetadata('gemma2', h),
+      u32('gemma2.attention.key_length', h.headDim),
+      u32('gemma2.attention.value_length', h.headDim),
+      f32('gemma2.attn_logit_softcapping', numberOr(config, 'attn_logit_softcapping', path, 50)),
+      f32('gemma2.final_logit_softcapping', numberOr(config, 'final_logit_softcapping', path, 30)),
+      u32('gemma2.attention.sliding_window', configInt(config, 'sliding_window', path, 4096)!),
+      ...ropeScalingMetadata('gemma2', config, path),
+    ];
+  },
+  generated: () => [],
+  blockTensors: [
+    'attn_norm.weight',
+    'attn_q.weight',
+    'attn_k.weight',
+    'attn_v.weight',
+    'attn_output.weight',
+    'post_attention_norm.weight',
+    'ffn_norm.weight',
+    'ffn_gate.weight',
+    'ffn_up.weight',
+    'ffn_down.weight',
+    'post_ffw_norm.weight',
+  ],
+  shapeOf: (name, h) =>
+    /\.(post_attention_norm|post_ffw_norm)\.weight$/.test(name) ? [h.hidden] : llamaShape(name, h),
+  plusOne: (name) => name.endsWith('norm.weight'),
+};
+
 /** config.json `architectures` class → the converter's architecture. */
 const BY_CLASS: Readonly<Record<string, Architecture>> = {
   LlamaForCausalLM: LLAMA,
@@ -273,6 +338,7 @@ const BY_CLASS: Readonly<Record<string, Architecture>> = {
   Qwen2ForCausalLM: qwen('qwen2'),
   Qwen3ForCausalLM: qwen('qwen3'),
   Phi3ForCausalLM: PHI3,
+  Gemma2ForCausalLM: GEMMA2,
 };
 
 export const SUPPORTED_CLASSES = Object.keys(BY_CLASS);

@@ -102,6 +102,8 @@ async function sentencePieceVocabulary(
       strings('tokenizer.ggml.tokens', tokens),
       floats('tokenizer.ggml.scores', scores),
       int32s('tokenizer.ggml.token_type', types),
+      // whether a space is prepended before tokenizing (SentencePiece's add_dummy_prefix; Gemma's is off)
+      bool('tokenizer.ggml.add_space_prefix', sp.addDummyPrefix),
     ],
     ids: { bos: sp.bosId, eos: sp.eosId, unk: sp.unkId, pad: sp.padId },
   };

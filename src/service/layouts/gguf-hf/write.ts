@@ -8,6 +8,7 @@
 import { basename } from 'node:path';
 
 import { floatDTypeOfSt, numelOf } from '../../../core/dtypes.js';
+import { toFloat32 } from '../../../core/tensor.js';
 import { ggmlTensorBytes, ggmlTypeByName, isQuantType, QUANT_TYPES } from '../../../core/interop/ggml.js';
 import type { GgmlWriteType } from '../../../core/interop/ggml.js';
 import { QuantdError, shapeText } from '../../../errors/index.js';
@@ -74,6 +75,8 @@ type JobInput = ShardTensor | GeneratedTensor;
 
 interface Planned {
   readonly source: ShardTensor;
+  /** The tensor plus one, computed up front (small: Gemma's norms), written as F32. */
+  readonly plusOne?: GeneratedTensor;
   readonly name: string;
   readonly dims: number[];
   readonly type: GgmlWriteType;
@@ -98,6 +101,13 @@ function checkComplete(
       `config.json describes ${h.layers} layers but the weights lack ${missing.slice(0, 3).join(', ')}${missing.length > 3 ? ` and ${missing.length - 3} more` : ''}`,
     );
   }
+}
+
+/** A (small) checkpoint tensor read now, as float32 plus one. */
+async function plusOne(name: string, t: ShardTensor): Promise<GeneratedTensor> {
+  const data = toFloat32(await t.reader.read(t.entry, false), floatDTypeOfSt(t.entry.dtype)!);
+  for (let i = 0; i < data.length; i++) data[i]! += 1;
+  return { name, data };
 }
 
 export async function writeGgufFromFolder(
@@ -161,6 +171,10 @@ export async function writeGgufFromFolder(
       }
     }
     checkComplete(names, arch, h, dir);
+    for (const [i, p] of planned.entries()) {
+      if (arch.plusOne?.(p.source.entry.name) !== true) continue;
+      planned[i] = { ...p, type: 'F32', plusOne: await plusOne(p.name, p.source) };
+    }
     const generated = arch.generated(h, folder.config, configPath);
     for (const g of generated) {
       if (names.has(g.name)) throw new QuantdError('NAME_COLLISION', { source: dir, tensor: g.name });
@@ -186,7 +200,7 @@ export async function writeGgufFromFolder(
       outputs: [{ name: g.name, bytes: g.data.byteLength }],
       label: g.name,
     }));
-    const jobs = planned.map((p): EncodeJob<JobInput> => ({
+    const encodeJob = (p: Planned): EncodeJob<JobInput> => ({
       inputs: [p.source],
       outputs: [
         { name: p.name, bytes: ggmlTensorBytes(ggmlTypeByName(p.type)!, p.dims[0]!, numelOf(p.dims)) },
@@ -200,7 +214,16 @@ export async function writeGgufFromFolder(
         ...(p.permute !== undefined && { permute: { rows: p.source.entry.shape[0]!, heads: p.permute } }),
       },
       label: p.name,
-    }));
+    });
+    const jobs = planned.map((p): EncodeJob<JobInput> =>
+      p.plusOne !== undefined
+        ? {
+            inputs: [p.plusOne],
+            outputs: [{ name: p.name, bytes: p.plusOne.data.byteLength }],
+            label: p.name,
+          }
+        : encodeJob(p),
+    );
     const source: JobSource<JobInput> = {
       read: async (t, shared) =>
         'data' in t
