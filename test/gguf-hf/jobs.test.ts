@@ -3,13 +3,13 @@
  * with layout=gguf: the folder, sharded or not, becomes one model.gguf, byte-identical to
  * `quantd quantize DIR --layout gguf`. A folder without config.json keeps the single-file rule.
  */
-import { copyFileSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { SafetensorsFileReader } from '../../src/format/safetensors-file.js';
 import { ggufLayout } from '../../src/service/layouts/gguf.js';
-import { send, type TestServer } from '../http/helpers.js';
+import { expectProblem, send, type TestServer } from '../http/helpers.js';
 import {
   finished,
   json,
@@ -71,5 +71,18 @@ describe('jobs: a Hugging Face model folder → GGUF', () => {
     const got = await send(t.port, `/v1/jobs/${job.id}/result/model.gguf`);
     expect(got.status).toBe(200);
     expect(got.body.equals(readFileSync(expected))).toBe(true);
+  });
+
+  it('a folder whose config.json leads outside the data directory is refused at submission', async () => {
+    const folder = join(data, 'models', 'escape');
+    mkdirSync(folder);
+    copyFileSync(join(fixtureDir('llama-spm'), 'model.safetensors'), join(folder, 'model.safetensors'));
+    writeFileSync(join(root, 'secret.json'), '{"not": "yours"}');
+    symlinkSync(join(root, 'secret.json'), join(folder, 'config.json'));
+    expectProblem(
+      await submitPath(t.port, { input: 'models/escape', params: { layout: 'gguf' } }),
+      'PATH_FORBIDDEN',
+      ['models/escape/config.json', 'outside the data directory'],
+    );
   });
 });

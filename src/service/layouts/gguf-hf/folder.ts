@@ -75,6 +75,16 @@ export async function readJsonObject(path: string, required: boolean): Promise<J
   return json as JsonObject;
 }
 
+/** The files of a model folder the conversion reads besides its weights. */
+export const MODEL_FOLDER_FILES = [
+  'config.json',
+  'tokenizer_config.json',
+  'generation_config.json',
+  'special_tokens_map.json',
+  'tokenizer.model',
+  'tokenizer.json',
+] as const;
+
 /** Reads the folder's JSON files and finds its tokenizer and weight files. */
 export async function readHfFolder(dir: string): Promise<HfFolder> {
   const config = await readJsonObject(join(dir, 'config.json'), true);
