@@ -8,23 +8,10 @@
 import { QuantdError } from '../../../errors/index.js';
 import type { GgufKv } from '../../../format/gguf.js';
 import { llamaGgufName } from '../gguf-names.js';
-import { configNumber, configInt, hfInvalid, requireInt, type JsonObject } from './folder.js';
-import { f32, str, u32 } from './gguf-kv.js';
-
-/** What config.json says about the network's dimensions. */
-export interface Hyperparameters {
-  readonly layers: number;
-  readonly hidden: number;
-  readonly ffn: number;
-  readonly heads: number;
-  readonly kvHeads: number;
-  readonly headDim: number;
-  readonly vocab: number;
-  readonly context: number;
-  readonly normEps: number;
-  readonly ropeTheta: number;
-  readonly tiedEmbeddings: boolean;
-}
+import { configNumber, configInt, hfInvalid, type JsonObject } from './folder.js';
+import { f32, u32 } from './gguf-kv.js';
+import type { GeneratedTensor, Hyperparameters } from './hyperparameters.js';
+import { llama3RopeFreqs, ropeScalingMetadata } from './rope-scaling.js';
 
 export interface Architecture {
   /** general.architecture. */
@@ -58,33 +45,6 @@ const LLAMA_BLOCK = [
   'ffn_down.weight',
 ];
 
-/** A float32 tensor made from config.json, by its GGUF name. */
-export interface GeneratedTensor {
-  readonly name: string;
-  readonly data: Float32Array;
-}
-
-export function hyperparameters(config: JsonObject, path: string): Hyperparameters {
-  const hidden = requireInt(config, 'hidden_size', path);
-  const heads = requireInt(config, 'num_attention_heads', path);
-  if (heads === 0 || hidden % heads !== 0) {
-    throw hfInvalid(path, `hidden_size ${hidden} is not a multiple of num_attention_heads ${heads}`);
-  }
-  return {
-    layers: requireInt(config, 'num_hidden_layers', path),
-    hidden,
-    ffn: requireInt(config, 'intermediate_size', path),
-    heads,
-    kvHeads: configInt(config, 'num_key_value_heads', path, heads)!,
-    headDim: configInt(config, 'head_dim', path, hidden / heads)!,
-    vocab: requireInt(config, 'vocab_size', path),
-    context: requireInt(config, 'max_position_embeddings', path),
-    normEps: configNumber(config, 'rms_norm_eps', path) ?? 1e-5,
-    ropeTheta: configNumber(config, 'rope_theta', path) ?? 10000,
-    tiedEmbeddings: config['tie_word_embeddings'] === true,
-  };
-}
-
 /** The hyperparameters every llama-like architecture writes (the converter's common set). */
 function commonMetadata(arch: string, h: Hyperparameters): GgufKv[] {
   return [
@@ -99,67 +59,6 @@ function commonMetadata(arch: string, h: Hyperparameters): GgufKv[] {
     f32(`${arch}.attention.layer_norm_rms_epsilon`, h.normEps),
     u32(`${arch}.rope.dimension_count`, h.headDim),
   ];
-}
-
-/** config.json's rope_scaling and its type, or undefined when it has none. */
-function ropeScaling(config: JsonObject, path: string): { s: JsonObject; type: unknown } | undefined {
-  const scaling = config['rope_scaling'];
-  if (scaling === undefined || scaling === null) return undefined;
-  if (typeof scaling !== 'object' || Array.isArray(scaling)) {
-    throw hfInvalid(path, 'rope_scaling must be an object or null');
-  }
-  const s = scaling as JsonObject;
-  return { s, type: s['rope_type'] ?? s['type'] };
-}
-
-/** rope_scaling of config.json: linear scaling as metadata (llama3's is a rope_freqs tensor). */
-function ropeScalingMetadata(arch: string, config: JsonObject, path: string): GgufKv[] {
-  const scaling = ropeScaling(config, path);
-  if (scaling === undefined || scaling.type === 'llama3') return [];
-  const { s, type } = scaling;
-  if (type === 'linear') {
-    const factor = configNumber(s, 'factor', path);
-    if (factor === undefined) throw hfInvalid(path, 'rope_scaling of type linear has no factor');
-    return [str(`${arch}.rope.scaling.type`, 'linear'), f32(`${arch}.rope.scaling.factor`, factor)];
-  }
-  throw new QuantdError('FEATURE_UNSUPPORTED', {
-    detail: `${path}: rope_scaling type ${JSON.stringify(type)} is not supported by the GGUF conversion (supported: linear, llama3)`,
-  });
-}
-
-/**
- * Llama 3.1's rope scaling as llama.cpp applies it: a divisor per rotary frequency (the
- * rope_freqs tensor). Short wavelengths keep their frequency, long ones are divided by
- * `factor`, and the band between blends the two smoothly.
- */
-function llama3RopeFreqs(h: Hyperparameters, config: JsonObject, path: string): GeneratedTensor[] {
-  const scaling = ropeScaling(config, path);
-  if (scaling?.type !== 'llama3') return [];
-  const { s } = scaling;
-  const need = (key: string): number => {
-    const v = configNumber(s, key, path);
-    if (v === undefined || v <= 0)
-      throw hfInvalid(path, `rope_scaling of type llama3 needs a positive ${key}`);
-    return v;
-  };
-  const factor = need('factor');
-  const low = need('low_freq_factor');
-  const high = need('high_freq_factor');
-  const original = need('original_max_position_embeddings');
-  const lowWavelen = original / low;
-  const highWavelen = original / high;
-  const data = new Float32Array(h.headDim / 2);
-  for (let i = 0; i < data.length; i++) {
-    const freq = 1 / h.ropeTheta ** ((2 * i) / h.headDim);
-    const wavelen = (2 * Math.PI) / freq;
-    if (wavelen < highWavelen) data[i] = 1;
-    else if (wavelen > lowWavelen) data[i] = factor;
-    else {
-      const smooth = (original / wavelen - low) / (high - low);
-      data[i] = 1 / ((1 - smooth) / factor + smooth);
-    }
-  }
-  return [{ name: 'rope_freqs.weight', data }];
 }
 
 const LLAMA: Architecture = {

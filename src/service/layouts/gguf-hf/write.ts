@@ -19,13 +19,8 @@ import type { TensorEntry } from '../../../format/safetensors.js';
 import { ALIGNMENT, LLAMA_FTYPE, QUANTIZATION_VERSION, ggufTensorType } from '../gguf.js';
 import { runEncodeJobs, type EncodeJob, type JobSource, type LayoutHooks } from '../run-jobs.js';
 import type { LayoutOptions, LayoutWriteResult } from '../types.js';
-import {
-  architectureOf,
-  hyperparameters,
-  type Architecture,
-  type GeneratedTensor,
-  type Hyperparameters,
-} from './architectures.js';
+import { architectureOf, type Architecture } from './architectures.js';
+import { hyperparameters, type GeneratedTensor, type Hyperparameters } from './hyperparameters.js';
 import { hfInvalid, readHfFolder, weightFiles } from './folder.js';
 import { str, u32 } from './gguf-kv.js';
 import { tokenizerMetadata } from './tokenizer.js';
