@@ -163,6 +163,8 @@ export const catalogue = {
   GGUF_INVALID: bad('Malformed GGUF file', '{source}: {detail}'),
   // GPTQ / AWQ / bitsandbytes files read back by an interop layout (src/service/layouts/)
   LAYOUT_INVALID: bad('Malformed interop layout file', '{source}: tensor {tensor}: {detail}'),
+  // a Hugging Face model folder (config.json, tokenizer files, shards) converted to GGUF
+  HF_MODEL_INVALID: bad('Invalid Hugging Face model folder', '{path}: {detail}'),
   NOT_A_QTENSOR: bad(
     'Not a qtensor container',
     '{source}: no tensor carries quantd.qtensor/1 metadata; nothing to dequantize',

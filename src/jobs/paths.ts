@@ -11,14 +11,16 @@
  * path: anything else is JOB_NOT_FOUND, so that an id like `../../etc` never reaches the file
  * system. A model given by path (the JSON form of POST /v1/jobs) is resolved inside the data
  * directory with symlinks followed — the path itself, and every file of the model (the shards an
- * index names, the file a directory holds) — and must stay inside it and outside the jobs area
+ * index names, the file a directory holds, a model folder's config.json and tokenizer files) —
+ * and must stay inside it and outside the jobs area
  * (other jobs' uploads and results are not inputs): anything else is PATH_FORBIDDEN.
  */
 import { randomUUID } from 'node:crypto';
-import { realpath } from 'node:fs/promises';
+import { lstat, realpath } from 'node:fs/promises';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { QuantdError } from '../errors/index.js';
 import { resolveModelInput, type ModelInput } from '../service/index.js';
+import { MODEL_FOLDER_FILES } from '../service/layouts/gguf-hf/folder.js';
 
 /** A version 4 UUID, lower case, as randomUUID() makes them. */
 const JOB_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -97,6 +99,16 @@ export interface ResolvedInput {
 }
 
 /** A path's real path, with a missing file FILE_NOT_FOUND (named as the user gave it). */
+/** Whether a directory entry exists at `path` (a symlink counts, wherever it leads). */
+async function present(path: string): Promise<boolean> {
+  try {
+    await lstat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 async function real(path: string, shown: string): Promise<string> {
   try {
     return await realpath(path);
@@ -144,6 +156,10 @@ export async function resolveInputPath(data: DataDir, input: string): Promise<Re
   // The files the model reads: each resolved on its own (a shard may be a symlink elsewhere).
   for (const file of [...(model.index === null ? [] : [model.index]), ...model.files]) {
     await check(file, join(input, relative(path, file)));
+  }
+  // a model folder's config.json and tokenizer files, read by the gguf layout, likewise
+  for (const name of MODEL_FOLDER_FILES) {
+    if (await present(join(path, name))) await check(join(path, name), join(input, name));
   }
   return { path, model };
 }

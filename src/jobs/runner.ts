@@ -57,7 +57,9 @@ export interface RunOutcome {
  */
 export async function validatePlan(plan: JobPlan, input: string, model?: ModelInput): Promise<void> {
   const resolved = model ?? (await resolveModelInput(input));
-  if (plan.kind === 'layout' && (resolved.index !== null || resolved.files.length !== 1)) {
+  // a layout that converts whole model folders (gguf from a Hugging Face folder) reads its shards itself
+  const folder = plan.kind === 'layout' && (await plan.layout.readsFolder?.(input)) === true;
+  if (plan.kind === 'layout' && !folder && (resolved.index !== null || resolved.files.length !== 1)) {
     throw new QuantdError('FEATURE_UNSUPPORTED', {
       detail: `layout=${plan.text} reads one .safetensors file; ${basename(input)} is a sharded model (write the layout from a single-file model)`,
     });
@@ -81,7 +83,10 @@ export function outputPath(
   const ext = plan.kind === 'layout' ? layoutExtension(plan.layout) : '.safetensors';
   if (input.kind === 'upload') return join(resultDir, UPLOAD_RESULT_NAME.replace(/\.safetensors$/, ext));
   if (plan.kind === 'model' && input.model.index !== null) return resultDir;
-  const name = basename(input.model.files[0]!);
+  // a sharded model folder written as one file (gguf) is named after its index: model.gguf
+  const index = input.model.index;
+  const name =
+    index !== null ? basename(index).replace(/\.index\.json$/, '') : basename(input.model.files[0]!);
   return join(resultDir, plan.kind === 'layout' ? `${basename(name, extname(name))}${ext}` : name);
 }
 

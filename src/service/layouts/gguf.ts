@@ -15,6 +15,8 @@
  *   convert_hf_to_gguf.py does.
  * - Streaming: tensor infos need only shapes and types, so the header is written first and the
  *   tensors follow one at a time: memory is bounded by the largest tensor.
+ * - A Hugging Face model folder in (config.json, tokenizer, shards) gives a file llama.cpp runs:
+ *   hyperparameters, tokenizer and llama.cpp names from the folder (./gguf-hf/write.ts).
  */
 import { basename, extname } from 'node:path';
 
@@ -41,12 +43,15 @@ import {
 } from '../../format/gguf.js';
 import { SafetensorsFileReader, SafetensorsFileWriter } from '../../format/safetensors-file.js';
 import type { TensorEntry, TensorPlan } from '../../format/safetensors.js';
+import { isDirectory, isModelFolder } from './gguf-hf/folder.js';
+import { writeGgufFromFolder } from './gguf-hf/write.js';
+import { llamaGgufName } from './gguf-names.js';
 import { inLayout, safetensorsSource } from './linear-common.js';
 import { runEncodeJobs, sharedIf, type EncodeJob, type LayoutHooks } from './run-jobs.js';
 import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
 
 const OPTIONS: Readonly<Record<string, string>> = {
-  type: `ggml type of the weights: ${QUANT_TYPES.join(', ')} (default Q8_0)`,
+  type: `ggml type of the weights: ${QUANT_TYPES.join(', ')} (default Q8_0); F32 or F16 too for a model folder`,
   arch: 'general.architecture (default "llama" for a llama-like checkpoint; required otherwise)',
   name: 'general.name (default: the input file name without its extension)',
   names:
@@ -161,44 +166,9 @@ export function ggufTensorType(name: string, shape: readonly number[], quant: Gg
   return { type: 'F16', note: `F16 (row of ${ne0} is not a multiple of ${fallback ? 32 : block})` };
 }
 
-// --- llama.cpp names -----------------------------------------------------------------------------
+// --- llama.cpp names (./gguf-names.ts) --------------------------------------------------------
 
-const LLAMA_GLOBAL: Readonly<Record<string, string>> = {
-  'model.embed_tokens.weight': 'token_embd.weight',
-  'model.norm.weight': 'output_norm.weight',
-  'lm_head.weight': 'output.weight',
-};
-
-const LLAMA_LAYER: Readonly<Record<string, string>> = {
-  'input_layernorm.weight': 'attn_norm.weight',
-  'post_attention_layernorm.weight': 'ffn_norm.weight',
-  'self_attn.q_proj.weight': 'attn_q.weight',
-  'self_attn.k_proj.weight': 'attn_k.weight',
-  'self_attn.v_proj.weight': 'attn_v.weight',
-  'self_attn.o_proj.weight': 'attn_output.weight',
-  'self_attn.q_proj.bias': 'attn_q.bias',
-  'self_attn.k_proj.bias': 'attn_k.bias',
-  'self_attn.v_proj.bias': 'attn_v.bias',
-  'self_attn.o_proj.bias': 'attn_output.bias',
-  'mlp.gate_proj.weight': 'ffn_gate.weight',
-  'mlp.up_proj.weight': 'ffn_up.weight',
-  'mlp.down_proj.weight': 'ffn_down.weight',
-};
-
-const LAYER_NAME = /^model\.layers\.(\d+)\.(.+)$/;
-
-/**
- * llama.cpp's name of a llama checkpoint tensor (convert_hf_to_gguf.py's tensor map), null for
- * buffers the converter drops (rotary_emb.inv_freq), undefined when it has none.
- */
-export function llamaGgufName(name: string): string | null | undefined {
-  if (name.endsWith('rotary_emb.inv_freq')) return null;
-  const global = LLAMA_GLOBAL[name];
-  if (global !== undefined) return global;
-  const m = LAYER_NAME.exec(name);
-  const mapped = m ? LLAMA_LAYER[m[2]!] : undefined;
-  return m && mapped !== undefined ? `blk.${m[1]}.${mapped}` : undefined;
-}
+export { llamaGgufName };
 
 /** Whether the checkpoint looks like a llama one (all float tensors have a llama.cpp name). */
 function isLlamaLike(entries: readonly TensorEntry[]): boolean {
@@ -280,6 +250,7 @@ async function writeGguf(
   options: LayoutOptions,
   hooks: LayoutHooks = {},
 ): Promise<LayoutWriteResult> {
+  if (await isDirectory(input)) return writeGgufFromFolder(input, output, options, hooks);
   const o = ggufOptions(options);
   const reader = await SafetensorsFileReader.open(input);
   try {
@@ -398,4 +369,5 @@ export const ggufLayout: InteropLayout = {
   write: writeGguf,
   read: readGguf,
   detect: (_path: string, head: Uint8Array) => isGguf(head),
+  readsFolder: isModelFolder,
 };

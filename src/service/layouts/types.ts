@@ -50,4 +50,9 @@ export interface InteropLayout {
   read(input: string, output: string, hooks?: LayoutHooks): Promise<{ readonly tensors: number }>;
   /** Whether `path` (first bytes given) is a file of this layout, for dequantize auto-detection. */
   detect(path: string, head: Uint8Array): boolean;
+  /**
+   * Whether write() takes `path` as a whole model folder (GGUF: a Hugging Face folder with its
+   * config.json and tokenizer, sharded or not) rather than one .safetensors file.
+   */
+  readsFolder?(path: string): Promise<boolean>;
 }
