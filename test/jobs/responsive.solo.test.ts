@@ -94,7 +94,7 @@ describe('a 256 MiB GPTQ layout job', () => {
         if (cpuStart === 0) [cpuStart, wallStart] = [cpuSeconds(pid), performance.now()];
         [cpuEnd, wallEnd] = [cpuSeconds(pid), performance.now()];
       }
-      await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, 1)); // many probes: a p99 that one scheduler hiccup cannot decide
       if (i % 10 === 0) job = await getJob(server.port, id);
     }
     expect(job.state, JSON.stringify(job.error)).toBe('succeeded');
@@ -128,7 +128,7 @@ describe('a 16 MiB greedy range search (TypeScript only: no kernel covers it)', 
       const health = await send(server.port, '/healthz');
       latencies.push(performance.now() - t0);
       expect(health.status).toBe(200);
-      await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, 1)); // many probes: a p99 that one scheduler hiccup cannot decide
     }
     const reply = await request;
     expect(reply.status, reply.body.toString().slice(0, 300)).toBe(200);
