@@ -13,7 +13,7 @@ import { randomBytes } from 'node:crypto';
 import { catalogue, QuantdError, type ErrorCode } from '../errors/index.js';
 import { flagKey } from '../core/index.js';
 import { ALL_OPTION_ROWS, writeFileAtomic } from '../service/index.js';
-import type { Io } from './main.js';
+import type { Io } from './io.js';
 import type { ParsedCommand } from './args.js';
 import { defaultReportPath, readRecipeFile, usesRecipe } from './model-options.js';
 import { humanBytes } from './output.js';

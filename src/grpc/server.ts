@@ -258,7 +258,3 @@ function reportError(err: unknown, options: GrpcServerOptions, rpc: string): Grp
   return out;
 }
 
-/** The proto text, for tools that want it (and a check that it ships with the package). */
-export function protoText(): string {
-  return readFileSync(join(PROTO_ROOT, PROTO_FILE), 'utf8');
-}
