@@ -101,4 +101,3 @@ export function dequantizeTensor(input: QuantizedInput, outDType: FloatDType): U
   checkCodesLength(input);
   return fromFloat32(dequantize(input.data, input.spec.qdtype, input.layout, input.qparams), outDType);
 }
-

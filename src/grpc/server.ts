@@ -257,4 +257,3 @@ function reportError(err: unknown, options: GrpcServerOptions, rpc: string): Grp
   }
   return out;
 }
-

@@ -6,7 +6,6 @@
  */
 import { ggmlTypeByName } from '../core/interop/ggml.js';
 
-
 /** qd_codes */
 export const CODES = {
   int8: 0,

@@ -28,7 +28,6 @@ export interface RunningServer {
   shutdown(reason: string): Promise<void>;
 }
 
-
 /** A port that cannot be had (taken, or not ours to bind) is a configuration error naming it. */
 function listenError(err: unknown, key: string, host: string, port: number): unknown {
   const code = (err as NodeJS.ErrnoException).code ?? '';

@@ -237,4 +237,3 @@ export function awqDequantize(
   }
   return w;
 }
-

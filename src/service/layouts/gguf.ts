@@ -140,7 +140,13 @@ function isLlamaLike(entries: readonly TensorEntry[]): boolean {
 }
 
 export { permuteHeads };
-export { ALIGNMENT, LLAMA_FTYPE, QUANTIZATION_VERSION, ggufTensorType, type TensorChoice } from './gguf-types.js';
+export {
+  ALIGNMENT,
+  LLAMA_FTYPE,
+  QUANTIZATION_VERSION,
+  ggufTensorType,
+  type TensorChoice,
+} from './gguf-types.js';
 
 // --- writing -----------------------------------------------------------------------------------
 
