@@ -1,4 +1,4 @@
-/** The package's own facts (its version), read where any layer can: node built-ins only. */
+/** The package's own facts (its root, its version), for any layer: node built-ins only. */
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,4 +27,15 @@ export function packageVersion(): string {
       throw new Error(`no package.json with a version above ${fileURLToPath(import.meta.url)}`);
     dir = parent;
   }
+}
+
+/**
+ * The package's root directory (with a trailing /): this module runs from dist/src/ (built) or
+ * src/ (the sources, under vitest), both one level below the root; dist/workers, build/Release
+ * and native/wasm are found from there.
+ */
+export function packageRoot(): string {
+  const here = new URL('.', import.meta.url).pathname;
+  const marker = here.includes('/dist/src/') ? '/dist/src/' : '/src/';
+  return here.slice(0, here.lastIndexOf(marker) + 1);
 }
