@@ -1,5 +1,6 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
+import quantd from './eslint-rules/layers.js';
 
 export default tseslint.config(
   { ignores: ['dist/', 'node_modules/', 'build/', 'native/**/*.js', 'coverage/'] },
@@ -36,5 +37,11 @@ export default tseslint.config(
       eqeqeq: ['error', 'always'],
       'prefer-const': 'error',
     },
+  },
+  {
+    // the layering of docs/architecture.md: imports go down, never up or across, and never loop
+    files: ['src/**/*.ts', 'workers/**/*.ts'],
+    plugins: { quantd },
+    rules: { 'quantd/layers': 'error', 'quantd/no-cycle': 'error' },
   },
 );

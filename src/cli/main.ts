@@ -23,15 +23,11 @@ import { USAGE, parseCommand, specOptionsOf, type ParsedCommand } from './args.j
 import { detectLayout, layoutHelp, writeLayout } from './layout-command.js';
 import { defaultReportPath, recipeOf, runShapeOf, usesRecipe } from './model-options.js';
 import { humanBytes, renderSummary } from './output.js';
-import { ProgressReporter, type ProgressSink } from './progress.js';
+import type { Io } from './io.js';
+import { ProgressReporter } from './progress.js';
 import { runRemote } from './remote.js';
 
-export interface Io {
-  readonly stdout: (text: string) => void;
-  readonly stderr: (text: string) => void;
-  /** Where progress goes (stderr); none when absent. */
-  readonly progress?: ProgressSink;
-}
+export type { Io } from './io.js';
 
 const processIo: Io = {
   stdout: (text) => process.stdout.write(text + '\n'),

@@ -8,12 +8,12 @@ import { createReadStream } from 'node:fs';
 import { open, rename, rm, stat } from 'node:fs/promises';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { basename, dirname, join } from 'node:path';
-import { randomBytes } from 'node:crypto';
+import { dirname } from 'node:path';
 import { catalogue, QuantdError, type ErrorCode } from '../errors/index.js';
 import { flagKey } from '../core/index.js';
 import { ALL_OPTION_ROWS, writeFileAtomic } from '../service/index.js';
-import type { Io } from './main.js';
+import { syncDirectory, tempPathFor, writeError } from '../format/file-io.js';
+import type { Io } from './io.js';
 import type { ParsedCommand } from './args.js';
 import { defaultReportPath, readRecipeFile, usesRecipe } from './model-options.js';
 import { humanBytes } from './output.js';
@@ -108,12 +108,9 @@ interface Job {
 /** Streams a download into `path` atomically, counting bytes for the progress line. */
 async function download(reply: Reply, path: string, onBytes: (n: number) => void): Promise<void> {
   if (reply.status !== 200) throw await failure(reply);
-  const temp = join(
-    dirname(path),
-    `.${basename(path).slice(0, 200)}.quantd-tmp-${randomBytes(6).toString('hex')}`,
-  );
-  const fh = await open(temp, 'wx').catch((err: Error) => {
-    throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail: err.message });
+  const temp = tempPathFor(path);
+  const fh = await open(temp, 'wx').catch((err: unknown) => {
+    throw writeError(path, err);
   });
   try {
     for await (const chunk of reply.body) {
@@ -126,10 +123,9 @@ async function download(reply: Reply, path: string, onBytes: (n: number) => void
   } catch (err) {
     await fh.close().catch(() => undefined);
     await rm(temp, { force: true });
-    throw err instanceof QuantdError
-      ? err
-      : new QuantdError('OUTPUT_UNWRITABLE', { path, detail: (err as Error).message });
+    throw writeError(path, err);
   }
+  await syncDirectory(dirname(path));
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));

@@ -1,17 +1,17 @@
 /**
  * The tensor-level operations every backend implements and every transport ends in: bytes of a
  * float tensor plus a spec in, bytes of codes and qparams out. This TypeScript version is the
- * reference the native, WebAssembly and CUDA kernels are tested against.
+ * reference the native and WebAssembly kernels are tested against.
  */
 import type { FloatDType } from './dtypes.js';
-import { QDTYPE_INFO, quantizedByteLength } from './dtypes.js';
+import { quantizedByteLength } from './dtypes.js';
 import { QuantdError } from '../errors/index.js';
 import { dequantize } from './dequantize.js';
 import { checkFakeQuantizable, fakeQuantize } from './fake-quantize.js';
 import type { Layout } from './layout.js';
 import { chooseQParams, type QParams } from './qparams.js';
 import { quantize } from './quantize.js';
-import type { QualityStats } from './quality.js';
+import type { QualityStats } from './quality-stats.js';
 import type { QuantSpec } from './spec.js';
 import { fromFloat32, toFloat32 } from './tensor.js';
 import { validateQParams } from './validate-qparams.js';
@@ -100,9 +100,4 @@ export function dequantizeTensor(input: QuantizedInput, outDType: FloatDType): U
   validateQParams(input.name, input.qparams, input.spec);
   checkCodesLength(input);
   return fromFloat32(dequantize(input.data, input.spec.qdtype, input.layout, input.qparams), outDType);
-}
-
-/** True when the qdtype stores its codes packed several to a byte. */
-export function isPacked(spec: QuantSpec): boolean {
-  return QDTYPE_INFO[spec.qdtype].bits < 8;
 }

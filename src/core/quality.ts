@@ -13,14 +13,9 @@ import { fround, rint } from './rounding.js';
 import type { FloatInput, QuantizeOutput } from './ops.js';
 import type { QuantSpec } from './spec.js';
 import { toFloat32 } from './tensor.js';
+import type { QualityStats } from './quality-stats.js';
 
-export interface QualityStats {
-  sumSqError: number;
-  sumSqValue: number;
-  maxAbsError: number;
-  clipped: number;
-  count: number;
-}
+export type { QualityStats } from './quality-stats.js';
 
 export const emptyQuality = (): QualityStats => ({
   sumSqError: 0,

@@ -50,6 +50,15 @@ export function isQuantdError(value: unknown): value is QuantdError {
   return value instanceof QuantdError;
 }
 
+/**
+ * Anything thrown, as the error a client gets: a QuantdError as it is, anything else INTERNAL
+ * (with its message). Transports map their own library's errors first (src/http/problem.ts).
+ */
+export function toQuantdError(err: unknown): QuantdError {
+  if (isQuantdError(err)) return err;
+  return new QuantdError('INTERNAL', { detail: err instanceof Error ? err.message : String(err) });
+}
+
 /** Shapes render as [2, 3] in messages. */
 export function shapeText(shape: readonly number[]): string {
   return `[${shape.join(', ')}]`;

@@ -9,7 +9,7 @@ import { open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
-import { errorDetail, openRegularFile, resolveOutput, tempPathFor, writeError } from './file-errors.js';
+import { openRegularFile, readFully, resolveOutput, tempPathFor, writeError, writeFully } from './file-io.js';
 import {
   GgufNeedMore,
   parseGgufHeader,
@@ -24,25 +24,18 @@ import {
 export const GGUF_HEADER_LIMIT = 512 * 1024 * 1024;
 const FIRST_READ = 1024 * 1024;
 
-async function readAt(fh: FileHandle, position: number, length: number, path: string): Promise<Uint8Array> {
-  const buffer = new Uint8Array(length);
-  let done = 0;
-  while (done < length) {
-    let bytesRead: number;
-    try {
-      ({ bytesRead } = await fh.read(buffer, done, length - done, position + done));
-    } catch (err) {
-      throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
-    }
-    if (bytesRead === 0) {
-      throw new QuantdError('GGUF_INVALID', {
+function readAt(fh: FileHandle, position: number, length: number, path: string): Promise<Uint8Array> {
+  return readFully(
+    fh,
+    new Uint8Array(length),
+    position,
+    path,
+    (done) =>
+      new QuantdError('GGUF_INVALID', {
         source: path,
         detail: `the file ended at byte ${position + done} while reading ${length} bytes at ${position}`,
-      });
-    }
-    done += bytesRead;
-  }
-  return buffer;
+      }),
+  );
 }
 
 export class GgufFileReader {
@@ -229,11 +222,7 @@ export class GgufFileWriter {
     }
   }
 
-  private async writeAt(data: Uint8Array, position: number): Promise<void> {
-    let done = 0;
-    while (done < data.length) {
-      const { bytesWritten } = await this.handle.write(data, done, data.length - done, position + done);
-      done += bytesWritten;
-    }
+  private writeAt(data: Uint8Array, position: number): Promise<void> {
+    return writeFully(this.handle, data, position);
   }
 }

@@ -566,9 +566,3 @@ export function parseGgufHeader(bytes: Uint8Array, fileSize: number, source: str
 export function isGguf(head: Uint8Array): boolean {
   return head.length >= 4 && head[0] === 0x47 && head[1] === 0x47 && head[2] === 0x55 && head[3] === 0x46;
 }
-
-/** A metadata string, or undefined when absent or not a string. */
-export function ggufString(header: GgufHeader, key: string): string | undefined {
-  const v = header.kvs.get(key);
-  return v?.type === 'string' ? v.value : undefined;
-}

@@ -27,7 +27,7 @@ import {
   type OnnxInitializer,
   type OnnxModel,
 } from './onnx.js';
-import { tempPathFor, writeError } from './file-errors.js';
+import { readFully, syncDirectory, tempPathFor, writeError, writeFully } from './file-io.js';
 
 /** Largest model file (ModelProto) read: protobuf's own message limit. */
 export const ONNX_MODEL_LIMIT = 2 ** 31 - 1;
@@ -71,23 +71,6 @@ async function renameTarget(path: string): Promise<string> {
     });
   }
   return target;
-}
-
-async function syncDirectory(dir: string): Promise<void> {
-  try {
-    const fh = await open(dir, 'r');
-    await fh.sync().finally(() => fh.close());
-  } catch {
-    // best effort: some file systems refuse to fsync a directory
-  }
-}
-
-async function writeAll(fh: FileHandle, data: Uint8Array, position: number): Promise<void> {
-  let done = 0;
-  while (done < data.length) {
-    const { bytesWritten } = await fh.write(data, done, data.length - done, position + done);
-    done += bytesWritten;
-  }
 }
 
 export class OnnxFileWriter {
@@ -173,7 +156,7 @@ export class OnnxFileWriter {
     const offset = this.offsets[this.next]!;
     this.next++;
     try {
-      await writeAll(this.handle, data, offset);
+      await writeFully(this.handle, data, offset);
     } catch (err) {
       await this.abort();
       throw writeError(this.dataPath, err);
@@ -202,7 +185,7 @@ export class OnnxFileWriter {
     try {
       const fh = await open(modelTemp, 'wx');
       try {
-        await writeAll(fh, encodeModel(this.model), 0);
+        await writeFully(fh, encodeModel(this.model), 0);
         await fh.sync();
       } finally {
         await fh.close();
@@ -322,19 +305,9 @@ export class OnnxFileReader {
         `external data ${location} holds ${file.size} bytes; the tensor needs bytes ${offset} to ${offset + bytes}`,
       );
     }
-    const out = new Uint8Array(bytes);
-    let done = 0;
-    while (done < bytes) {
-      let bytesRead: number;
-      try {
-        ({ bytesRead } = await file.fh.read(out, done, bytes - done, offset + done));
-      } catch (err) {
-        throw new QuantdError('FILE_UNREADABLE', { path: location, detail: errorDetail(err) });
-      }
-      if (bytesRead === 0) throw onnxInvalid(this.path, t.name, `external data ${location} ended early`);
-      done += bytesRead;
-    }
-    return out;
+    return readFully(file.fh, new Uint8Array(bytes), offset, location, () =>
+      onnxInvalid(this.path, t.name, `external data ${location} ended early`),
+    );
   }
 
   private async dataFile(location: string, tensor: string): Promise<{ fh: FileHandle; size: number }> {

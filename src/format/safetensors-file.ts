@@ -9,7 +9,17 @@ import { open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
-import { errorDetail, openRegularFile, resolveOutput, tempPathFor, writeError } from './file-errors.js';
+import {
+  errorDetail,
+  openRegularFile,
+  readFully,
+  resolveOutput,
+  syncDirectory,
+  tempPathFor,
+  writeError,
+  writeFileAtomic,
+  writeFully,
+} from './file-io.js';
 import {
   DEFAULT_HEADER_LIMIT,
   encodeHeader,
@@ -26,8 +36,8 @@ function internal(detail: string): QuantdError {
   return new QuantdError('INTERNAL', { detail });
 }
 
-/** Reads exactly `length` bytes at `position`, looping over short reads. */
-async function readExactly(
+/** Reads exactly `length` bytes at `position` (a SharedArrayBuffer when `shared`, or from `allocate`). */
+function readExactly(
   fh: FileHandle,
   position: number,
   length: number,
@@ -39,26 +49,19 @@ async function readExactly(
   const buffer = allocate
     ? allocate(length, shared)
     : new Uint8Array(shared ? new SharedArrayBuffer(length) : new ArrayBuffer(length));
-  let done = 0;
-  while (done < length) {
-    let bytesRead: number;
-    try {
-      ({ bytesRead } = await fh.read(buffer, done, length - done, position + done));
-    } catch (err) {
-      throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
-    }
-    // The size came from fstat; hitting the end early means the file shrank under us.
-    if (bytesRead === 0) {
-      throw new QuantdError('SAFETENSORS_TRUNCATED', {
+  return readFully(
+    fh,
+    buffer,
+    position,
+    path,
+    (done) =>
+      new QuantdError('SAFETENSORS_TRUNCATED', {
         source: path,
         detail: `the file ended while reading ${what}`,
         expected: position + length,
         actual: position + done,
-      });
-    }
-    done += bytesRead;
-  }
-  return buffer;
+      }),
+  );
 }
 
 export class SafetensorsFileReader {
@@ -334,49 +337,12 @@ export class SafetensorsFileWriter {
     this.busy = null;
   }
 
-  private async writeAt(data: Uint8Array, position: number): Promise<void> {
-    let done = 0;
-    while (done < data.length) {
-      const { bytesWritten } = await this.handle.write(data, done, data.length - done, position + done);
-      done += bytesWritten;
-    }
+  private writeAt(data: Uint8Array, position: number): Promise<void> {
+    return writeFully(this.handle, data, position);
   }
 }
 
-/**
- * Makes the rename itself durable. Best effort: some platforms and file systems refuse to
- * fsync a directory, and the data is already safely in the renamed file by then.
- */
-async function syncDirectory(dir: string): Promise<void> {
-  try {
-    const fh = await open(dir, 'r');
-    await fh.sync().finally(() => fh.close());
-  } catch {
-    // ignored, see above
-  }
-}
-
-/**
- * Writes a small file (a report, an index, a config) atomically: a temporary file beside it,
- * fsynced, renamed over `path`. Errors name `path`, never the temporary file.
- */
-export async function writeFileAtomic(path: string, content: string | Uint8Array): Promise<void> {
-  const temp = tempPathFor(path);
-  try {
-    const fh = await open(temp, 'wx');
-    try {
-      await fh.writeFile(content);
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    await rename(temp, path);
-  } catch (err) {
-    await unlink(temp).catch(() => undefined);
-    throw writeError(path, err);
-  }
-  await syncDirectory(dirname(path));
-}
+export { writeFileAtomic };
 
 /**
  * Hashing is synchronous: a slice at a time, yielding between slices, keeps a large tensor's

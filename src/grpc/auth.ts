@@ -1,6 +1,6 @@
-/** The HTTP bearer-token check (src/http/auth.ts) applied to gRPC call metadata. */
+/** The bearer-token check (src/service/auth.ts) applied to gRPC call metadata. */
 import type { Metadata } from '@grpc/grpc-js';
-import { makeAuthenticator } from '../http/auth.js';
+import { makeAuthenticator } from '../service/auth.js';
 
 export function makeMetadataAuthenticator(keys: readonly string[]): ((metadata: Metadata) => void) | null {
   const check = makeAuthenticator(keys);

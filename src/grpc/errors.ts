@@ -15,8 +15,7 @@
  * - if building the error fails anyway, the answer is a fixed INTERNAL error, never a throw.
  */
 import { Metadata, type ServiceError } from '@grpc/grpc-js';
-import { grpcStatusFor, isQuantdError, QuantdError } from '../errors/index.js';
-import { asQuantdError } from '../http/problem.js';
+import { grpcStatusFor, QuantdError, toQuantdError } from '../errors/index.js';
 
 export interface GrpcError extends Partial<ServiceError> {
   readonly code: number;
@@ -37,7 +36,7 @@ export const MAX_SENT = 3072;
 /** The gRPC error of `err`; never throws. */
 export function errorForGrpc(err: unknown): GrpcError {
   try {
-    return grpcError(isQuantdError(err) ? err : asQuantdError(err));
+    return grpcError(toQuantdError(err));
   } catch (failure) {
     // e.g. a thrown object whose message getter throws: reported as INTERNAL, with a text that
     // cannot fail in turn

@@ -9,6 +9,7 @@
  * ServerLive, ServerReady and ModelReady are open; ServerMetadata and ModelMetadata need the
  * bearer token when QUANTD_API_KEYS is set; ModelInfer is admitted like the Quantizer RPCs.
  */
+import { packageVersion } from '../package-info.js';
 import * as grpc from '@grpc/grpc-js';
 import type { PackageDefinition } from '@grpc/proto-loader';
 import { QuantdError } from '../errors/index.js';
@@ -208,10 +209,10 @@ export function inferResponseOf(result: InferResult, typed: boolean): ModelInfer
   };
 }
 
-let version: Promise<string> | undefined;
-/** quantd's version (package.json), loaded once; imported late: serve.ts imports this module. */
-function serverVersion(): Promise<string> {
-  version ??= import('../server/serve.js').then((m) => m.packageVersion());
+let version: string | undefined;
+/** quantd's version (package.json), read once. */
+async function serverVersion(): Promise<string> {
+  version ??= packageVersion();
   return version;
 }
 

@@ -24,12 +24,7 @@ import { handleStream } from './stream.js';
 import { JOBS_PROTO_FILE, JOBS_SERVICE_NAME, addJobsService } from './jobs.js';
 import { OIP_PROTO_FILE, addOipService } from './oip.js';
 import { runUnary, type UnaryRequest, type UnaryResponse } from './unary.js';
-
-function packageRoot(): string {
-  const here = new URL('.', import.meta.url).pathname;
-  const marker = here.includes('/dist/src/') ? '/dist/src/' : '/src/';
-  return here.slice(0, here.lastIndexOf(marker) + 1);
-}
+import { packageRoot } from '../package-info.js';
 
 export const PROTO_ROOT = join(packageRoot(), 'proto');
 export const PROTO_FILE = 'quantd/v1/quantd.proto';
@@ -256,9 +251,4 @@ function reportError(err: unknown, options: GrpcServerOptions, rpc: string): Grp
     // a failing logger must not keep the client from its answer
   }
   return out;
-}
-
-/** The proto text, for tools that want it (and a check that it ships with the package). */
-export function protoText(): string {
-  return readFileSync(join(PROTO_ROOT, PROTO_FILE), 'utf8');
 }

@@ -173,7 +173,7 @@ async function handle(
  * The four operations, in a scope of their own whose only body parsers are the two binary types:
  * a JSON or text body is refused as 415 UNSUPPORTED_MEDIA_TYPE, never parsed (Fastify's default
  * parsers would answer 400 for malformed JSON and hand the handler a string or an object).
- * Routes registered outside this scope (a future /v1/jobs taking JSON) keep the defaults.
+ * Routes registered outside this scope (/v1/jobs, which takes JSON too) keep their own parsers.
  */
 export function registerOpRoutes(app: FastifyInstance, deps: OpRouteDeps): PromiseLike<unknown> {
   return app.register(async (scope) => {

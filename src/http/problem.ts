@@ -4,7 +4,7 @@
  * the catalogue too, so every error a client sees has a stable code.
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { catalogue, isQuantdError, QuantdError, type ErrorCode } from '../errors/index.js';
+import { catalogue, isQuantdError, QuantdError, toQuantdError, type ErrorCode } from '../errors/index.js';
 import { bodyBytesReceived } from './body.js';
 
 export const PROBLEM_TYPE = 'application/problem+json';
@@ -51,7 +51,7 @@ export function asQuantdError(err: unknown, request?: FastifyRequest): QuantdErr
       if (typeof fe.statusCode === 'number' && fe.statusCode >= 400 && fe.statusCode < 500) {
         return new QuantdError('USAGE', { detail: fe.message ?? 'bad request' });
       }
-      return new QuantdError('INTERNAL', { detail: err instanceof Error ? err.message : String(err) });
+      return toQuantdError(err);
   }
 }
 

@@ -18,6 +18,7 @@ import { QuantdError } from '../errors/index.js';
 import type { Compute } from '../service/index.js';
 import { DataDir, clientError, newJobId, resolveInputPath } from './paths.js';
 import { referenceEncoding, type Encoding } from '../kernels/encoders.js';
+import type { JobLog } from './log.js';
 import { patientCompute, patientEncoding } from './patient-compute.js';
 import { JobBook, now, type Entry } from './records.js';
 import { isLayoutJob, jobPlan, type JobPlan } from './request.js';
@@ -33,11 +34,7 @@ import {
 } from './store.js';
 
 /** Where the manager logs (a Fastify / pino logger fits). */
-export interface JobLog {
-  info(obj: object, msg: string): void;
-  warn(obj: object, msg: string): void;
-  error(obj: object, msg: string): void;
-}
+export type { JobLog } from './log.js';
 
 export interface JobManagerOptions {
   readonly dataDir: string;

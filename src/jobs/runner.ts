@@ -24,7 +24,7 @@ import {
   type Progress,
 } from '../service/index.js';
 import { layoutExtension } from '../service/layouts/parse.js';
-import type { JobLog } from './manager.js';
+import type { JobLog } from './log.js';
 import { DataDir, UPLOAD_RESULT_NAME, clientError, resolveInputPath } from './paths.js';
 import { now, type Entry, type JobBook } from './records.js';
 import type { Encoding } from '../kernels/encoders.js';

@@ -11,7 +11,8 @@ import { mkdir, open, readFile, readdir, rm, stat, statfs } from 'node:fs/promis
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { QuantdError } from '../errors/index.js';
-import { writeFileAtomic, type Operation } from '../service/index.js';
+import { writeError, writeFileAtomic } from '../format/file-io.js';
+import type { Operation } from '../service/index.js';
 import { DataDir, isJobId } from './paths.js';
 
 export type JobState = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled';
@@ -88,14 +89,6 @@ export interface JobRecord {
 
 export const RECORD_FORMAT = 'quantd.job/1';
 
-/** The catalogue error of a failed write to `path`. */
-export function writeError(err: unknown, path: string): QuantdError {
-  if (err instanceof QuantdError) return err;
-  const code = (err as NodeJS.ErrnoException).code;
-  if (code === 'ENOSPC' || code === 'EDQUOT') return new QuantdError('STORAGE_FULL', { path });
-  return new QuantdError('OUTPUT_UNWRITABLE', { path, detail: (err as Error).message });
-}
-
 /** The error of a job: a catalogue error as {code, message}; anything else is INTERNAL. */
 export function jobError(err: unknown): JobError {
   const error =
@@ -114,7 +107,7 @@ export class JobStore {
     try {
       await mkdir(this.data.jobs, { recursive: true });
     } catch (err) {
-      throw writeError(err, this.data.jobs);
+      throw writeError(this.data.jobs, err);
     }
   }
 
@@ -125,7 +118,7 @@ export class JobStore {
     try {
       await mkdir(dir);
     } catch (err) {
-      throw writeError(err, dir);
+      throw writeError(dir, err);
     }
   }
 
@@ -175,7 +168,7 @@ export class JobStore {
     try {
       await mkdir(path, { recursive: true });
     } catch (err) {
-      throw writeError(err, path);
+      throw writeError(path, err);
     }
   }
 
@@ -288,7 +281,7 @@ export async function receiveUpload(source: Readable, path: string, options: Upl
   try {
     sink = await (options.open ?? openNew)(path);
   } catch (err) {
-    throw writeError(err, path);
+    throw writeError(path, err);
   }
   let batch: Uint8Array[] = [];
   let batchBytes = 0;
@@ -302,7 +295,7 @@ export async function receiveUpload(source: Readable, path: string, options: Upl
     try {
       await sink.writev(buffers);
     } catch (err) {
-      throw writeError(err, path);
+      throw writeError(path, err);
     }
     options.onBytes?.(received);
   };
@@ -375,7 +368,7 @@ export async function receiveUpload(source: Readable, path: string, options: Upl
       closed = true;
       await sink.close();
     } catch (err) {
-      throw writeError(err, path);
+      throw writeError(path, err);
     }
     return received;
   } catch (err) {

@@ -6,9 +6,6 @@
  */
 import { ggmlTypeByName } from '../core/interop/ggml.js';
 
-/** qd_status in native/include/quantd.h */
-export const KernelStatus = { OK: 0, NOT_FINITE: 1, RANGE_OVERFLOW: 2, BAD_ARGUMENT: 3 } as const;
-
 /** qd_codes */
 export const CODES = {
   int8: 0,

@@ -6,13 +6,9 @@ import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import type { KernelModule } from './module.js';
+import { packageRoot } from '../package-info.js';
 
 /** The package root whether running from src/ (tests) or dist/src/ (built). */
-function packageRoot(): string {
-  const here = new URL('.', import.meta.url).pathname;
-  const marker = here.includes('/dist/src/') ? '/dist/src/' : '/src/';
-  return here.slice(0, here.lastIndexOf(marker) + 1);
-}
 
 export const ADDON_PATH = join(packageRoot(), 'build', 'Release', 'quantd.node');
 const BUILD_LOG = join(packageRoot(), 'build', 'native-build.log');

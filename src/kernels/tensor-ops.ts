@@ -45,7 +45,7 @@ import {
   mergeQuality,
 } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
-import { withReferenceQuality, type Compute, type QuantizeOptions } from '../service/compute.js';
+import { withReferenceQuality, type Compute, type QuantizeOptions } from '../core/compute.js';
 import { CHOOSE_MODE, CODES, CONVERT, type ChooseArgs, type LayoutArgs, type QuantArgs } from './module.js';
 import { BufferArena } from './arena.js';
 import { runReferenceTask, type ReferenceCall, type ReferenceResults } from './reference-task.js';

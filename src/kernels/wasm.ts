@@ -14,12 +14,7 @@ import {
   type LayoutArgs,
   type QuantArgs,
 } from './module.js';
-
-function packageRoot(): string {
-  const here = new URL('.', import.meta.url).pathname;
-  const marker = here.includes('/dist/src/') ? '/dist/src/' : '/src/';
-  return here.slice(0, here.lastIndexOf(marker) + 1);
-}
+import { packageRoot } from '../package-info.js';
 
 export const WASM_PATH = join(packageRoot(), 'native', 'wasm', 'quantd.wasm');
 

@@ -1,7 +1,7 @@
 /** The Compute a process uses, from the kernels the loader picks (QUANTD_BACKEND / QUANTD_ISA). */
 import type { Encoding } from '../kernels/encoders.js';
 import { loadKernels, type LoadedKernels } from '../kernels/loader.js';
-import { referenceCompute, type Compute } from '../service/compute.js';
+import { referenceCompute, type Compute } from '../core/compute.js';
 import { PoolCompute, type PoolComputeOptions } from './pool-compute.js';
 import { KernelPool } from './pool.js';
 

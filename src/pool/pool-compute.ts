@@ -18,7 +18,7 @@ import { InlineExecutor } from '../kernels/executors.js';
 import type { LoadedKernels } from '../kernels/loader.js';
 import type { KernelModule } from '../kernels/module.js';
 import { KernelCompute, type KernelComputeOptions } from '../kernels/tensor-ops.js';
-import type { Compute, QuantizeOptions } from '../service/compute.js';
+import type { Compute, QuantizeOptions } from '../core/compute.js';
 import { KernelPool, type PoolOptions } from './pool.js';
 
 /** Below this many elements an op runs in the calling thread (see `npm run bench`: pool overhead). */

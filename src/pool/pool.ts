@@ -13,6 +13,7 @@ import type { EncodeReply, EncodeTask, Encoding } from '../kernels/encoders.js';
 import type { ReferenceCall, ReferenceResults } from '../kernels/reference-task.js';
 import type { KernelTask, TaskResult } from '../kernels/tasks.js';
 import type { Executor } from '../kernels/tensor-ops.js';
+import { packageRoot } from '../package-info.js';
 
 export interface PoolOptions {
   /** Worker threads (default: available cores). */
@@ -24,12 +25,6 @@ export interface PoolOptions {
   readonly isa: string;
   /** Heap limit of a worker in MiB (resourceLimits.maxOldGenerationSizeMb). */
   readonly workerHeapMb?: number;
-}
-
-function packageRoot(): string {
-  const here = new URL('.', import.meta.url).pathname;
-  const marker = here.includes('/dist/src/') ? '/dist/src/' : '/src/';
-  return here.slice(0, here.lastIndexOf(marker) + 1);
 }
 
 export const WORKER_PATH = join(packageRoot(), 'dist', 'workers', 'kernel-worker.js');

@@ -3,18 +3,18 @@
  * pool. SIGTERM or SIGINT drains: /readyz turns 503, new requests are refused, in-flight ones
  * finish (up to QUANTD_SHUTDOWN_TIMEOUT_MS), then the pool closes and the process exits.
  */
-import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig, type Config } from '../config.js';
+import { packageVersion } from '../package-info.js';
 import { QuantdError } from '../errors/index.js';
 import { buildApp } from '../http/app.js';
 import { describeKernels } from '../kernels/index.js';
 import { startGrpc, type RunningGrpc } from '../grpc/server.js';
 import { createCompute, type ComputeHandle } from '../pool/index.js';
 import { Admission } from '../service/index.js';
+
+export { packageVersion };
 import { JobManager } from '../jobs/manager.js';
 
 export interface RunningServer {
@@ -26,32 +26,6 @@ export interface RunningServer {
   readonly grpcPort: number;
   /** Drains and stops everything; resolves when done. */
   shutdown(reason: string): Promise<void>;
-}
-
-/**
- * The version in quantd's package.json, found by walking up from this module's directory: the
- * module runs from dist/src/server/ (built) or src/server/ (the sources, under vitest or tsx),
- * and as an installed dependency from node_modules/quantd/…. The first package.json with a
- * version is the package's own (a nested one that only sets "type" has none).
- */
-export function packageVersion(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (;;) {
-    let text: string | undefined;
-    try {
-      text = readFileSync(join(dir, 'package.json'), 'utf8');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-    }
-    if (text !== undefined) {
-      const version = (JSON.parse(text) as { version?: unknown }).version;
-      if (typeof version === 'string') return version;
-    }
-    const parent = dirname(dir);
-    if (parent === dir)
-      throw new Error(`no package.json with a version above ${fileURLToPath(import.meta.url)}`);
-    dir = parent;
-  }
 }
 
 /** A port that cannot be had (taken, or not ours to bind) is a configuration error naming it. */

@@ -19,7 +19,8 @@ import { QuantdError } from '../../src/errors/index.js';
 import { JobManager } from '../../src/jobs/manager.js';
 import { DataDir, checkJobId, isJobId, newJobId } from '../../src/jobs/paths.js';
 import { jobRequest, submissionFromQuery } from '../../src/jobs/request.js';
-import { jobError, receiveUpload, writeError, type Job, type UploadSink } from '../../src/jobs/store.js';
+import { writeError } from '../../src/format/file-io.js';
+import { jobError, receiveUpload, type Job, type UploadSink } from '../../src/jobs/store.js';
 import { referenceCompute, type Compute } from '../../src/service/index.js';
 import { manyTensors, modelBytes, tempDir } from './helpers.js';
 
@@ -54,14 +55,14 @@ describe('storage errors', () => {
     ['EROFS', 'OUTPUT_UNWRITABLE'],
     ['ENOTDIR', 'OUTPUT_UNWRITABLE'],
   ])('%s → %s, naming the path', (errCode, expected) => {
-    const err = writeError(errno(errCode), '/data/jobs/x/input.safetensors');
+    const err = writeError('/data/jobs/x/input.safetensors', errno(errCode));
     expect(err.code).toBe(expected);
     expect(err.message).toContain('/data/jobs/x/input.safetensors');
   });
 
   it('a catalogue error stays what it is', () => {
     const original = new QuantdError('BODY_INCOMPLETE', { received: 1, expected: 2 });
-    expect(writeError(original, '/x')).toBe(original);
+    expect(writeError('/x', original)).toBe(original);
   });
 
   const chunks = (n: number, size = 1000): Readable =>

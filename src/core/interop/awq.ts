@@ -28,7 +28,7 @@
  * - `scales` float16 [in/group_size, out]. No g_idx.
  */
 import { QuantdError, shapeText } from '../../errors/index.js';
-import { float16BitsFromFloat32, float32FromFloat16Bits, roundToFloat16 } from '../float16.js';
+import { float16BitsFromFloat32, roundToFloat16 } from '../float16.js';
 import { fround, rint } from '../rounding.js';
 
 /** Output column of each nibble of a packed word (AutoAWQ's `order_map`). */
@@ -236,11 +236,4 @@ export function awqDequantize(
     }
   }
   return w;
-}
-
-/** float16 bits → float32 values (scales tensors). */
-export function halfToFloat32(bits: Uint16Array): Float32Array {
-  const out = new Float32Array(bits.length);
-  for (let i = 0; i < bits.length; i++) out[i] = float32FromFloat16Bits(bits[i]!);
-  return out;
 }

@@ -57,6 +57,7 @@ import { QuantdError, shapeText } from '../../errors/index.js';
 import { float16BitsFromFloat32, float32FromFloat16Bits } from '../float16.js';
 import { fround, rint, FLOAT32_MAX } from '../rounding.js';
 import { roundf } from './ggml-common.js';
+import { packSubByte, unpackSubByte } from '../pack.js';
 
 /** Block sizes ORT's MatMulNBits accepts (a power of two ≥ 16) and its quantizer instantiates. */
 export const MATMULNBITS_BLOCK_SIZES: readonly number[] = [16, 32, 64, 128, 256];
@@ -357,19 +358,12 @@ export function quantizeLinearInt4(
   return out;
 }
 
-/** int4 / uint4 values packed two per byte, element 2i in the low nibble; the last byte zero-padded. */
-export function packInt4(values: ArrayLike<number>): Uint8Array {
-  const out = new Uint8Array(Math.ceil(values.length / 2));
-  for (let i = 0; i < values.length; i++) out[i >> 1]! |= (values[i]! & 0xf) << ((i & 1) * 4);
-  return out;
-}
+/**
+ * int4 / uint4 values packed two per byte, element 2i in the low nibble, the last byte
+ * zero-padded: ONNX's int4 layout is quantd's own sub-byte packing (src/core/pack.ts).
+ */
+export const packInt4 = (values: ArrayLike<number>): Uint8Array => packSubByte(values, 4);
 
 /** The `count` values of packed int4 (signed: two's-complement nibbles) or uint4. */
-export function unpackInt4(bytes: Uint8Array, count: number, signed: boolean): Int8Array {
-  const out = new Int8Array(count);
-  for (let i = 0; i < count; i++) {
-    const nibble = (bytes[i >> 1]! >> ((i & 1) * 4)) & 0xf;
-    out[i] = signed && nibble >= 8 ? nibble - 16 : nibble;
-  }
-  return out;
-}
+export const unpackInt4 = (bytes: Uint8Array, count: number, signed: boolean): Int8Array =>
+  unpackSubByte(bytes, count, 4, signed);

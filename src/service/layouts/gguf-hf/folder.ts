@@ -9,7 +9,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { QuantdError } from '../../../errors/index.js';
-import { errorCode, errorDetail } from '../../../format/file-errors.js';
+import { errorCode, errorDetail } from '../../../format/file-io.js';
 import { resolveModelInput } from '../../shards.js';
 
 export type JsonObject = Readonly<Record<string, unknown>>;

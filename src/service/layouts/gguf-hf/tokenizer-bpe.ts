@@ -10,7 +10,7 @@ import { readFile } from 'node:fs/promises';
 
 import { QuantdError } from '../../../errors/index.js';
 import type { GgufKv } from '../../../format/gguf.js';
-import { errorDetail } from '../../../format/file-errors.js';
+import { errorDetail } from '../../../format/file-io.js';
 import { SP_PIECE_TYPES } from '../../../format/sentencepiece-model.js';
 import { hfInvalid, type JsonObject } from './folder.js';
 import { int32s, str, strings } from './gguf-kv.js';

@@ -16,7 +16,7 @@ import { readFile } from 'node:fs/promises';
 
 import { QuantdError } from '../../../errors/index.js';
 import type { GgufKv } from '../../../format/gguf.js';
-import { errorDetail } from '../../../format/file-errors.js';
+import { errorDetail } from '../../../format/file-io.js';
 import { SP_PIECE_TYPES, parseSentencePieceModel } from '../../../format/sentencepiece-model.js';
 import { configBool, configString, hfInvalid, type HfFolder, type JsonObject } from './folder.js';
 import { bool, floats, int32s, str, strings, u32 } from './gguf-kv.js';

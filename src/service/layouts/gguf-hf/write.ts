@@ -16,7 +16,7 @@ import { GgufFileWriter } from '../../../format/gguf-file.js';
 import type { GgufKv } from '../../../format/gguf.js';
 import { SafetensorsFileReader } from '../../../format/safetensors-file.js';
 import type { TensorEntry } from '../../../format/safetensors.js';
-import { ALIGNMENT, LLAMA_FTYPE, QUANTIZATION_VERSION, ggufTensorType } from '../gguf.js';
+import { ALIGNMENT, LLAMA_FTYPE, QUANTIZATION_VERSION, ggufTensorType } from '../gguf-types.js';
 import { runEncodeJobs, type EncodeJob, type JobSource, type LayoutHooks } from '../run-jobs.js';
 import type { LayoutOptions, LayoutWriteResult } from '../types.js';
 import { architectureOf, type Architecture } from './architectures.js';

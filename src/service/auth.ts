@@ -1,5 +1,6 @@
 /**
- * Optional bearer-token authentication (QUANTD_API_KEYS). Tokens are compared by their SHA-256
+ * Optional bearer-token authentication (QUANTD_API_KEYS), for every transport: HTTP takes the
+ * Authorization header, gRPC the `authorization` metadata. Tokens are compared by their SHA-256
  * digests with timingSafeEqual: equal-length inputs, so neither a key's content nor its length
  * leaks through timing. Off when no key is configured.
  */

@@ -1,9 +1,11 @@
 /**
- * File system failures as catalogued errors, shared by the file readers and atomic writers of
- * every container (safetensors, GGUF, ONNX): one wording for one failure, whichever format.
+ * File I/O shared by every reader and writer (safetensors, GGUF, ONNX, the job store, reports,
+ * the CLI): exact reads, complete writes, atomic replacement (a temporary file beside the target,
+ * fsynced, renamed, the directory synced), and file-system failures as catalogued errors — one
+ * wording for one failure, whichever format.
  */
 import { randomBytes } from 'node:crypto';
-import { open, realpath, stat, type FileHandle } from 'node:fs/promises';
+import { open, realpath, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
@@ -93,4 +95,75 @@ export async function openRegularFile(path: string): Promise<FileHandle> {
     if (code === 'ENOENT' || code === 'ENOTDIR') throw new QuantdError('FILE_NOT_FOUND', { path });
     throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
   }
+}
+
+/**
+ * Reads exactly `into.length` bytes at `position`, looping over short reads. A read error is
+ * FILE_UNREADABLE naming `path`; the end of the file before the last byte is `short(done)`, the
+ * format's own error (the size came from fstat: the file shrank, or its header lies).
+ */
+export async function readFully(
+  fh: FileHandle,
+  into: Uint8Array,
+  position: number,
+  path: string,
+  short: (done: number) => QuantdError,
+): Promise<Uint8Array> {
+  let done = 0;
+  while (done < into.length) {
+    let bytesRead: number;
+    try {
+      ({ bytesRead } = await fh.read(into, done, into.length - done, position + done));
+    } catch (err) {
+      throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
+    }
+    if (bytesRead === 0) throw short(done);
+    done += bytesRead;
+  }
+  return into;
+}
+
+/** Writes all of `data` at `position`, looping over short writes. */
+export async function writeFully(fh: FileHandle, data: Uint8Array, position: number): Promise<void> {
+  let done = 0;
+  while (done < data.length) {
+    const { bytesWritten } = await fh.write(data, done, data.length - done, position + done);
+    done += bytesWritten;
+  }
+}
+
+/**
+ * Makes a rename in `dir` durable. Best effort: some platforms and file systems refuse to fsync
+ * a directory, and the data is already safely in the renamed file by then.
+ */
+export async function syncDirectory(dir: string): Promise<void> {
+  try {
+    const fh = await open(dir, 'r');
+    await fh.sync().finally(() => fh.close());
+  } catch {
+    // ignored, see above
+  }
+}
+
+/**
+ * Writes a small file (a report, an index, a config, a job record) atomically: a temporary file
+ * beside it, fsynced, renamed over `path`, the directory synced. Errors name `path`, never the
+ * temporary file; no temporary file is left behind.
+ */
+export async function writeFileAtomic(path: string, content: string | Uint8Array): Promise<void> {
+  const temp = tempPathFor(path);
+  try {
+    const fh = await open(temp, 'wx');
+    try {
+      await fh.writeFile(content);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(temp, path);
+  } catch (err) {
+    await unlink(temp).catch(() => undefined);
+    throw writeError(path, err);
+  }
+  await syncDirectory(dirname(path));
 }

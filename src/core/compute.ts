@@ -1,0 +1,73 @@
+/**
+ * Where the numerics run. The service describes work as tensor-level calls; a Compute carries
+ * them out. The reference Compute calls the ops of this directory in the calling thread; the
+ * kernels' Compute (src/kernels/tensor-ops.ts, on the worker pool) runs the same calls on native
+ * or WebAssembly kernels. It lives in core so that the kernels implement it without importing
+ * the service layer above them.
+ */
+import {
+  chooseTensorQParams,
+  dequantizeTensor,
+  fakeQuantizeTensor,
+  quantizeTensor,
+  tensorQuality,
+  type FakeQuantizeOutput,
+  type FloatDType,
+  type FloatInput,
+  type QParams,
+  type QuantSpec,
+  type QuantizeOutput,
+  type QuantizedInput,
+} from './index.js';
+
+export interface QuantizeOptions {
+  /** Also measure how well the codes represent the input (QuantizeOutput.quality). */
+  readonly quality?: boolean;
+}
+
+/** `output` with its reference quality statistics when they were asked for. */
+export function withReferenceQuality(
+  input: FloatInput,
+  spec: QuantSpec,
+  output: QuantizeOutput,
+  options: QuantizeOptions = {},
+): QuantizeOutput {
+  return options.quality ? { ...output, quality: tensorQuality(input, spec, output) } : output;
+}
+
+export interface Compute {
+  /** A short name for logs and /healthz: "js", "native", "wasm". */
+  readonly backend: string;
+  /** Whether inputs should come in SharedArrayBuffers (ops run on other threads). */
+  readonly sharedInputs?: boolean;
+  quantize(
+    input: FloatInput,
+    spec: QuantSpec,
+    given?: QParams,
+    signal?: AbortSignal,
+    options?: QuantizeOptions,
+  ): Promise<QuantizeOutput>;
+  chooseQParams(input: FloatInput, spec: QuantSpec, given?: QParams, signal?: AbortSignal): Promise<QParams>;
+  fakeQuantize(
+    input: FloatInput,
+    spec: QuantSpec,
+    outDType: FloatDType,
+    given?: QParams,
+    signal?: AbortSignal,
+  ): Promise<FakeQuantizeOutput>;
+  dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array>;
+  /** Hands back an output once its bytes are written out, so later outputs can reuse its memory. */
+  release?(data: ArrayBufferView): void;
+  /** A buffer for input bytes (recycled like outputs; hand it back with release). */
+  allocate?(bytes: number, shared: boolean): Uint8Array;
+}
+
+/** The TypeScript reference, run in the calling thread: the oracle every backend must match. */
+export const referenceCompute: Compute = {
+  backend: 'js',
+  quantize: async (input, spec, given, _signal, options) =>
+    withReferenceQuality(input, spec, quantizeTensor(input, spec, given), options),
+  chooseQParams: async (input, spec, given) => chooseTensorQParams(input, spec, given),
+  fakeQuantize: async (input, spec, outDType, given) => fakeQuantizeTensor(input, spec, outDType, given),
+  dequantize: async (input, outDType) => dequantizeTensor(input, outDType),
+};
