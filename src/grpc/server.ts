@@ -13,7 +13,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import type { Config } from '../config.js';
-import { isQuantdError, QuantdError } from '../errors/index.js';
+import { isQuantdError } from '../errors/index.js';
 import type { JobManager } from '../jobs/manager.js';
 import type { ComputeHandle } from '../pool/index.js';
 import type { Admission } from '../service/index.js';
@@ -25,6 +25,7 @@ import { JOBS_PROTO_FILE, JOBS_SERVICE_NAME, addJobsService } from './jobs.js';
 import { OIP_PROTO_FILE, addOipService } from './oip.js';
 import { runUnary, type UnaryRequest, type UnaryResponse } from './unary.js';
 import { packageRoot } from '../package-info.js';
+import { admitRequest, requestDeadline } from '../service/envelope.js';
 
 export const PROTO_ROOT = join(packageRoot(), 'proto');
 export const PROTO_FILE = 'quantd/v1/quantd.proto';
@@ -85,9 +86,8 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
   /** Admission, auth and readiness for one call; returns the release of its admission slot. */
   const admit = (metadata: grpc.Metadata): (() => void) => {
     authenticate?.(metadata);
-    // Draining for shutdown: retry elsewhere or later (UNAVAILABLE), as HTTP answers 503.
-    if (!options.isReady()) throw new QuantdError('OVERLOADED', { queued: admission.inFlight, limit: 0 });
-    return admission.acquire();
+    // draining: SHUTTING_DOWN (UNAVAILABLE, retry elsewhere or later), as HTTP answers 503
+    return admitRequest({ admission, isReady: options.isReady });
   };
 
   const implementation: grpc.UntypedServiceImplementation = {};
@@ -205,20 +205,9 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
  * stopTimer() ends the timeout (the call's work is done).
  */
 function callSignal(call: EventEmitter, timeoutMs: number): { signal: AbortSignal; stopTimer: () => void } {
-  const controller = new AbortController();
-  const timer = setTimeout(
-    () => controller.abort(new QuantdError('REQUEST_TIMEOUT', { ms: timeoutMs })),
-    timeoutMs,
-  );
-  timer.unref();
-  const stopTimer = (): void => clearTimeout(timer);
-  call.once('cancelled', () => {
-    stopTimer();
-    controller.abort(
-      new QuantdError('CANCELLED', { detail: ': the call ended (cancelled, or past its deadline)' }),
-    );
-  });
-  return { signal: controller.signal, stopTimer };
+  const deadline = requestDeadline(timeoutMs);
+  call.once('cancelled', () => deadline.gone('the call ended (cancelled, or past its deadline)'));
+  return { signal: deadline.signal, stopTimer: deadline.stop };
 }
 
 /**

@@ -23,6 +23,7 @@ import { registerOipRoutes } from './oip-routes.js';
 import type { JobManager } from '../jobs/manager.js';
 import { registerDocs } from './openapi.js';
 import { asQuantdError, sendProblem } from './problem.js';
+import { admitRequest } from '../service/envelope.js';
 
 export interface AppOptions {
   readonly config: Config;
@@ -117,10 +118,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         detail: 'send /v1 bodies uncompressed (identity)',
       });
     }
-    if (!options.isReady()) {
-      // Draining for shutdown: retry elsewhere or later (503 + Retry-After).
-      throw new QuantdError('SHUTTING_DOWN', {});
-    }
+    // draining comes first: retry elsewhere or later (503 + Retry-After), whatever the request
+    if (!options.isReady()) throw new QuantdError('SHUTTING_DOWN', {});
     // the route's own limit where it sets one (uploads to /v1/jobs: QUANTD_UPLOAD_LIMIT)
     const own = request.routeOptions.config as { limitSetting?: string } | undefined;
     declaredLength(
@@ -128,7 +127,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       request.routeOptions.bodyLimit ?? config.bodyLimit,
       own?.limitSetting ?? 'QUANTD_BODY_LIMIT',
     );
-    release = admission.acquire();
+    release = admitRequest({ admission, isReady: options.isReady });
   });
 
   // While draining, every response closes its connection: keep-alive clients must not hold the

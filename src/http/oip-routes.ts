@@ -33,6 +33,7 @@ import {
 import type { Admission, Compute } from '../service/index.js';
 import { declaredLength, readBody } from './body.js';
 import { asQuantdError, problemHeaders } from './problem.js';
+import { admitRequest } from '../service/envelope.js';
 
 export const OIP_PREFIX = '/v2';
 
@@ -226,10 +227,10 @@ export function registerOipRoutes(app: FastifyInstance, deps: OipRouteDeps): Pro
         // before the body is read: the model exists, the server takes work, the body fits
         const { model, version } = request.params as ModelParams;
         findModel(model, version);
-        // draining for shutdown: retry elsewhere or later (503 + Retry-After), as /v1
+        // draining comes first: retry elsewhere or later (503 + Retry-After), as /v1
         if (!deps.isReady()) throw new QuantdError('SHUTTING_DOWN', {});
         declaredLength(request.headers['content-length'], deps.bodyLimit);
-        reply.raw.once('close', deps.admission.acquire());
+        reply.raw.once('close', admitRequest({ admission: deps.admission, isReady: deps.isReady }));
       });
 
       scope.get('', schema('Server metadata'), async () => serverMetadata(deps.version));

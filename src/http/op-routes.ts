@@ -24,6 +24,7 @@ import {
 } from '../service/index.js';
 import { OCTET_TYPE, SAFETENSORS_TYPE, binaryBodyParser } from './body.js';
 import { opRouteSchema } from './openapi.js';
+import { requestDeadline } from '../service/envelope.js';
 
 export { SAFETENSORS_TYPE, OCTET_TYPE };
 /** Results up to this size are sent as one buffer. */
@@ -107,21 +108,14 @@ function asJson(result: BufferResult): string {
   return `{"metadata":${JSON.stringify(result.plan.metadata)},"tensors":{${members.join(',')}}}`;
 }
 
-/** Aborts on client disconnect or timeout; the reason says which. */
+/** Aborts on client disconnect or timeout (the envelope's deadline); the reason says which. */
 function requestSignal(reply: FastifyReply, timeoutMs: number): AbortSignal {
-  const controller = new AbortController();
-  const timer = setTimeout(
-    () => controller.abort(new QuantdError('REQUEST_TIMEOUT', { ms: timeoutMs })),
-    timeoutMs,
-  );
-  timer.unref();
+  const deadline = requestDeadline(timeoutMs);
   reply.raw.once('close', () => {
-    clearTimeout(timer);
-    if (!reply.raw.writableFinished) {
-      controller.abort(new QuantdError('CANCELLED', { detail: ': the client closed the connection' }));
-    }
+    deadline.stop();
+    if (!reply.raw.writableFinished) deadline.gone('the client closed the connection');
   });
-  return controller.signal;
+  return deadline.signal;
 }
 
 async function handle(

@@ -13,3 +13,4 @@ export * from './recipe.js';
 export * from './report.js';
 export * from './shards.js';
 export * from './model.js';
+export * from './envelope.js';
