@@ -11,6 +11,8 @@ import { dirname } from 'node:path';
 import { QuantdError } from '../errors/index.js';
 import {
   errorDetail,
+  HASH_SLICE,
+  hashInSlices,
   openRegularFile,
   readFully,
   resolveOutput,
@@ -343,16 +345,3 @@ export class SafetensorsFileWriter {
 }
 
 export { writeFileAtomic };
-
-/**
- * Hashing is synchronous: a slice at a time, yielding between slices, keeps a large tensor's
- * checksum from holding the event loop (a 1 MiB slice hashes in about 2 ms).
- */
-const HASH_SLICE = 1024 * 1024;
-
-async function hashInSlices(hash: Hash, data: Uint8Array): Promise<void> {
-  for (let at = 0; at < data.length; at += HASH_SLICE) {
-    if (at > 0) await new Promise((resolve) => setImmediate(resolve));
-    hash.update(data.subarray(at, at + HASH_SLICE));
-  }
-}

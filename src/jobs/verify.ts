@@ -5,23 +5,15 @@
  * old ETag. A check is remembered for the file as it is (inode, size, modification time): the
  * next download of an unchanged file costs nothing.
  */
-import { createHash, type Hash } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import type { FileHandle } from 'node:fs/promises';
 import { QuantdError } from '../errors/index.js';
+import { hashInSlices } from '../format/file-io.js';
 import { SafetensorsFileReader } from '../format/safetensors-file.js';
 import type { ResultFile } from './store.js';
 
 const READ_BYTES = 8 * 1024 * 1024;
-/** Hashing is synchronous: a slice at a time, yielding between slices, keeps the event loop free. */
-const HASH_SLICE = 1024 * 1024;
 const REMEMBERED = 4096;
-
-async function hashSlices(hash: Hash, data: Uint8Array): Promise<void> {
-  for (let at = 0; at < data.length; at += HASH_SLICE) {
-    hash.update(data.subarray(at, at + HASH_SLICE));
-    await new Promise((resolve) => setImmediate(resolve));
-  }
-}
 
 /** SHA-256 (hex) of a whole open file of `size` bytes. */
 export async function fileSha256(handle: FileHandle, size: number): Promise<string> {
@@ -30,7 +22,7 @@ export async function fileSha256(handle: FileHandle, size: number): Promise<stri
   for (let at = 0; at < size;) {
     const { bytesRead } = await handle.read(buffer, 0, Math.min(buffer.length, size - at), at);
     if (bytesRead === 0) break;
-    await hashSlices(hash, buffer.subarray(0, bytesRead));
+    await hashInSlices(hash, buffer.subarray(0, bytesRead));
     at += bytesRead;
   }
   return hash.digest('hex');

@@ -26,7 +26,7 @@ import {
   type MatMulNBitsShapes,
 } from '../core/interop/onnx.js';
 import { bytesOf, fromFloat32, toFloat32, typedView } from '../core/tensor.js';
-import { QuantdError } from '../errors/index.js';
+import { QuantdError, throwIfAborted } from '../errors/index.js';
 import type { KernelModule } from './module.js';
 
 /** One tensor's encoding: which encoder, and everything it needs besides the input bytes. */
@@ -133,13 +133,11 @@ export function inlineEncoding(module: KernelModule | null): Encoding {
     parallelism: 1,
     shared: false,
     encode: async (task, signal) => {
-      if (signal?.aborted) throw signal.reason instanceof QuantdError ? signal.reason : cancelled();
+      throwIfAborted(signal);
       return runEncodeTask(module, task);
     },
   };
 }
-
-const cancelled = (): QuantdError => new QuantdError('CANCELLED', { detail: '' });
 
 /** The TypeScript reference on the calling thread: the default of direct API calls. */
 export const referenceEncoding: Encoding = inlineEncoding(null);
