@@ -7,6 +7,7 @@
         "native/src/ref.c",
         "native/src/ggml_ref.c",
         "native/src/ggml_kquants.c",
+        "native/src/ggml_iquants.c",
         "native/src/measured.c",
         "native/src/dispatch.c",
         "native/src/x86_avx2.c",

@@ -5,7 +5,7 @@
 // not depend on the size).
 import { awqQuantize } from '../dist/src/core/interop/awq.js';
 import { bnbQuantize } from '../dist/src/core/interop/bnb.js';
-import { ggmlEncode } from '../dist/src/core/interop/ggml.js';
+import { QUANT_TYPES, ggmlEncode } from '../dist/src/core/interop/ggml.js';
 import { gptqQuantize } from '../dist/src/core/interop/gptq.js';
 import { matMulNBitsQuantize } from '../dist/src/core/interop/onnx.js';
 import { GGML_KERNEL_TYPES, loadNative, loadWasm } from '../dist/src/kernels/index.js';
@@ -43,7 +43,7 @@ export async function benchLayouts(mib, smallMib, reps) {
   const small = randomFloats((smallMib * 1024 * 1024) / 4, 7);
   const shape = [small.length / COLS, COLS];
   const ts = (layout, fn) => time(layout, 'js', small.byteLength, fn, Math.min(reps, 2));
-  for (const type of ['Q8_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q4_K', 'Q6_K']) {
+  for (const type of QUANT_TYPES) {
     await ts(`gguf ${type}`, () => ggmlEncode(type, small, COLS));
   }
   await ts('gptq 4-bit g128 asym', () =>

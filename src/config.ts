@@ -25,6 +25,16 @@ export interface Config {
   readonly shutdownTimeoutMs: number;
   /** Bearer tokens; empty: authentication off. */
   readonly apiKeys: readonly string[];
+  /** QUANTD_ADMIN_KEYS: keys that also see and manage every key's jobs. */
+  readonly adminKeys: readonly string[];
+  /** QUANTD_JOB_QUOTA: queued + running jobs one key may have. */
+  readonly jobQuota: number;
+  /** QUANTD_JOB_LIMIT: jobs one key may keep (finished ones count until deleted). */
+  readonly jobLimit: number;
+  /** QUANTD_JOB_RETENTION: finished jobs are deleted this long after finishing (0: kept). */
+  readonly jobRetentionMs: number;
+  /** QUANTD_JOB_STORE_LIMIT: bytes finished jobs' results may hold together (null: no limit). */
+  readonly jobStoreLimit: number | null;
   readonly logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   readonly backend: string;
   readonly isa: string;
@@ -87,20 +97,51 @@ function choice<T extends string>(env: Env, key: string, fallback: T, allowed: r
   return raw as T;
 }
 
-export function loadConfig(env: Env = process.env): Config {
-  const apiKeys = (env['QUANTD_API_KEYS'] ?? '')
+const DURATION_UNITS: Readonly<Record<string, number>> = {
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
+
+/** A duration: 7d, 12h, 30m, 45s, 500ms, or 0 (none). */
+function duration(env: Env, key: string, fallback: number): number {
+  const raw = env[key]?.trim();
+  if (!raw) return fallback;
+  const m = /^(\d+)\s*(ms|s|m|h|d)?$/.exec(raw);
+  const value = m ? Number(m[1]) * DURATION_UNITS[m[2] ?? (m[1] === '0' ? 'ms' : '')]! : NaN;
+  if (!Number.isSafeInteger(value)) {
+    throw new QuantdError('CONFIG_INVALID', {
+      key,
+      detail: 'must be a duration such as 7d, 12h, 30m, 45s, 500ms, or 0',
+      value: raw,
+    });
+  }
+  return value;
+}
+
+/** A comma-separated list of bearer keys, each of 16 characters or more. */
+function keyList(env: Env, name: string): string[] {
+  const keys = (env[name] ?? '')
     .split(',')
     .map((k) => k.trim())
     .filter((k) => k.length > 0);
-  for (const key of apiKeys) {
+  for (const key of keys) {
     if (key.length < 16) {
       throw new QuantdError('CONFIG_INVALID', {
-        key: 'QUANTD_API_KEYS',
+        key: name,
         detail: 'keys must be at least 16 characters',
         value: `${key.slice(0, 2)}…`,
       });
     }
   }
+  return keys;
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const apiKeys = keyList(env, 'QUANTD_API_KEYS');
+  const adminKeys = keyList(env, 'QUANTD_ADMIN_KEYS');
   const tlsCert = env['QUANTD_TLS_CERT']?.trim() || null;
   const tlsKey = env['QUANTD_TLS_KEY']?.trim() || null;
   if ((tlsCert === null) !== (tlsKey === null)) {
@@ -124,6 +165,11 @@ export function loadConfig(env: Env = process.env): Config {
     bodyMinRate: integer(env, 'QUANTD_BODY_MIN_RATE', 16 * 1024, 0, Number.MAX_SAFE_INTEGER),
     shutdownTimeoutMs: integer(env, 'QUANTD_SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000),
     apiKeys,
+    adminKeys,
+    jobQuota: integer(env, 'QUANTD_JOB_QUOTA', 16, 1, 1_000_000),
+    jobLimit: integer(env, 'QUANTD_JOB_LIMIT', 1000, 1, 10_000_000),
+    jobRetentionMs: duration(env, 'QUANTD_JOB_RETENTION', 7 * 86_400_000),
+    jobStoreLimit: env['QUANTD_JOB_STORE_LIMIT']?.trim() ? size(env, 'QUANTD_JOB_STORE_LIMIT', 0) : null,
     logLevel: choice(env, 'QUANTD_LOG_LEVEL', 'info', LOG_LEVELS),
     backend: choice(env, 'QUANTD_BACKEND', 'auto', ['auto', 'native', 'wasm', 'js']),
     isa: env['QUANTD_ISA']?.trim() ?? '',

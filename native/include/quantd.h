@@ -112,7 +112,7 @@ typedef qd_status (*qd_quality_fn)(const float *x, const void *codes, uint64_t s
                                    qd_quality *stats);
 
 /* ggml's block types that have kernels (the others are quantized in TypeScript); they match
- * src/core/interop/ggml-legacy.ts and ggml-kquants.ts byte for byte. */
+ * src/core/interop/ggml-legacy.ts, ggml-kquants.ts and ggml-iquants.ts byte for byte. */
 typedef enum {
   QD_GGML_Q8_0 = 0, /* 32 values: d:f16, qs:int8[32]; 34 bytes */
   QD_GGML_Q4_0 = 1, /* 32 values: d:f16, qs:u8[16]; 18 bytes */
@@ -121,6 +121,11 @@ typedef enum {
   QD_GGML_Q5_1 = 4, /* 32 values: d:f16, m:f16, qh:u32, qs:u8[16]; 24 bytes */
   QD_GGML_Q4_K = 5, /* 256 values: d:f16, dmin:f16, scales:u8[12], qs:u8[128]; 144 bytes */
   QD_GGML_Q6_K = 6, /* 256 values: ql:u8[128], qh:u8[64], scales:int8[16], d:f16; 210 bytes */
+  QD_GGML_Q5_K = 7, /* 256 values: d:f16, dmin:f16, scales:u8[12], qh:u8[32], qs:u8[128]; 176 bytes */
+  QD_GGML_Q2_K = 8, /* 256 values: scales:u8[16], qs:u8[64], d:f16, dmin:f16; 84 bytes */
+  QD_GGML_Q3_K = 9, /* 256 values: hmask:u8[32], qs:u8[64], scales:u8[12], d:f16; 110 bytes */
+  QD_GGML_IQ4_NL = 10, /* 32 values: d:f16, qs:u8[16]; 18 bytes */
+  QD_GGML_IQ4_XS = 11, /* 256 values: d:f16, scales_h:u16, scales_l:u8[4], qs:u8[128]; 136 bytes */
 } qd_ggml_type;
 
 /* Values and bytes of one block of a qd_ggml_type; 0 for an unknown type. */

@@ -1,6 +1,6 @@
 /*
- * ggml's K-quants Q4_K and Q6_K (super-blocks of 256 values), scalar: the byte-exact twins of
- * src/core/interop/ggml-kquants.ts (the oracle, itself byte-exact with quantize_row_q4_K_ref /
+ * ggml's K-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (super-blocks of 256 values), scalar: the byte-exact twins of
+ * src/core/interop/ggml-kquants.ts and ggml-kquants-low.ts (the oracles, themselves byte-exact with quantize_row_q4_K_ref /
  * quantize_row_q6_K_ref of ggml-quants.c compiled without contraction). Every statement below is
  * one of the oracle's, in its order: each float operation is one float32 operation (this file
  * is compiled with -ffp-contract=off), and every sum runs in the oracle's order, since the
@@ -10,7 +10,6 @@
 #include "ref.h"
 
 #define QK_K 256
-#define GROUP_MAX_EPS 1e-15f
 #define RDELTA 0.1f
 
 /* ggml's nearest_int: add 1.5·2^23 (the float32 addition rounds half to even) and read the low
@@ -31,12 +30,12 @@ static void put_f16(uint8_t *out, uint16_t h) {
 
 /* ---- Q4_K ---- */
 
-/* make_qkx2_quants for one sub-block of 32 (nmax 15, rmin -1, rdelta 0.1, nstep 20, squared
- * error): the codes go to L, the returned scale and *neg_min (= -min, so ≥ 0) fit
- * x ≈ scale·L - neg_min. */
-static float make_qkx2_quants(const float *x, const float *weights, uint8_t *L, float *neg_min) {
-  enum { N = 32, NMAX = 15, NSTEP = 20 };
-  const float rmin = -1.0f;
+/* make_qkx2_quants for one sub-block of N ≤ 32 (rdelta 0.1; Q4_K: 32 values, nmax 15, rmin -1,
+ * nstep 20, squared error; Q5_K: nmax 31, rmin -0.5, nstep 15; Q2_K: 16 values, nmax 3, rmin
+ * -0.5, nstep 15, absolute error): the codes go to L, the returned scale and *neg_min (= -min,
+ * so ≥ 0) fit x ≈ scale·L - neg_min. */
+static float make_qkx2_quants(const float *x, const float *weights, uint8_t *L, float *neg_min, const int32_t NMAX,
+                              const float rmin, const int NSTEP, const int N, const int use_mad) {
   float min = x[0], max = x[0];
   float sum_w = weights[0];
   float sum_x = sum_w * x[0];
@@ -60,10 +59,10 @@ static float make_qkx2_quants(const float *x, const float *weights, uint8_t *L, 
     const int32_t l = clamp_i32(nearest_int(iscale * (x[i] - min)), 0, NMAX);
     L[i] = (uint8_t)l;
     float diff = scale * (float)l + min - x[i];
-    diff = diff * diff;
+    diff = use_mad ? __builtin_fabsf(diff) : diff * diff;
     best_error += weights[i] * diff;
   }
-  uint8_t laux[N];
+  uint8_t laux[32];
   for (int is = 0; is <= NSTEP; is++) {
     /* `min` is the best fit so far: later trials measure from it, as the reference does */
     iscale = (rmin + RDELTA * (float)is + (float)NMAX) / (max - min);
@@ -87,7 +86,7 @@ static float make_qkx2_quants(const float *x, const float *weights, uint8_t *L, 
       float cur_error = 0.0f;
       for (int i = 0; i < N; i++) {
         float diff = this_scale * (float)laux[i] + this_min - x[i];
-        diff = diff * diff;
+        diff = use_mad ? __builtin_fabsf(diff) : diff * diff;
         cur_error += weights[i] * diff;
       }
       if (cur_error < best_error) {
@@ -113,21 +112,30 @@ static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
   }
 }
 
-void qd_ggml_q4_k_block_ref(const float *x, uint8_t *out) {
-  uint8_t L[QK_K];
-  float weights[32], scales[QK_K / 32], mins[QK_K / 32];
+/* The eight sub-block fits of a Q4_K / Q5_K super-block (weights av_x + |x|). */
+static void fit_sub_blocks(const float *x, uint8_t *L, float *scales, float *mins, int32_t nmax, float rmin, int nstep) {
+  float weights[32];
   for (int j = 0; j < QK_K / 32; j++) {
     const float *xb = x + 32 * j;
     float sum_x2 = 0.0f;
     for (int l = 0; l < 32; l++) sum_x2 += xb[l] * xb[l];
     const float av_x = __builtin_sqrtf(sum_x2 / 32.0f);
     for (int l = 0; l < 32; l++) weights[l] = av_x + __builtin_fabsf(xb[l]);
-    scales[j] = make_qkx2_quants(xb, weights, L + 32 * j, &mins[j]);
+    scales[j] = make_qkx2_quants(xb, weights, L + 32 * j, &mins[j], nmax, rmin, nstep, 32, 0);
   }
+}
+
+void qd_ggml_q4_k_block_ref(const float *x, uint8_t *out) {
+  uint8_t L[QK_K];
+  float scales[QK_K / 32], mins[QK_K / 32];
+  fit_sub_blocks(x, L, scales, mins, 15, -1.0f, 20);
   qd_ggml_q4_k_finish(x, scales, mins, L, out);
 }
 
-void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out) {
+/* Q4_K's and Q5_K's second half: d, dmin and the 6-bit scales and mins written, then each
+ * value's code (0..nmax) against its rounded scale and min into L. */
+static void scales_and_codes(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out,
+                             int32_t nmax) {
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < QK_K / 32; j++) {
     if (scales[j] > max_scale) max_scale = scales[j];
@@ -160,11 +168,38 @@ void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins,
     const float d = d_all * (float)s;
     if (d == 0) continue;
     const float dm = dmin_all * (float)m;
-    for (int ii = 0; ii < 32; ii++) L[32 * j + ii] = (uint8_t)clamp_i32(nearest_int((x[32 * j + ii] + dm) / d), 0, 15);
+    for (int ii = 0; ii < 32; ii++) L[32 * j + ii] = (uint8_t)clamp_i32(nearest_int((x[32 * j + ii] + dm) / d), 0, nmax);
   }
+}
+
+void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out) {
+  scales_and_codes(x, scales, mins, L, out, 15);
   uint8_t *q = out + 4 + 12;
   for (int j = 0; j < QK_K; j += 64, q += 32) {
     for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+  }
+}
+
+/* ---- Q5_K: Q4_K's fit with codes 0..31; the fifth bits in qh[32] (bit 2c / 2c+1 of chunk c) ---- */
+
+void qd_ggml_q5_k_block_ref(const float *x, uint8_t *out) {
+  uint8_t L[QK_K];
+  float scales[QK_K / 32], mins[QK_K / 32];
+  fit_sub_blocks(x, L, scales, mins, 31, -0.5f, 15);
+  qd_ggml_q5_k_finish(x, scales, mins, L, out);
+}
+
+void qd_ggml_q5_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out) {
+  scales_and_codes(x, scales, mins, L, out, 31);
+  uint8_t *qh = out + 4 + 12, *ql = qh + 32;
+  for (int j = 0; j < 32; j++) qh[j] = 0;
+  for (int n = 0, bit = 0; n < QK_K; n += 64, bit += 2, ql += 32) {
+    for (int j = 0; j < 32; j++) {
+      const uint8_t l1 = L[n + j], l2 = L[n + j + 32];
+      if (l1 > 15) qh[j] |= (uint8_t)(1 << bit);
+      if (l2 > 15) qh[j] |= (uint8_t)(2 << bit);
+      ql[j] = (uint8_t)((l1 & 0xf) | ((l2 & 0xf) << 4));
+    }
   }
 }
 
@@ -174,15 +209,8 @@ void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins,
  * (0..63) to L, and the returned scale. */
 static float make_qx_quants(const float *x, int8_t *L) {
   enum { N = 16, NMAX = 32 };
-  float max = 0.0f, amax = 0.0f;
-  for (int i = 0; i < N; i++) {
-    const float ax = __builtin_fabsf(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < GROUP_MAX_EPS) {
+  const float max = qd_ggml_signed_abs_max(x, N);
+  if (__builtin_fabsf(max) < QD_GROUP_MAX_EPS) {
     for (int i = 0; i < N; i++) L[i] = 0;
     return 0.0f;
   }
@@ -232,7 +260,7 @@ void qd_ggml_q6_k_finish(const float *x, const float *scales, int8_t *L, uint8_t
       max_scale = scales[ib];
     }
   }
-  if (max_abs_scale < GROUP_MAX_EPS) {
+  if (max_abs_scale < QD_GROUP_MAX_EPS) {
     for (int i = 0; i < 210; i++) out[i] = 0; /* d = fp16(0) = 0 */
     return;
   }
@@ -261,4 +289,146 @@ void qd_ggml_q6_k_finish(const float *x, const float *scales, int8_t *L, uint8_t
       qh[l] = (uint8_t)((a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6));
     }
   }
+}
+
+/* ---- Q2_K and Q3_K: 16 sub-blocks of 16, 2-bit codes packed four to a byte 32 apart ---- */
+
+static void pack_two_bits(const uint8_t *L, uint8_t *qs) {
+  for (int j = 0; j < QK_K; j += 128) {
+    for (int l = 0; l < 32; l++) {
+      qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+    }
+  }
+}
+
+/* Q2_K: scales:u8[16] (scale | min << 4), qs:u8[64], d:f16 at 80, dmin:f16 at 82. */
+void qd_ggml_q2_k_block_ref(const float *x, uint8_t *out) {
+  uint8_t L[QK_K];
+  float weights[16], scales[16], mins[16];
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (int j = 0; j < 16; j++) {
+    for (int l = 0; l < 16; l++) weights[l] = __builtin_fabsf(x[16 * j + l]);
+    scales[j] = make_qkx2_quants(x + 16 * j, weights, L + 16 * j, &mins[j], 3, -0.5f, 15, 16, 1);
+    if (scales[j] > max_scale) max_scale = scales[j];
+    if (mins[j] > max_min) max_min = mins[j];
+  }
+  uint8_t *sc = out;
+  if (max_scale > 0) {
+    const float iscale = 15.0f / max_scale;
+    for (int j = 0; j < 16; j++) sc[j] = (uint8_t)nearest_int(iscale * scales[j]);
+    put_f16(out + 80, qd_f32_to_f16(max_scale / 15.0f));
+  } else {
+    for (int j = 0; j < 16; j++) sc[j] = 0;
+    put_f16(out + 80, qd_f32_to_f16(0.0f));
+  }
+  if (max_min > 0) {
+    const float iscale = 15.0f / max_min;
+    for (int j = 0; j < 16; j++) sc[j] |= (uint8_t)((uint32_t)nearest_int(iscale * mins[j]) << 4); /* unsigned: NaN gives -2^22 */
+    put_f16(out + 82, qd_f32_to_f16(max_min / 15.0f));
+  } else {
+    put_f16(out + 82, qd_f32_to_f16(0.0f));
+  }
+  const float d_all = qd_f16_to_f32((uint16_t)(out[80] | out[81] << 8));
+  const float dmin_all = qd_f16_to_f32((uint16_t)(out[82] | out[83] << 8));
+  for (int j = 0; j < 16; j++) {
+    const float d = d_all * (float)(sc[j] & 0xf);
+    if (d == 0) continue;
+    const float dm = dmin_all * (float)(sc[j] >> 4);
+    for (int ii = 0; ii < 16; ii++) L[16 * j + ii] = (uint8_t)clamp_i32(nearest_int((x[16 * j + ii] + dm) / d), 0, 3);
+  }
+  pack_two_bits(L, out + 16);
+}
+
+/* make_q3_quants (do_rmse): codes -nmax..nmax-1 stored as code + nmax (0 for an all-zero group). */
+static float make_q3_quants(const float *x, int8_t *L, const int32_t nmax) {
+  enum { N = 16 };
+  const float max = qd_ggml_signed_abs_max(x, N);
+  if (__builtin_fabsf(max) < QD_GROUP_MAX_EPS) {
+    for (int i = 0; i < N; i++) L[i] = 0;
+    return 0.0f;
+  }
+  const float iscale = (float)-nmax / max;
+  float sumlx = 0.0f, suml2 = 0.0f;
+  for (int i = 0; i < N; i++) {
+    const int32_t l = clamp_i32(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+    L[i] = (int8_t)l;
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * (float)l;
+    suml2 += w * (float)l * (float)l;
+  }
+  for (int itry = 0; itry < 5; itry++) {
+    int changed = 0;
+    for (int i = 0; i < N; i++) {
+      const float w = x[i] * x[i];
+      float slx = sumlx - w * x[i] * (float)L[i];
+      if (slx > 0) {
+        float sl2 = suml2 - w * (float)L[i] * (float)L[i];
+        const int32_t new_l = clamp_i32(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+        if (new_l != L[i]) {
+          slx += w * x[i] * (float)new_l;
+          sl2 += w * (float)new_l * (float)new_l;
+          if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = (int8_t)new_l;
+            sumlx = slx;
+            suml2 = sl2;
+            changed++;
+          }
+        }
+      }
+    }
+    if (!changed) break;
+  }
+  for (int i = 0; i < N; i++) L[i] = (int8_t)(L[i] + nmax);
+  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/* Q3_K: hmask:u8[32], qs:u8[64], scales:u8[12] (6-bit signed, offset 32), d:f16 at 108. */
+void qd_ggml_q3_k_block_ref(const float *x, uint8_t *out) {
+  int8_t L[QK_K];
+  uint8_t codes[QK_K];
+  float scales[16];
+  float max_scale = 0.0f, amax = 0.0f;
+  for (int j = 0; j < 16; j++) {
+    scales[j] = make_q3_quants(x + 16 * j, L + 16 * j, 4);
+    const float scale = __builtin_fabsf(scales[j]);
+    if (scale > amax) {
+      amax = scale;
+      max_scale = scales[j];
+    }
+  }
+  uint8_t *sc = out + 96;
+  for (int j = 0; j < 12; j++) sc[j] = 0;
+  if (max_scale != 0) {
+    const float iscale = -32.0f / max_scale;
+    for (int j = 0; j < 16; j++) {
+      int8_t l = (int8_t)nearest_int(iscale * scales[j]);
+      l = (int8_t)(clamp_i32(l, -32, 31) + 32);
+      if (j < 8) sc[j] = (uint8_t)(l & 0xf);
+      else sc[j - 8] |= (uint8_t)((l & 0xf) << 4);
+      l >>= 4;
+      sc[j % 4 + 8] |= (uint8_t)(l << (2 * (j / 4)));
+    }
+    put_f16(out + 108, qd_f32_to_f16(1 / iscale));
+  } else {
+    put_f16(out + 108, qd_f32_to_f16(0.0f));
+  }
+  const float d_all = qd_f16_to_f32((uint16_t)(out[108] | out[109] << 8));
+  for (int j = 0; j < 16; j++) {
+    int8_t s = (int8_t)(j < 8 ? sc[j] & 0xf : sc[j - 8] >> 4);
+    s = (int8_t)((s | (((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
+    const float d = d_all * (float)s;
+    if (d == 0) continue;
+    for (int ii = 0; ii < 16; ii++) L[16 * j + ii] = (int8_t)(clamp_i32(nearest_int(x[16 * j + ii] / d), -4, 3) + 4);
+  }
+  uint8_t *hmask = out;
+  for (int j = 0; j < 32; j++) hmask[j] = 0;
+  for (int j = 0; j < QK_K; j++) {
+    int l = L[j];
+    if (l > 3) {
+      hmask[j % 32] |= (uint8_t)(1 << (j / 32));
+      l -= 4;
+    }
+    codes[j] = (uint8_t)l;
+  }
+  pack_two_bits(codes, out + 32);
 }

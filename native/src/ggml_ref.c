@@ -4,7 +4,8 @@
  * oracle). ggml's rounding, not torch's: Q8_0 rounds half away from zero (roundf), the others
  * truncate x·id + ½ (plus their offset). The scale d is stored as fp16 (nearest even) but the
  * codes use the float32 reciprocal of the unrounded d. The SIMD twins live in simd_ggml.h; the
- * K-quants (256-element super-blocks) in ggml_kquants.c.
+ * K-quants (256-element super-blocks) in ggml_kquants.c, IQ4_NL / IQ4_XS in ggml_iquants.c. The
+ * type table at the end covers them all.
  */
 #include "common.h"
 #include "ref.h"
@@ -28,18 +29,6 @@ static void put_f16(uint8_t *out, float d) {
 
 static void put_u32(uint8_t *out, uint32_t v) {
   for (int i = 0; i < 4; i++) out[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* The signed value of largest magnitude; the first one wins a tie (strict `<`). NaN never wins. */
-static float signed_abs_max(const float *x) {
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < 32; j++) {
-    if (amax < __builtin_fabsf(x[j])) {
-      amax = __builtin_fabsf(x[j]);
-      max = x[j];
-    }
-  }
-  return max;
 }
 
 /* The block's minimum and maximum as the reference finds them: from ±FLT_MAX, strict
@@ -67,7 +56,7 @@ void qd_ggml_q8_0_block_ref(const float *x, uint8_t *out) {
 }
 
 void qd_ggml_q4_0_block_ref(const float *x, uint8_t *out) {
-  const float d = signed_abs_max(x) / -8.0f;
+  const float d = qd_ggml_signed_abs_max(x, 32) / -8.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   put_f16(out, d);
   for (int j = 0; j < 16; j++) {
@@ -96,7 +85,7 @@ void qd_ggml_q4_1_block_ref(const float *x, uint8_t *out) {
 }
 
 void qd_ggml_q5_0_block_ref(const float *x, uint8_t *out) {
-  const float d = signed_abs_max(x) / -16.0f;
+  const float d = qd_ggml_signed_abs_max(x, 32) / -16.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   put_f16(out, d);
   uint32_t qh = 0;
@@ -131,21 +120,32 @@ void qd_ggml_q5_1_block_ref(const float *x, uint8_t *out) {
   put_u32(out + 4, qh);
 }
 
-uint32_t qd_ggml_block_values(int32_t type) {
-  return type == QD_GGML_Q4_K || type == QD_GGML_Q6_K ? 256 : type >= QD_GGML_Q8_0 && type <= QD_GGML_Q5_1 ? 32 : 0;
-}
+/* Per qd_ggml_type id: values and bytes of a block, and its scalar quantizer (ids without a row: all
+ * zero, no such type). */
+static const struct {
+  uint32_t values, bytes;
+  qd_ggml_block_fn block;
+} TYPES[] = {
+    [QD_GGML_Q8_0] = {32, 34, qd_ggml_q8_0_block_ref},
+    [QD_GGML_Q4_0] = {32, 18, qd_ggml_q4_0_block_ref},
+    [QD_GGML_Q4_1] = {32, 20, qd_ggml_q4_1_block_ref},
+    [QD_GGML_Q5_0] = {32, 22, qd_ggml_q5_0_block_ref},
+    [QD_GGML_Q5_1] = {32, 24, qd_ggml_q5_1_block_ref},
+    [QD_GGML_Q4_K] = {256, 144, qd_ggml_q4_k_block_ref},
+    [QD_GGML_Q5_K] = {256, 176, qd_ggml_q5_k_block_ref},
+    [QD_GGML_Q2_K] = {256, 84, qd_ggml_q2_k_block_ref},
+    [QD_GGML_Q3_K] = {256, 110, qd_ggml_q3_k_block_ref},
+    [QD_GGML_Q6_K] = {256, 210, qd_ggml_q6_k_block_ref},
+    [QD_GGML_IQ4_NL] = {32, 18, qd_ggml_iq4_nl_block_ref},
+    [QD_GGML_IQ4_XS] = {256, 136, qd_ggml_iq4_xs_block_ref},
+};
+#define KNOWN(type) ((type) >= 0 && (type) < (int32_t)(sizeof TYPES / sizeof TYPES[0]))
 
-uint32_t qd_ggml_block_bytes(int32_t type) {
-  static const uint32_t bytes[] = {34, 18, 20, 22, 24, 144, 210};
-  return type >= 0 && type < (int32_t)(sizeof bytes / sizeof bytes[0]) ? bytes[type] : 0;
-}
+uint32_t qd_ggml_block_values(int32_t type) { return KNOWN(type) ? TYPES[type].values : 0; }
 
-qd_ggml_block_fn qd_ggml_block_ref(int32_t type) {
-  static const qd_ggml_block_fn fns[] = {qd_ggml_q8_0_block_ref, qd_ggml_q4_0_block_ref, qd_ggml_q4_1_block_ref,
-                                         qd_ggml_q5_0_block_ref, qd_ggml_q5_1_block_ref, qd_ggml_q4_k_block_ref,
-                                         qd_ggml_q6_k_block_ref};
-  return type >= 0 && type < (int32_t)(sizeof fns / sizeof fns[0]) ? fns[type] : 0;
-}
+uint32_t qd_ggml_block_bytes(int32_t type) { return KNOWN(type) ? TYPES[type].bytes : 0; }
+
+qd_ggml_block_fn qd_ggml_block_ref(int32_t type) { return KNOWN(type) ? TYPES[type].block : 0; }
 
 qd_status qd_ggml_quantize_ref(int32_t type, const float *x, uint64_t blocks, uint8_t *out) {
   const qd_ggml_block_fn block = qd_ggml_block_ref(type);

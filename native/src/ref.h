@@ -25,21 +25,52 @@ void qd_f32_to_bf16_ref(const void *in, uint64_t n, void *out);
 qd_status qd_quality_ref(const float *x, const void *codes, uint64_t start, uint64_t count, const qd_layout *l,
                          const float *scale, const float *zero_point, const qd_quant *q, qd_quality *stats);
 
-/* ggml block quantizers (ggml_ref.c, ggml_kquants.c): one block (32 floats, or 256 for the
- * K-quants), and the table entry. */
+/* ggml block quantizers (ggml_ref.c, ggml_kquants.c, ggml_iquants.c): one block (32 floats, or
+ * 256 for the K-quants and IQ4_XS), and the table entry. */
 typedef void (*qd_ggml_block_fn)(const float *x, uint8_t *out);
+
+/* GROUP_MAX_EPS of ggml-quants.c: a group whose largest magnitude is below it is all zero. */
+#define QD_GROUP_MAX_EPS 1e-15f
+
+/* The value of largest magnitude of x[0..n), signed; the first one wins a tie and NaN never does
+ * (`if (ax > amax)`, as every ggml search starts). Its magnitude is the group's amax. */
+static inline float qd_ggml_signed_abs_max(const float *x, int n) {
+  float amax = 0.0f, max = 0.0f;
+  for (int i = 0; i < n; i++) {
+    const float ax = __builtin_fabsf(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  return max;
+}
 void qd_ggml_q8_0_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q4_0_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q4_1_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q5_0_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q5_1_block_ref(const float *x, uint8_t *out);
 void qd_ggml_q4_k_block_ref(const float *x, uint8_t *out);
+void qd_ggml_q2_k_block_ref(const float *x, uint8_t *out);
+void qd_ggml_q3_k_block_ref(const float *x, uint8_t *out);
+void qd_ggml_q5_k_block_ref(const float *x, uint8_t *out);
+/* Q5_K after the sub-block search, as qd_ggml_q4_k_finish. */
+void qd_ggml_q5_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out);
 void qd_ggml_q6_k_block_ref(const float *x, uint8_t *out);
 /* Q4_K after the sub-block search: the 8 scales, 8 negated mins and codes L → the block's bytes. */
 void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out);
 /* Q6_K after the sub-block search: the block's 16 scales and codes L (nmax + code) → its bytes
  * (the SIMD variants search sub-blocks across lanes, then finish here). */
 void qd_ggml_q6_k_finish(const float *x, const float *scales, int8_t *L, uint8_t *out);
+void qd_ggml_iq4_nl_block_ref(const float *x, uint8_t *out);
+void qd_ggml_iq4_xs_block_ref(const float *x, uint8_t *out);
+/* IQ4_NL / IQ4_XS's scale search for one group of 32 values (quantize_row_iq4_nl_impl, ntry 7). */
+float qd_ggml_iq4_scale(const float *x);
+/* After the search, all but the codes: IQ4_NL's d from its scale, returning the reciprocal its
+ * codes use; IQ4_XS's d and 6-bit scales from the 8 group scales, with each group's reciprocal
+ * to ids[] (the SIMD variants search and code groups across lanes around these). */
+float qd_ggml_iq4_nl_head(float d, uint8_t *out);
+void qd_ggml_iq4_xs_head(const float *scales, uint8_t *out, float *ids);
 /* The scalar block quantizer of a qd_ggml_type; NULL when unknown. */
 qd_ggml_block_fn qd_ggml_block_ref(int32_t type);
 qd_status qd_ggml_quantize_ref(int32_t type, const float *x, uint64_t blocks, uint8_t *out);

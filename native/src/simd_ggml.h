@@ -1,7 +1,8 @@
 /*
  * ggml's 32-element block quantizers (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) over the vector primitives
  * (included by simd_kernels.h): operation for operation what ggml_ref.c does, so the bytes are
- * identical. The K-quants search their sub-blocks across lanes (simd_kquants.h).
+ * identical. The K-quants search their sub-blocks across lanes (simd_kquants.h), IQ4_NL / IQ4_XS
+ * their groups of 32 (simd_iquants.h).
  * A block of 32 floats is QD_GGML_VECS vectors; the scales of a group of blocks are vectors
  * too (a scalar fp16 conversion per block cost more than all the rest of Q8_0). A block holding
  * NaN goes to the scalar reference, whose comparison order decides what NaN does; ±Infinity
@@ -313,6 +314,7 @@ QD_TARGET static void QD_NAME(ggml_q5_0_group)(const float *x, int n, uint8_t *o
 }
 
 #include "simd_kquants.h"
+#include "simd_iquants.h"
 
 QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, uint64_t blocks, uint8_t *out) {
   const uint64_t size = qd_ggml_block_bytes(type);
@@ -321,10 +323,24 @@ QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, 
     for (uint64_t b = 0; b < blocks; b++) QD_NAME(kq_q6_k_block)(x + 256 * b, out + size * b);
     return QD_OK;
   }
-  if (type == QD_GGML_Q4_K) {
+  if (type == QD_GGML_Q2_K || type == QD_GGML_Q3_K) {
+    /* scalar for now: the lane search takes no sub-blocks of 16 yet */
+    const qd_ggml_block_fn block = qd_ggml_block_ref(type);
+    for (uint64_t b = 0; b < blocks; b++) block(x + 256 * b, out + size * b);
+    return QD_OK;
+  }
+  if (type == QD_GGML_IQ4_NL) {
+    QD_NAME(iq4_nl_blocks)(x, blocks, out);
+    return QD_OK;
+  }
+  if (type == QD_GGML_IQ4_XS) {
+    QD_NAME(iq4_xs_blocks)(x, blocks, out);
+    return QD_OK;
+  }
+  if (type == QD_GGML_Q4_K || type == QD_GGML_Q5_K) {
     for (uint64_t b = 0; b < blocks; b += KQ_Q4_SUPER) {
       const int n = blocks - b < KQ_Q4_SUPER ? (int)(blocks - b) : KQ_Q4_SUPER;
-      QD_NAME(kq_q4_k_blocks)(x + 256 * b, n, out + size * b);
+      QD_NAME(kq_affine_k_blocks)(x + 256 * b, n, out + size * b, type == QD_GGML_Q5_K);
     }
     return QD_OK;
   }

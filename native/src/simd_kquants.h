@@ -99,12 +99,14 @@ QD_TARGET static void QD_NAME(kq_q6_k_block)(const float *x, uint8_t *out) {
 #define KQ_Q4_SUPER (VL > 8 ? VL / 8 : 1)
 #define KQ_Q4_SUBS (8 * KQ_Q4_SUPER)
 
-/* The weights av_x + |x| of make_qkx2_quants' caller and the search itself (nmax 15, rmin -1,
- * rdelta 0.1, nstep 20) for VL sub-blocks of 32: t[KQ_Q4_SUBS·i + s] is element i of sub-block
- * s (lanes: sub-blocks first .. first + VL); scales, negated mins and codes L[32·s + i] out. */
-QD_TARGET static void QD_NAME(kq_q4_search)(const float *t, int first, float *scales, float *neg_mins,
-                                            uint8_t *L) {
-  enum { N = 32, NMAX = 15, NSTEP = 20 };
+/* The weights av_x + |x| of make_qkx2_quants' caller and the search itself (rdelta 0.1; Q4_K:
+ * nmax 15, rmin -1, nstep 20; Q5_K: nmax 31, rmin -0.5, nstep 15) for VL sub-blocks of 32:
+ * t[KQ_Q4_SUBS·i + s] is element i of sub-block s (lanes: sub-blocks first .. first + VL);
+ * scales, negated mins and codes L[32·s + i] out. */
+QD_TARGET static void QD_NAME(kq_affine_search)(const float *t, int first, float *scales, float *neg_mins,
+                                                uint8_t *L, const int32_t NMAX, const float rmin,
+                                                const int NSTEP) {
+  enum { N = 32 };
   vf xs[N], ws[N];
   vf sum_x2 = vf_set(0.0f);
   for (int i = 0; i < N; i++) {
@@ -139,7 +141,7 @@ QD_TARGET static void QD_NAME(kq_q4_search)(const float *t, int first, float *sc
     best_error = vf_add(best_error, vf_mul(ws[i], vf_mul(diff, diff)));
   }
   for (int is = 0; is <= NSTEP; is++) {
-    iscale = vf_div(vf_set(-1.0f + 0.1f * (float)is + (float)NMAX), vf_sub(max, min));
+    iscale = vf_div(vf_set(rmin + 0.1f * (float)is + (float)NMAX), vf_sub(max, min));
     vf sum_l = vf_set(0.0f), sum_l2 = vf_set(0.0f), sum_xl = vf_set(0.0f);
     vi laux[N];
     for (int i = 0; i < N; i++) {
@@ -180,8 +182,10 @@ QD_TARGET static void QD_NAME(kq_q4_search)(const float *t, int first, float *sc
   }
 }
 
-/* `n` (at most KQ_Q4_SUPER) Q4_K super-blocks: those without NaN searched together. */
-QD_TARGET static void QD_NAME(kq_q4_k_blocks)(const float *x, int n, uint8_t *out) {
+/* `n` (at most KQ_Q4_SUPER) Q4_K (five_bits 0) or Q5_K (1) super-blocks: those without NaN
+ * searched together, the others by the scalar reference. */
+QD_TARGET static void QD_NAME(kq_affine_k_blocks)(const float *x, int n, uint8_t *out, const int five_bits) {
+  const uint64_t size = five_bits ? 176 : 144;
   float t[256 * KQ_Q4_SUPER], scales[KQ_Q4_SUBS], neg_mins[KQ_Q4_SUBS];
   uint8_t L[256 * KQ_Q4_SUPER];
   int nan[KQ_Q4_SUPER];
@@ -191,11 +195,18 @@ QD_TARGET static void QD_NAME(kq_q4_k_blocks)(const float *x, int n, uint8_t *ou
       for (int i = 0; i < 32; i++) t[KQ_Q4_SUBS * i + 8 * b + s] = b < n && !nan[b] ? x[256 * b + 32 * s + i] : 0.0f;
     }
   }
-  for (int first = 0; first < KQ_Q4_SUBS; first += VL) QD_NAME(kq_q4_search)(t, first, scales, neg_mins, L);
-  for (int b = 0; b < n; b++) {
-    if (nan[b])
-      qd_ggml_q4_k_block_ref(x + 256 * b, out + 144 * b);
+  for (int first = 0; first < KQ_Q4_SUBS; first += VL) {
+    if (five_bits)
+      QD_NAME(kq_affine_search)(t, first, scales, neg_mins, L, 31, -0.5f, 15);
     else
-      qd_ggml_q4_k_finish(x + 256 * b, scales + 8 * b, neg_mins + 8 * b, L + 256 * b, out + 144 * b);
+      QD_NAME(kq_affine_search)(t, first, scales, neg_mins, L, 15, -1.0f, 20);
+  }
+  for (int b = 0; b < n; b++) {
+    const float *xb = x + 256 * b;
+    uint8_t *ob = out + size * b;
+    if (nan[b])
+      (five_bits ? qd_ggml_q5_k_block_ref : qd_ggml_q4_k_block_ref)(xb, ob);
+    else
+      (five_bits ? qd_ggml_q5_k_finish : qd_ggml_q4_k_finish)(xb, scales + 8 * b, neg_mins + 8 * b, L + 256 * b, ob);
   }
 }

@@ -14,11 +14,19 @@ static uint64_t bad;
 
 EXPORT("heap_base") uint32_t qdw_heap_base(void) { return (uint32_t)(uintptr_t)&__heap_base; }
 
-/* The module links no libc (-nostdlib), but clang lowers the zeroing of a struct to memset. The
- * volatile store keeps it from turning this loop back into a call to itself. */
+/* The module links no libc (-nostdlib), but clang lowers the zeroing of a struct to memset, and a
+ * copy loop of a length it cannot see (make_qkx2_quants' codes) to memcpy. The volatile accesses
+ * keep it from turning these loops back into calls to themselves. */
 void *memset(void *dst, int c, __SIZE_TYPE__ n) {
   volatile unsigned char *p = (volatile unsigned char *)dst;
   while (n--) *p++ = (unsigned char)c;
+  return dst;
+}
+
+void *memcpy(void *dst, const void *src, __SIZE_TYPE__ n) {
+  volatile unsigned char *p = (volatile unsigned char *)dst;
+  const volatile unsigned char *q = (const volatile unsigned char *)src;
+  while (n--) *p++ = *q++;
   return dst;
 }
 

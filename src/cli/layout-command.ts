@@ -1,13 +1,18 @@
 /**
  * `--layout NAME[:key=value,...]`: write a model in a layout another tool loads (GGUF, GPTQ,
  * AWQ, bitsandbytes NF4/FP4, ONNX MatMulNBits; src/service/layouts), and, for dequantize, read
- * one back: a file whose first bytes a layout recognizes is dequantized by that layout. The
+ * one back: a file whose first bytes a layout recognizes is dequantized by that layout. A model
+ * folder in a safetensors layout (gptq, awq, nf4, fp4) gives a model folder. The
  * NAME:key=value syntax is parsed in src/service/layouts/parse.ts (shared with the jobs API).
  */
 import { open } from 'node:fs/promises';
+import { isAbsolute, relative, resolve, sep } from 'node:path';
+
+import { QuantdError } from '../errors/index.js';
 import { LAYOUTS, type InteropLayout } from '../service/layouts/index.js';
 import { parseLayout } from '../service/layouts/parse.js';
-import type { LayoutHooks } from '../service/layouts/types.js';
+import type { LayoutHooks, LayoutOptions, LayoutWriteResult } from '../service/layouts/types.js';
+import { writeLayoutOutput } from '../service/layouts/write-folder.js';
 
 export { parseLayout };
 
@@ -43,13 +48,78 @@ export async function writeLayout(
   input: string,
   output: string,
   hooks: LayoutHooks,
-): Promise<{ summary: string }> {
+): Promise<{ summary: string; report: LayoutReport }> {
   const { layout, options } = parseLayout(text);
-  const result = await layout.write(input, output, options, hooks);
+  const result = await writeLayoutOutput(layout, input, output, options, hooks);
+  const report = layoutReport(layout.name, options, result);
+  const worst = report.tensors.find((t) => t.quality !== undefined);
   const types = new Map<string, number>();
   for (const t of result.tensors) types.set(t.type, (types.get(t.type) ?? 0) + 1);
   const counts = [...types].map(([type, n]) => `${n} ${type}`).join(', ');
   return {
-    summary: `${layout.name}: ${result.tensors.length} tensors (${counts}); wrote ${result.files.join(', ')}`,
+    summary:
+      `${layout.name}: ${result.tensors.length} tensors (${counts})` +
+      (result.size !== undefined && result.size.weights > 0
+        ? `, ${(result.size.bits / result.size.weights).toFixed(2)} bits per weight`
+        : '') +
+      (worst?.quality !== undefined
+        ? `; worst ${worst.name} (${worst.type}, SQNR ${worst.quality.sqnr_db?.toFixed(1) ?? '∞'} dB)`
+        : '') +
+      `; wrote ${result.files.join(', ')}`,
+    report,
   };
+}
+
+export const LAYOUT_REPORT_FORMAT = 'quantd.layout-report/1';
+
+/** What `--report FILE` writes for a layout: each tensor's type and why, worst measured first. */
+export interface LayoutReport {
+  readonly format: typeof LAYOUT_REPORT_FORMAT;
+  readonly layout: string;
+  readonly options: LayoutOptions;
+  readonly files: readonly string[];
+  readonly bits_per_weight: number | null;
+  readonly tensors: LayoutWriteResult['tensors'];
+}
+
+function layoutReport(name: string, options: LayoutOptions, result: LayoutWriteResult): LayoutReport {
+  // lowest SQNR first (the tensors worth more bits), then the unmeasured in file order
+  const sqnr = (t: LayoutWriteResult['tensors'][number]): number =>
+    t.quality === undefined ? Infinity : (t.quality.sqnr_db ?? Number.MAX_VALUE);
+  return {
+    format: LAYOUT_REPORT_FORMAT,
+    layout: name,
+    options,
+    files: result.files,
+    bits_per_weight:
+      result.size !== undefined && result.size.weights > 0 ? result.size.bits / result.size.weights : null,
+    tensors: [...result.tensors].sort((a, b) => sqnr(a) - sqnr(b)),
+  };
+}
+
+/**
+ * `--imatrix FILE` (as llama-quantize takes it, relative to the working directory) as the gguf
+ * layout's `imatrix` option, which the layout resolves against the model folder: an absolute
+ * path here; with --remote the file's name, for the folder upload carries it to the server.
+ */
+export function layoutWithImatrix(
+  text: string | undefined,
+  imatrix: string | undefined,
+  input: string,
+  remote: boolean,
+): string | undefined {
+  if (imatrix === undefined) return text;
+  if (text === undefined || !/^gguf:(.*,)?ftype=/.test(text)) {
+    throw new QuantdError('USAGE', {
+      detail: '--imatrix applies to a llama-quantize file type: --layout gguf:ftype=Q4_K_M (for example)',
+    });
+  }
+  if (!remote) return `${text},imatrix=${resolve(imatrix)}`;
+  const name = relative(resolve(input), resolve(imatrix));
+  if (name === '' || name.startsWith('..') || isAbsolute(name) || name.includes(sep)) {
+    throw new QuantdError('USAGE', {
+      detail: `with --remote, --imatrix must be a file of the model folder ${input} (the upload carries the folder, nothing else)`,
+    });
+  }
+  return `${text},imatrix=${name}`;
 }

@@ -8,22 +8,28 @@ import { dirname, resolve } from 'node:path';
 import { isFloatDType, parseSpec, type FloatDType } from '../core/index.js';
 import { QuantdError, exitCodeFor, isQuantdError } from '../errors/index.js';
 import { SafetensorsFileReader } from '../format/index.js';
+import { removeStaleTemps } from '../format/temp-files.js';
 import { describeKernels } from '../kernels/index.js';
 import { BufferArena } from '../kernels/arena.js';
 import { createCompute } from '../pool/index.js';
 import { packageVersion, startServer } from '../server/serve.js';
 import {
+  isDirectory,
   runModel,
   summarizeFile,
+  summarizeFolder,
   writeFileAtomic,
   type Operation,
   type OperationRequest,
 } from '../service/index.js';
-import { USAGE, parseCommand, specOptionsOf, type ParsedCommand } from './args.js';
-import { detectLayout, layoutHelp, writeLayout } from './layout-command.js';
+import { COMMAND_OPTIONS, parseCommand, specOptionsOf, type ParsedCommand } from './args.js';
+import { commandHelp, usage } from './help.js';
+import { detectLayout, layoutWithImatrix, writeLayout } from './layout-command.js';
 import { defaultReportPath, recipeOf, runShapeOf, usesRecipe } from './model-options.js';
-import { humanBytes, renderSummary } from './output.js';
+import { humanBytes, renderFolderSummary, renderSummary } from './output.js';
 import type { Io } from './io.js';
+import { guardCommand } from './output-guard.js';
+import { cleanUpOnSignals } from './signals.js';
 import { ProgressReporter } from './progress.js';
 import { runRemote } from './remote.js';
 
@@ -50,9 +56,6 @@ function version(): string {
   }
 }
 
-const usage = (): string =>
-  `${USAGE}\n\nlayouts (quantize --layout NAME:key=value,...; dequantize reads them back):\n${layoutHelp()}`;
-
 /** Option names in messages as the command line spells them (--group-size, not group_size). */
 function forCommandLine(err: QuantdError): QuantdError {
   const option = err.params['option'];
@@ -76,12 +79,39 @@ function outDTypeOf(parsed: ParsedCommand): FloatDType {
   return value;
 }
 
+/** The commands that write files: interrupted by a signal, they remove their temporary files. */
 async function transform(parsed: ParsedCommand, io: Io): Promise<void> {
+  const uninstall = cleanUpOnSignals(io.stderr);
+  try {
+    await runTransform(parsed, io);
+  } finally {
+    uninstall();
+  }
+}
+
+async function runTransform(parsed: ParsedCommand, io: Io): Promise<void> {
   const input = onePositional(parsed, 'input file');
   const output = parsed.values['output'] as string | undefined;
   if (!output)
     throw new QuantdError('USAGE', { detail: `quantd ${parsed.command} needs -o OUT.safetensors` });
   const op = parsed.command as Operation;
+  // before any work: a run must never replace its own input, nor an existing file unasked
+  await guardCommand(parsed, input, output);
+  // what an earlier run killed outright (SIGKILL, a power cut) left where this one writes
+  await removeStaleTemps(dirname(resolve(output)));
+  await removeStaleTemps(output); // a sharded output's directory (nothing when it is a file)
+  parsed.values['layout'] = layoutWithImatrix(
+    parsed.values['layout'] as string | undefined,
+    parsed.values['imatrix'] as string | undefined,
+    input,
+    parsed.values['remote'] !== undefined,
+  );
+  if (parsed.values['remote'] !== undefined && parsed.values['layout'] !== undefined) {
+    // a layout runs on the server too (the jobs API's `layout`), never silently here
+    if (op !== 'quantize')
+      throw new QuantdError('USAGE', { detail: `--layout applies to quantize, not ${op}` });
+    return runRemote(parsed.values['remote'] as string, input, output, parsed, io);
+  }
   if (parsed.values['layout'] !== undefined || op === 'dequantize') {
     if (await runLayout(parsed, op, input, output, io)) return;
   }
@@ -111,6 +141,7 @@ async function transform(parsed: ParsedCommand, io: Io): Promise<void> {
       compute: handle.compute,
       ...shape,
       checksum: recipe !== undefined,
+      modelFolder: true,
       onProgress: (p) => progress?.update(p),
     });
   } finally {
@@ -119,7 +150,7 @@ async function transform(parsed: ParsedCommand, io: Io): Promise<void> {
   }
   const reportPath =
     (parsed.values['report'] as string | undefined) ??
-    (recipe || result.sharded ? defaultReportPath(output, result.sharded) : undefined);
+    (recipe || result.sharded ? defaultReportPath(output, result.folder) : undefined);
   if (reportPath !== undefined)
     await writeFileAtomic(reportPath, `${JSON.stringify(result.report, null, 2)}\n`);
   if (!quiet) {
@@ -175,14 +206,18 @@ async function runLayout(
     io.progress && !quiet && !parsed.values['no-progress']
       ? new ProgressReporter(io.progress, 'quantize')
       : null;
+  const reportPath = parsed.values['report'] as string | undefined;
+  if (reportPath !== undefined) await checkWritableDirectory(reportPath);
   const handle = createCompute();
   try {
-    const { summary } = await writeLayout(text!, input, output, {
+    const { summary, report } = await writeLayout(text!, input, output, {
       onProgress: (p) => progress?.update(p),
       encoding: handle.encoding(),
     });
     progress?.done();
-    if (!quiet) io.stderr(summary);
+    // the per-tensor types (and, for a GGUF mixture, each tensor's error), when asked
+    if (reportPath !== undefined) await writeFileAtomic(reportPath, `${JSON.stringify(report, null, 2)}\n`);
+    if (!quiet) io.stderr(reportPath !== undefined ? `${summary} and ${reportPath}` : summary);
   } finally {
     progress?.done();
     await handle.close();
@@ -208,6 +243,11 @@ const formatDb = (db: number | null): string => (db === null ? 'lossless' : `${d
 
 async function inspect(parsed: ParsedCommand, io: Io): Promise<void> {
   const path = onePositional(parsed, 'file');
+  if (await isDirectory(path)) {
+    const folder = await summarizeFolder(path, parsed.values['verify'] === true);
+    io.stdout(parsed.values['json'] ? JSON.stringify(folder, null, 2) : renderFolderSummary(folder));
+    return;
+  }
   const reader = await SafetensorsFileReader.open(path);
   try {
     let verified = false;
@@ -238,10 +278,17 @@ async function serveUntilSignalled(io: Io): Promise<void> {
   });
 }
 
-async function dispatch(argv: readonly string[], io: Io): Promise<void> {
+/** Runs one command; returns an exit code other than 0 that is not an error's, if any. */
+async function dispatch(argv: readonly string[], io: Io): Promise<number | void> {
   const [command, ...rest] = argv;
-  if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
-    io.stdout(usage());
+  if (command === undefined) {
+    // nothing asked: the usage, as the answer to a mistake (stderr, and not a success for scripts)
+    io.stderr(usage());
+    return exitCodeFor('USAGE');
+  }
+  if (command === '--help' || command === '-h' || command === 'help') {
+    const topic = rest[0];
+    io.stdout(topic !== undefined && COMMAND_OPTIONS[topic] ? commandHelp(topic) : usage());
     return;
   }
   if (command === '--version' || command === '-v') {
@@ -250,7 +297,7 @@ async function dispatch(argv: readonly string[], io: Io): Promise<void> {
   }
   const parsed = parseCommand(command, rest);
   if (parsed.values['help']) {
-    io.stdout(usage());
+    io.stdout(commandHelp(command));
     return;
   }
   switch (command) {
@@ -266,8 +313,7 @@ async function dispatch(argv: readonly string[], io: Io): Promise<void> {
 /** Runs one CLI invocation; returns the exit code (0, 2 for bad input, 1 for internal errors). */
 export async function main(argv: readonly string[], io: Io = processIo): Promise<number> {
   try {
-    await dispatch(argv, io);
-    return 0;
+    return (await dispatch(argv, io)) ?? 0;
   } catch (err) {
     const error = isQuantdError(err)
       ? forCommandLine(err)

@@ -102,7 +102,7 @@ export function runShapeOf(values: Values): RunShape {
 }
 
 /** Where the report of a run goes by default: beside a file output, inside a directory output. */
-export function defaultReportPath(output: string, sharded: boolean): string {
-  if (sharded) return `${output.replace(/\/+$/, '')}/quantd-report.json`;
+export function defaultReportPath(output: string, folder: boolean): string {
+  if (folder) return `${output.replace(/\/+$/, '')}/quantd-report.json`;
   return `${output.replace(/\.safetensors$/, '')}.report.json`;
 }

@@ -1,5 +1,5 @@
-/** Human-readable output: byte sizes and the inspect table. */
-import type { FileSummary } from '../service/index.js';
+/** Human-readable output: byte sizes and the inspect tables (a file, a model folder). */
+import type { FileSummary, FolderSummary } from '../service/index.js';
 
 export function humanBytes(n: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -45,5 +45,27 @@ export function renderSummary(summary: FileSummary): string {
           `data sha256: ${summary.checksum.sha256} (${summary.checksum.verified ? 'verified' : 'not verified; --verify checks it'})`,
         ]
       : []),
+  ].join('\n');
+}
+
+/** `quantd inspect FOLDER`: its weight files, tensors, dtypes, bytes and quantization config. */
+export function renderFolderSummary(summary: FolderSummary): string {
+  const dtypes = Object.entries(summary.dtypes)
+    .map(([dtype, n]) => `${n} ${dtype}`)
+    .join(', ');
+  const width = Math.max(...summary.shards.map((s) => s.file.length));
+  const config = summary.quantization_config;
+  return [
+    `${summary.folder}: model folder, ${summary.shards.length} ${summary.shards.length === 1 ? 'file' : 'shards'}` +
+      `${summary.index ? ` (index ${summary.index})` : ''}, ${summary.tensors} tensors, ${humanBytes(summary.bytes)}`,
+    ...summary.shards.map(
+      (s) =>
+        `  ${s.file.padEnd(width)}  ${String(s.tensors).padStart(5)} tensors  ${humanBytes(s.bytes).padStart(10)}` +
+        (s.checksum ? `  sha256 ${s.checksum.verified ? 'verified' : 'recorded'}` : ''),
+    ),
+    `dtypes: ${dtypes || 'none'}`,
+    config
+      ? `quantization_config (${config.file}): ${JSON.stringify(config.config)}`
+      : 'quantization_config: none',
   ].join('\n');
 }

@@ -1,18 +1,27 @@
 /**
  * `--remote URL`: the same command run by a quantd server through its jobs API (docs/models.md):
- * upload the model (streamed from disk), follow the job's progress, download the result (written
+ * upload the model (streamed from disk: a file, or a model folder as one tar archive), follow the job's progress, download the result (written
  * to a temporary file and renamed, like local runs) and the report. Ctrl-C cancels the job.
  * QUANTD_API_KEY, when set, is sent as the bearer token.
  */
 import { createReadStream } from 'node:fs';
-import { open, rename, rm, stat } from 'node:fs/promises';
+import { open, readdir, stat } from 'node:fs/promises';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { dirname } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
+import { Readable } from 'node:stream';
 import { catalogue, QuantdError, type ErrorCode } from '../errors/index.js';
 import { flagKey } from '../core/index.js';
 import { ALL_OPTION_ROWS, writeFileAtomic } from '../service/index.js';
-import { syncDirectory, tempPathFor, writeError } from '../format/file-io.js';
+import {
+  forgetTemp,
+  removeTemp,
+  renameTemp,
+  syncDirectory,
+  tempPathFor,
+  writeError,
+} from '../format/file-io.js';
+import { memberBytes, memberPathProblem, TAR_BLOCK, TAR_END, tarHeader } from '../format/tar.js';
 import type { Io } from './io.js';
 import type { ParsedCommand } from './args.js';
 import { defaultReportPath, readRecipeFile, usesRecipe } from './model-options.js';
@@ -24,6 +33,7 @@ type Values = ParsedCommand['values'];
 /** CLI flags → the jobs API's query parameters: each table row's flag to its wire name. */
 export function remoteQuery(command: string, values: Values): URLSearchParams {
   const q = new URLSearchParams({ op: command });
+  if (typeof values['layout'] === 'string') q.set('layout', values['layout']);
   for (const row of ALL_OPTION_ROWS) {
     const v = values[flagKey(row)];
     if (row.name === 'recipe') {
@@ -110,6 +120,7 @@ async function download(reply: Reply, path: string, onBytes: (n: number) => void
   if (reply.status !== 200) throw await failure(reply);
   const temp = tempPathFor(path);
   const fh = await open(temp, 'wx').catch((err: unknown) => {
+    forgetTemp(temp); // not ours: a signal must not remove it
     throw writeError(path, err);
   });
   try {
@@ -119,16 +130,81 @@ async function download(reply: Reply, path: string, onBytes: (n: number) => void
     }
     await fh.sync();
     await fh.close();
-    await rename(temp, path);
+    await renameTemp(temp, path);
   } catch (err) {
     await fh.close().catch(() => undefined);
-    await rm(temp, { force: true });
+    await removeTemp(temp);
     throw writeError(path, err);
   }
   await syncDirectory(dirname(path));
 }
 
+/**
+ * The server's base URL from --remote: `host:port` (no scheme) means http://host:port, as curl
+ * reads it; a scheme other than http or https is refused.
+ */
+export function serverUrl(text: string): URL {
+  const withScheme = /^[a-z][a-z\d+.-]*:\/\//i.test(text) ? text : `http://${text}`;
+  const refuse = (detail: string): QuantdError =>
+    new QuantdError('OPTION_INVALID', { option: 'remote', detail, value: text });
+  let url: URL;
+  try {
+    url = new URL(withScheme.endsWith('/') ? withScheme : `${withScheme}/`);
+  } catch {
+    throw refuse('must be a URL such as http://host:8080 or host:8080');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw refuse('must be an http:// or https:// URL');
+  return url;
+}
+
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * A model folder as the tar archive the server unpacks (src/format/tar.ts): its regular files
+ * (symlinks followed, as in a Hugging Face cache), hidden files and subfolders left out, with
+ * the archive's exact length for Content-Length.
+ */
+async function folderArchive(dir: string): Promise<{ stream: Readable; bytes: number }> {
+  const folder = basename(resolve(dir));
+  const files: Array<{ name: string; path: string; size: number }> = [];
+  for (const name of (await readdir(dir)).sort()) {
+    if (name.startsWith('.')) continue;
+    const path = join(dir, name);
+    const s = await stat(path).catch(() => null);
+    if (!s?.isFile()) continue;
+    const problem = memberPathProblem(folder, name);
+    if (problem !== null) {
+      throw new QuantdError('FEATURE_UNSUPPORTED', {
+        detail: `--remote cannot upload ${path}: ${folder}/${name} is ${problem}`,
+      });
+    }
+    files.push({ name, path, size: s.size });
+  }
+  if (files.length === 0) {
+    throw new QuantdError('FEATURE_UNSUPPORTED', { detail: `--remote found no file to upload in ${dir}` });
+  }
+  const bytes = files.reduce((n, f) => n + memberBytes(f.size), TAR_END.length);
+  async function* archive(): AsyncGenerator<Uint8Array> {
+    for (const f of files) {
+      yield tarHeader(folder, f.name, f.size);
+      let read = 0;
+      for await (const chunk of createReadStream(f.path)) {
+        read += (chunk as Buffer).length;
+        yield chunk as Buffer;
+      }
+      if (read !== f.size) {
+        throw new QuantdError('FILE_UNREADABLE', {
+          path: f.path,
+          detail: 'it changed size while being sent',
+        });
+      }
+      yield new Uint8Array(memberBytes(f.size) - TAR_BLOCK - f.size);
+    }
+    yield TAR_END;
+  }
+  return { stream: Readable.from(archive(), { objectMode: false }), bytes };
+}
 
 export async function runRemote(
   base: string,
@@ -137,43 +213,36 @@ export async function runRemote(
   parsed: ParsedCommand,
   io: Io,
 ): Promise<void> {
-  let root: URL;
-  try {
-    root = new URL(base.endsWith('/') ? base : `${base}/`);
-  } catch {
-    throw new QuantdError('OPTION_INVALID', {
-      option: 'remote',
-      detail: 'must be a URL such as http://host:8080',
-      value: base,
-    });
-  }
+  const root = serverUrl(base);
   const info = await stat(input).catch(() => {
     throw new QuantdError('FILE_NOT_FOUND', { path: input });
   });
-  if (!info.isFile()) {
+  if (!info.isFile() && !info.isDirectory()) {
     throw new QuantdError('FEATURE_UNSUPPORTED', {
-      detail: `--remote uploads one .safetensors file; ${input} is not one (put sharded models in the server's data directory and submit a path job)`,
+      detail: `--remote uploads a .safetensors file or a model folder; ${input} is neither`,
     });
   }
+  const upload = info.isDirectory() ? await folderArchive(input) : null;
+  const size = upload?.bytes ?? info.size;
   const quiet = parsed.values['quiet'] === true;
   const show = io.progress && !quiet && !parsed.values['no-progress'] ? io.progress : null;
   const query = remoteQuery(parsed.command, parsed.values);
 
-  // 1. upload
+  // 1. upload: the file, or the folder as one tar archive the server unpacks as it arrives
   const up = show ? new ProgressReporter(show, 'upload') : null;
   let sent = 0;
-  const body = createReadStream(input);
-  body.on('data', (chunk) => {
+  const body = upload?.stream ?? createReadStream(input);
+  body.on('data', (chunk: Buffer) => {
     sent += chunk.length;
-    up?.update({ tensorsDone: 0, tensorsTotal: 1, bytesDone: sent, bytesTotal: info.size });
+    up?.update({ tensorsDone: 0, tensorsTotal: 1, bytesDone: sent, bytesTotal: size });
   });
   const created = await json<Job>(
     await send(
       new URL(`v1/jobs?${query}`, root),
       'POST',
       {
-        'content-type': 'application/x-safetensors',
-        'content-length': info.size,
+        'content-type': upload ? 'application/x-tar' : 'application/x-safetensors',
+        'content-length': size,
       },
       body,
     ),
@@ -222,6 +291,11 @@ export async function runRemote(
   }
 
   // 3. download the result and the report
+  if (job.result.files.length !== 1) {
+    throw new QuantdError('FEATURE_UNSUPPORTED', {
+      detail: `job ${job.id} made ${job.result.files.length} files (${job.result.files[0]?.name} …); --remote downloads one: fetch them from ${new URL(`v1/jobs/${job.id}/result`, root).href}`,
+    });
+  }
   const file = job.result.files[0]!;
   const down = show ? new ProgressReporter(show, 'download') : null;
   let got = 0;
@@ -237,9 +311,12 @@ export async function runRemote(
     const report = await text((await send(new URL(`v1/jobs/${job.id}/report`, root), 'GET', {})).body);
     await writeFileAtomic(reportPath, report);
   }
+  // downloaded: the server need not keep it (its key's QUANTD_JOB_LIMIT counts kept jobs)
+  const keep = parsed.values['keep-job'] === true;
+  if (!keep) await send(jobUrl, 'DELETE', {}).then((r) => r.body.resume());
   if (!quiet) {
     io.stderr(
-      `${parsed.command}: job ${job.id} on ${root.origin}: ${humanBytes(info.size)} -> ${humanBytes(file.bytes)}; ` +
+      `${parsed.command}: job ${job.id}${keep ? '' : ' (deleted)'} on ${root.origin}: ${humanBytes(size)} -> ${humanBytes(file.bytes)}; ` +
         `wrote ${output}${reportPath ? ` and ${reportPath}` : ''}`,
     );
   }

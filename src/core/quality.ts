@@ -56,12 +56,7 @@ export function quality(
       const zp = fround(qp.zeroPoint[c]!);
       for (const end = i + inner; i < end; i++) {
         const v = x[i]!;
-        const back = fround(fround(fround(q[i]!) - zp) * s);
-        const err = v - back;
-        stats.sumSqError += err * err;
-        stats.sumSqValue += v * v;
-        // NaN errors count in the sums but not in the maximum, as in the kernels
-        if (Math.abs(err) > stats.maxAbsError) stats.maxAbsError = Math.abs(err);
+        addError(stats, v, fround(fround(fround(q[i]!) - zp) * s));
         const t = fround(v * inv);
         const u = fp8 ? t : addFirst ? rint(fround(t + zp)) : fround(rint(t) + zp);
         if (u < qmin || u > qmax) stats.clipped++;
@@ -69,6 +64,26 @@ export function quality(
     }
   }
   stats.count = layout.numel;
+  return stats;
+}
+
+/** One value's error against what it dequantizes back to, into `stats`. */
+function addError(stats: QualityStats, v: number, back: number): void {
+  const err = v - back;
+  stats.sumSqError += err * err;
+  stats.sumSqValue += v * v;
+  // NaN errors count in the sums but not in the maximum, as in the kernels
+  if (Math.abs(err) > stats.maxAbsError) stats.maxAbsError = Math.abs(err);
+}
+
+/**
+ * The statistics of `y`, what a file format decodes the values `x` back to (the GGUF types: no
+ * quantization range, so nothing counts as clipped).
+ */
+export function decodedQuality(x: Float32Array, y: Float32Array): QualityStats {
+  const stats = emptyQuality();
+  for (let i = 0; i < x.length; i++) addError(stats, x[i]!, y[i]!);
+  stats.count = x.length;
   return stats;
 }
 

@@ -130,6 +130,9 @@ export const catalogue = {
 
   // --- files and containers ----------------------------------------------------------------
   SAFETENSORS_INVALID: bad('Malformed safetensors', '{source}: {detail}'),
+  // another kind of file where a safetensors file was expected (GGUF, ONNX, JSON, a PyTorch
+  // checkpoint): recognised by its first bytes when its length prefix makes no sense
+  FILE_NOT_SAFETENSORS: bad('Not a safetensors file', '{source} is not a safetensors file: {detail}'),
   SAFETENSORS_HEADER_TOO_LARGE: {
     http: 413,
     grpc: 'RESOURCE_EXHAUSTED',
@@ -189,6 +192,12 @@ export const catalogue = {
     message: 'no space left on the device writing {path}; free space or point the output elsewhere',
     exit: 2,
   },
+  // the command line's refusals to destroy data (src/cli/output-guard.ts)
+  OUTPUT_IS_INPUT: bad(
+    'Output is an input',
+    'the output {path} is the input {input}; writing it would destroy the input, so write the output elsewhere (--force does not change this)',
+  ),
+  OUTPUT_EXISTS: bad('Output exists', '{path} already exists; pass --force to replace it'),
   OUTPUT_UNWRITABLE: {
     http: 500,
     grpc: 'INTERNAL',
@@ -274,6 +283,15 @@ export const catalogue = {
     message: 'job {id} is {state}; a result exists once a job has succeeded',
   },
   BODY_INCOMPLETE: bad('Incomplete body', 'the request body ended after {received} of {expected} bytes'),
+  ARCHIVE_INVALID: bad('Invalid folder archive', 'folder upload (application/x-tar): {detail}'),
+  // llama.cpp's importance matrix (--imatrix): its file, or its fit to the model
+  IMATRIX_INVALID: bad('Invalid importance matrix', '{source}: {detail}'),
+  QUOTA_EXCEEDED: {
+    http: 429,
+    grpc: 'RESOURCE_EXHAUSTED',
+    title: 'Quota exceeded',
+    message: 'job quota: {detail}',
+  },
   BODY_TOO_SLOW: {
     http: 408,
     grpc: 'DEADLINE_EXCEEDED',

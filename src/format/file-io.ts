@@ -4,11 +4,12 @@
  * fsynced, renamed, the directory synced), and file-system failures as catalogued errors — one
  * wording for one failure, whichever format.
  */
-import { randomBytes, type Hash } from 'node:crypto';
-import { open, realpath, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
+import type { Hash } from 'node:crypto';
+import { copyFile, open, readFile, realpath, stat, type FileHandle } from 'node:fs/promises';
+import { dirname } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
+import { removeTemp, renameTemp, tempPathFor } from './temp-files.js';
 
 export function errorCode(err: unknown): string | undefined {
   return (err as NodeJS.ErrnoException | null)?.code;
@@ -68,11 +69,7 @@ export async function resolveOutput(path: string): Promise<string> {
   return target;
 }
 
-/** A temporary name beside `path` for an atomic write, under NAME_MAX (255) however long its name. */
-export function tempPathFor(path: string): string {
-  const base = basename(path).slice(0, 200);
-  return join(dirname(path), `.${base}.quantd-tmp-${process.pid}-${randomBytes(6).toString('hex')}`);
-}
+export { forgetTemp, tempPathFor, renameTemp, removeTemp } from './temp-files.js';
 
 /**
  * Opens a regular file for reading: FILE_NOT_FOUND, or FILE_UNREADABLE for a directory, a
@@ -145,6 +142,16 @@ export async function syncDirectory(dir: string): Promise<void> {
   }
 }
 
+/** A small file's text, or null when there is none; FILE_UNREADABLE when it cannot be read. */
+export async function readTextIfAny(path: string): Promise<string | null> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch (err) {
+    if (errorCode(err) === 'ENOENT') return null;
+    throw new QuantdError('FILE_UNREADABLE', { path, detail: (err as Error).message });
+  }
+}
+
 /**
  * Writes a small file (a report, an index, a config, a job record) atomically: a temporary file
  * beside it, fsynced, renamed over `path`, the directory synced. Errors name `path`, never the
@@ -160,9 +167,31 @@ export async function writeFileAtomic(path: string, content: string | Uint8Array
     } finally {
       await fh.close();
     }
-    await rename(temp, path);
+    await renameTemp(temp, path);
   } catch (err) {
-    await unlink(temp).catch(() => undefined);
+    await removeTemp(temp);
+    throw writeError(path, err);
+  }
+  await syncDirectory(dirname(path));
+}
+
+/**
+ * Copies `source` to `path` atomically, as writeFileAtomic writes: the copy goes to a temporary
+ * file beside `path`, is fsynced and renamed over it, so a crash never leaves a partial copy
+ * under the final name. An unreadable source is FILE_NOT_FOUND / FILE_UNREADABLE naming it
+ * (opened first: copyFile's own errors name both paths, whichever side failed); a failed write
+ * names `path`.
+ */
+export async function copyFileAtomic(source: string, path: string): Promise<void> {
+  await (await openRegularFile(source)).close();
+  const temp = tempPathFor(path);
+  try {
+    await copyFile(source, temp, 0);
+    const fh = await open(temp, 'r+');
+    await fh.sync().finally(() => fh.close());
+    await renameTemp(temp, path);
+  } catch (err) {
+    await removeTemp(temp);
     throw writeError(path, err);
   }
   await syncDirectory(dirname(path));

@@ -5,11 +5,21 @@
  * alignment. The writer is atomic like the safetensors one: a hidden temporary file beside the
  * target, fsynced and renamed over it on commit, so the target never holds a partial file.
  */
-import { open, rename, unlink, type FileHandle } from 'node:fs/promises';
+import { open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
-import { openRegularFile, readFully, resolveOutput, tempPathFor, writeError, writeFully } from './file-io.js';
+import {
+  openRegularFile,
+  forgetTemp,
+  readFully,
+  removeTemp,
+  renameTemp,
+  resolveOutput,
+  tempPathFor,
+  writeError,
+  writeFully,
+} from './file-io.js';
 import {
   GgufNeedMore,
   parseGgufHeader,
@@ -128,6 +138,7 @@ export class GgufFileWriter {
     try {
       fh = await open(tempPath, 'wx');
     } catch (err) {
+      forgetTemp(tempPath); // not ours: a signal must not remove it
       throw writeError(path, err);
     }
     const writer = new GgufFileWriter(
@@ -194,7 +205,7 @@ export class GgufFileWriter {
     await this.step(async () => {
       await this.handle.sync();
       await this.handle.close();
-      await rename(this.tempPath, this.target);
+      await renameTemp(this.tempPath, this.target);
       this.state = 'committed';
     });
     try {
@@ -210,7 +221,7 @@ export class GgufFileWriter {
     if (this.state !== 'open') return;
     this.state = 'aborted';
     await this.handle.close().catch(() => undefined);
-    await unlink(this.tempPath).catch(() => undefined);
+    await removeTemp(this.tempPath);
   }
 
   private async step(run: () => Promise<void>): Promise<void> {

@@ -14,7 +14,7 @@
  * model file never names data that is not complete. The reader takes inline `raw_data` as well as
  * external data, and refuses external locations that leave the model's directory.
  */
-import { open, realpath, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { open, realpath, stat, type FileHandle } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
@@ -27,7 +27,16 @@ import {
   type OnnxInitializer,
   type OnnxModel,
 } from './onnx.js';
-import { readFully, syncDirectory, tempPathFor, writeError, writeFully } from './file-io.js';
+import {
+  forgetTemp,
+  readFully,
+  removeTemp,
+  renameTemp,
+  syncDirectory,
+  tempPathFor,
+  writeError,
+  writeFully,
+} from './file-io.js';
 
 /** Largest model file (ModelProto) read: protobuf's own message limit. */
 export const ONNX_MODEL_LIMIT = 2 ** 31 - 1;
@@ -119,6 +128,7 @@ export class OnnxFileWriter {
     try {
       fh = await open(dataTemp, 'wx');
     } catch (err) {
+      forgetTemp(dataTemp); // not ours: a signal must not remove it
       throw writeError(dataPath, err);
     }
     return new OnnxFileWriter(
@@ -190,13 +200,13 @@ export class OnnxFileWriter {
       } finally {
         await fh.close();
       }
-      await rename(this.dataTemp, this.dataTarget);
-      await rename(modelTemp, this.modelTarget);
+      await renameTemp(this.dataTemp, this.dataTarget);
+      await renameTemp(modelTemp, this.modelTarget);
       this.state = 'committed';
     } catch (err) {
       this.state = 'aborted';
-      await unlink(modelTemp).catch(() => undefined);
-      await unlink(this.dataTemp).catch(() => undefined);
+      await removeTemp(modelTemp);
+      await removeTemp(this.dataTemp);
       throw writeError(this.path, err);
     }
     await syncDirectory(dirname(this.modelTarget));
@@ -208,7 +218,7 @@ export class OnnxFileWriter {
     if (this.state !== 'open') return;
     this.state = 'aborted';
     await this.handle.close().catch(() => undefined);
-    await unlink(this.dataTemp).catch(() => undefined);
+    await removeTemp(this.dataTemp);
   }
 
   private internal(detail: string): QuantdError {

@@ -5,7 +5,7 @@
  * target only on commit, so `path` never holds a half-written file.
  */
 import { createHash, type Hash } from 'node:crypto';
-import { open, rename, unlink, type FileHandle } from 'node:fs/promises';
+import { open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
@@ -17,6 +17,9 @@ import {
   readFully,
   resolveOutput,
   syncDirectory,
+  forgetTemp,
+  removeTemp,
+  renameTemp,
   tempPathFor,
   writeError,
   writeFileAtomic,
@@ -27,6 +30,7 @@ import {
   encodeHeader,
   parseHeader,
   readHeaderLength,
+  SNIFF_BYTES,
   type SafetensorsHeader,
   type TensorEntry,
   type TensorPlan,
@@ -92,7 +96,8 @@ export class SafetensorsFileReader {
         throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
       }
       const limit = options.headerLimit ?? DEFAULT_HEADER_LIMIT;
-      const prefix = await readExactly(fh, 0, Math.min(PREFIX_BYTES, size), path, 'the header length');
+      // the length and a few bytes more: enough to name the file when it is not safetensors
+      const prefix = await readExactly(fh, 0, Math.min(SNIFF_BYTES, size), path, 'the header length');
       const n = readHeaderLength(prefix, size, path, limit);
       const json = await readExactly(fh, PREFIX_BYTES, n, path, 'the header');
       const header = parseHeader(json, size - PREFIX_BYTES - n, path);
@@ -230,6 +235,7 @@ export class SafetensorsFileWriter {
     try {
       fh = await open(tempPath, 'wx'); // wx: never clobber anything, even a stale temp file
     } catch (err) {
+      forgetTemp(tempPath); // not ours: a signal must not remove it
       throw writeError(path, err);
     }
     const writer = new SafetensorsFileWriter(fh, path, tempPath, entries, bytes.length, target, headerWith);
@@ -298,7 +304,7 @@ export class SafetensorsFileWriter {
       }
       await this.handle.sync();
       await this.handle.close();
-      await rename(this.tempPath, this.target);
+      await renameTemp(this.tempPath, this.target);
       this.state = 'committed';
     });
     await syncDirectory(dirname(this.target));
@@ -311,7 +317,7 @@ export class SafetensorsFileWriter {
     await this.busy?.catch(() => undefined);
     await this.flushing;
     await this.handle.close().catch(() => undefined);
-    await unlink(this.tempPath).catch(() => undefined);
+    await removeTemp(this.tempPath);
   }
 
   /** A writer that was misused is abandoned whole: nothing it wrote may survive. */

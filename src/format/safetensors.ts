@@ -9,6 +9,7 @@
 import { isStDType, ST_DTYPE_SIZE, type StDType } from '../core/dtypes.js';
 import { QuantdError, shapeText } from '../errors/index.js';
 import { topLevelKeys } from './json-keys.js';
+import { describeOtherFormat } from './sniff.js';
 
 /** Largest header we parse by default; the reference implementation also caps it at 100 MB. */
 export const DEFAULT_HEADER_LIMIT = 100_000_000;
@@ -109,9 +110,40 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
 
 const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
+/** What a sniffer needs of a file's first bytes; readers pass this many when they have them. */
+export const SNIFF_BYTES = 64;
+
+/**
+ * A length prefix that cannot be right (past the end of the file, or over the limit) is first
+ * a question of what the file is: another format recognised by its first bytes, or anything
+ * whose header does not open with "{", is FILE_NOT_SAFETENSORS. A file that does look like
+ * safetensors returns, to be reported as too large or truncated.
+ */
+function notSafetensors(
+  prefix: Uint8Array,
+  n: bigint,
+  totalLength: number,
+  source: string,
+  limit: number,
+): void {
+  const other = describeOtherFormat(prefix);
+  if (other !== undefined) throw new QuantdError('FILE_NOT_SAFETENSORS', { source, detail: other });
+  const opening = prefix[PREFIX_BYTES];
+  // a header opens with "{" (whitespace tolerated); without byte 8 the file is just short
+  if (opening === undefined || [0x7b, 0x20, 0x09, 0x0a, 0x0d].includes(opening)) return;
+  const bound = n > BigInt(limit) ? `the limit of ${limit}` : `the file's ${totalLength}`;
+  throw new QuantdError('FILE_NOT_SAFETENSORS', {
+    source,
+    detail:
+      `its first 8 bytes, read as the header length, say ${u64Param(n)} bytes, more than ${bound}, ` +
+      'and no JSON header follows; a safetensors file starts with that length, then a JSON object',
+  });
+}
+
 /**
  * Validates the 8-byte length prefix and returns N, the JSON header's byte length.
- * `prefix` holds the file's first bytes (8 are enough); `totalLength` is the file's size.
+ * `prefix` holds the file's first bytes (8 are enough; SNIFF_BYTES, when the file has them, let a
+ * file of another kind be named); `totalLength` is the file's size.
  */
 export function readHeaderLength(
   prefix: Uint8Array,
@@ -130,6 +162,9 @@ export function readHeaderLength(
   // Read as u64: a garbage prefix such as 0xFF.. must be reported as the huge number it is,
   // not wrapped into something that looks plausible.
   const n = new DataView(prefix.buffer, prefix.byteOffset, PREFIX_BYTES).getBigUint64(0, true);
+  if (n > BigInt(limit) || BigInt(PREFIX_BYTES) + n > BigInt(totalLength)) {
+    notSafetensors(prefix, n, totalLength, source, limit);
+  }
   if (n > BigInt(limit)) {
     throw new QuantdError('SAFETENSORS_HEADER_TOO_LARGE', { source, size: u64Param(n), limit });
   }
@@ -302,7 +337,7 @@ export function parseSafetensors(
   source: string,
   limit = DEFAULT_HEADER_LIMIT,
 ): { header: SafetensorsHeader; tensorBytes(entry: TensorEntry): Uint8Array } {
-  const n = readHeaderLength(bytes.subarray(0, PREFIX_BYTES), bytes.length, source, limit);
+  const n = readHeaderLength(bytes.subarray(0, SNIFF_BYTES), bytes.length, source, limit);
   const dataOffset = PREFIX_BYTES + n;
   const header = parseHeader(bytes.subarray(PREFIX_BYTES, dataOffset), bytes.length - dataOffset, source);
   return {

@@ -1,12 +1,15 @@
 /** The bearer-token check (src/service/auth.ts) applied to gRPC call metadata. */
 import type { Metadata } from '@grpc/grpc-js';
-import { makeAuthenticator } from '../service/auth.js';
+import { makeAuthenticator, type Caller } from '../service/auth.js';
 
-export function makeMetadataAuthenticator(keys: readonly string[]): ((metadata: Metadata) => void) | null {
-  const check = makeAuthenticator(keys);
+export function makeMetadataAuthenticator(
+  keys: readonly string[],
+  adminKeys: readonly string[] = [],
+): ((metadata: Metadata) => Caller) | null {
+  const check = makeAuthenticator(keys, adminKeys);
   if (!check) return null;
   return (metadata) => {
     const value = metadata.get('authorization')[0];
-    check(typeof value === 'string' ? value : value?.toString('utf8'));
+    return check(typeof value === 'string' ? value : value?.toString('utf8'));
   };
 }

@@ -8,6 +8,8 @@
  * admits every /v1 request — and Result / Report hold their slot until the stream has ended, as an
  * HTTP download holds its until the response is closed.
  */
+import type { Caller } from '../service/auth.js';
+import { DEFAULT_PAGE, MAX_PAGE } from '../jobs/manager.js';
 import { once } from 'node:events';
 import type { Stats } from 'node:fs';
 import { open, stat, type FileHandle } from 'node:fs/promises';
@@ -30,6 +32,8 @@ export interface JobsServiceDeps {
   readonly jobs: JobManager;
   /** Auth, readiness and admission for one call; returns the release of its slot. */
   readonly admit: (metadata: grpc.Metadata) => () => void;
+  /** Who calls (src/service/auth.ts): their jobs only, or all for an admin key. */
+  readonly identify: (metadata: grpc.Metadata) => Caller;
   /** The gRPC error for a failure (logged). */
   readonly report: (err: unknown, rpc: string) => GrpcError;
 }
@@ -48,17 +52,17 @@ export function addJobsService(
   service: grpc.ServiceDefinition,
   deps: JobsServiceDeps,
 ): void {
-  const { jobs, admit, report } = deps;
+  const { jobs, admit, identify, report } = deps;
 
   const unary =
-    <Req>(rpc: string, run: (request: Req) => unknown): Unary<Req> =>
+    <Req>(rpc: string, run: (request: Req, caller: Caller) => unknown): Unary<Req> =>
     (call, callback) => {
       let release: (() => void) | undefined;
       // returned, as the streaming one is: whatever escapes reaches the server's guard (guard.ts)
       return Promise.resolve()
         .then(() => {
           release = admit(call.metadata);
-          return run(call.request);
+          return run(call.request, identify(call.metadata));
         })
         .then(
           (response) => callback(null, response),
@@ -68,7 +72,7 @@ export function addJobsService(
     };
 
   const streaming =
-    <Req>(rpc: string, files: (request: Req) => Promise<Outgoing[]>): Streaming<Req> =>
+    <Req>(rpc: string, files: (request: Req, caller: Caller) => Promise<Outgoing[]>): Streaming<Req> =>
     (call) => {
       let release: (() => void) | undefined;
       // the slot is held until the call has ended: its status sent, or the client gone
@@ -87,7 +91,7 @@ export function addJobsService(
       return Promise.resolve()
         .then(async () => {
           release = admit(call.metadata);
-          await sendFiles(call, await files(call.request), gone.signal);
+          await sendFiles(call, await files(call.request, identify(call.metadata)), gone.signal);
         })
         .catch((err: unknown) => {
           // a call that has ended (cancelled, past its deadline) has had its status
@@ -97,21 +101,36 @@ export function addJobsService(
     };
 
   const implementation: grpc.UntypedServiceImplementation = {
-    Submit: unary<SubmitJobMessage>('Submit', async (request) => {
+    Submit: unary<SubmitJobMessage>('Submit', async (request, caller) => {
       const { path, submission } = submissionOf(request);
-      return jobMessage(await jobs.submitPath(submission, path));
+      return jobMessage(await jobs.submitPath(submission, path, caller));
     }),
-    Get: unary<{ id?: string }>('Get', (request) => jobMessage(jobs.get(request.id ?? ''))),
-    List: unary<unknown>('List', () => ({ jobs: jobs.list().map(jobMessage) })),
-    Cancel: unary<{ id?: string }>('Cancel', async (request) => {
+    Get: unary<{ id?: string }>('Get', (request, caller) => jobMessage(jobs.get(request.id ?? '', caller))),
+    List: unary<{ page_size?: number; page_token?: string }>('List', (request, caller) => {
+      const size = request.page_size ?? 0;
+      if (!Number.isInteger(size) || size < 0 || size > MAX_PAGE) {
+        throw new QuantdError('OPTION_INVALID', {
+          option: 'page_size',
+          detail: `must be from 1 to ${MAX_PAGE} (0: ${DEFAULT_PAGE})`,
+          value: String(size),
+        });
+      }
+      const token = request.page_token ?? '';
+      const page = jobs.page(caller, {
+        ...(size > 0 && { limit: size }),
+        ...(token !== '' && { cursor: token }),
+      });
+      return { jobs: page.jobs.map(jobMessage), ...(page.next !== null && { next_page_token: page.next }) };
+    }),
+    Cancel: unary<{ id?: string }>('Cancel', async (request, caller) => {
       const id = request.id ?? '';
       // HTTP's DELETE answers 204 for a finished job it removed; here the job is returned as it was
-      const before = jobs.get(id);
-      return jobMessage((await jobs.delete(id)) ?? before);
+      const before = jobs.get(id, caller);
+      return jobMessage((await jobs.delete(id, caller)) ?? before);
     }),
-    Result: streaming<{ id?: string; file?: string }>('Result', async (request) => {
+    Result: streaming<{ id?: string; file?: string }>('Result', async (request, caller) => {
       const id = request.id ?? '';
-      const { result, dir } = await jobs.result(id);
+      const { result, dir } = await jobs.result(id, caller);
       const wanted = request.file ?? '';
       const chosen = wanted === '' ? result.files : result.files.filter((f) => f.name === wanted);
       if (chosen.length === 0) {
@@ -121,8 +140,8 @@ export function addJobsService(
       }
       return chosen.map((file) => ({ path: join(dir, file.name), file }));
     }),
-    Report: streaming<{ id?: string }>('Report', async (request) => {
-      const path = jobs.reportPath(request.id ?? '');
+    Report: streaming<{ id?: string }>('Report', async (request, caller) => {
+      const path = jobs.reportPath(request.id ?? '', caller);
       const bytes = (await fileStat(path, jobs.data.shown(path))).size;
       return [{ path, file: { name: basename(path), bytes, data_sha256: null } }];
     }),

@@ -13,13 +13,16 @@ import * as protoLoader from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import type { Config } from '../config.js';
-import { isQuantdError } from '../errors/index.js';
+import { isQuantdError, toQuantdError, type QuantdError } from '../errors/index.js';
 import type { JobManager } from '../jobs/manager.js';
 import type { ComputeHandle } from '../pool/index.js';
-import type { Admission } from '../service/index.js';
+import { errorsForClients, type Admission } from '../service/index.js';
 import { errorForGrpc, type GrpcError } from './errors.js';
 import { GuardedServer } from './guard.js';
+import { earlyAdmission } from './early-admission.js';
+import { observingInterceptor, type CallObserver } from './observe.js';
 import { makeMetadataAuthenticator } from './auth.js';
+import { EVERYONE } from '../service/auth.js';
 import { handleStream } from './stream.js';
 import { JOBS_PROTO_FILE, JOBS_SERVICE_NAME, addJobsService } from './jobs.js';
 import { OIP_PROTO_FILE, addOipService } from './oip.js';
@@ -51,6 +54,8 @@ export interface GrpcServerOptions {
   /** The job manager HTTP's /v1/jobs uses: quantd.v1.Jobs is served on it when given. */
   readonly jobs?: JobManager;
   readonly log: { info(obj: object, msg: string): void; error(obj: object, msg: string): void };
+  /** Told every call's method, status and duration (the HTTP app's /metrics). */
+  readonly observe?: CallObserver;
 }
 
 export interface RunningGrpc {
@@ -76,12 +81,23 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     quantd: { v1: { Quantizer: grpc.ServiceClientConstructor; Jobs: grpc.ServiceClientConstructor } };
   };
   const limit = Math.min(config.bodyLimit, MAX_MESSAGE);
-  // every method of every service under one catch (guard.ts): no request can end the process
+  // every error this server sends names the server's files relative to its data directory
+  const forClients = errorsForClients(config.dataDir);
+  const report = (err: unknown, rpc: string): GrpcError => reportError(err, options, rpc, forClients);
+  const authenticate = makeMetadataAuthenticator(config.apiKeys, config.adminKeys);
+  // every method of every service under one catch (guard.ts): no request can end the process;
+  // a call the server cannot take is refused on its metadata (early-admission.ts)
   const server = new GuardedServer(
-    { 'grpc.max_receive_message_length': limit, 'grpc.max_send_message_length': limit },
-    (err, rpc) => reportError(err, options, rpc),
+    {
+      'grpc.max_receive_message_length': limit,
+      'grpc.max_send_message_length': limit,
+      interceptors: [
+        ...(options.observe ? [observingInterceptor(options.observe)] : []),
+        earlyAdmission({ admission, isReady: options.isReady }, authenticate, report),
+      ],
+    },
+    (err, rpc) => report(err, rpc),
   );
-  const authenticate = makeMetadataAuthenticator(config.apiKeys);
 
   /** Admission, auth and readiness for one call; returns the release of its admission slot. */
   const admit = (metadata: grpc.Metadata): (() => void) => {
@@ -105,7 +121,7 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
         })
         .then(
           (response) => callback(null, response),
-          (err: unknown) => callback(reportError(err, options, rpc)),
+          (err: unknown) => callback(report(err, rpc)),
         )
         .finally(() => {
           stopTimer();
@@ -118,7 +134,7 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     const { signal, stopTimer } = callSignal(call, config.requestTimeoutMs);
     onEnd(stopTimer);
     const fail = (err: unknown): void => {
-      const error = reportError(err, options, 'QuantizeStream');
+      const error = report(err, 'QuantizeStream');
       // a call that has ended (cancelled, past its deadline) has had its status
       if (!call.cancelled) call.emit('error', error);
     };
@@ -147,7 +163,7 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     isReady: options.isReady,
     isWarm: () => handle.pool === null || handle.pool.started,
     requestTimeoutMs: config.requestTimeoutMs,
-    report: (err, rpc) => reportError(err, options, rpc),
+    report: (err, rpc) => report(err, rpc),
   });
 
   // Without a job manager Jobs is not served (UNIMPLEMENTED), as HTTP has no /v1/jobs routes then.
@@ -155,7 +171,8 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     addJobsService(server, proto.quantd.v1.Jobs.service, {
       jobs: options.jobs,
       admit,
-      report: (err, rpc) => reportError(err, options, rpc),
+      identify: (metadata) => authenticate?.(metadata) ?? EVERYONE,
+      report: (err, rpc) => report(err, rpc),
     });
   }
 
@@ -229,8 +246,19 @@ function callEnd(call: grpc.ServerDuplexStream<unknown, unknown>): (fn: () => vo
 }
 
 /** The gRPC error of `err`, logged; never throws (the answer matters more than the log line). */
-function reportError(err: unknown, options: GrpcServerOptions, rpc: string): GrpcError {
-  const out = errorForGrpc(err);
+function reportError(
+  err: unknown,
+  options: GrpcServerOptions,
+  rpc: string,
+  forClients: (error: QuantdError) => QuantdError,
+): GrpcError {
+  let shown: unknown = err;
+  try {
+    shown = forClients(toQuantdError(err));
+  } catch {
+    // an error that cannot even be read: errorForGrpc answers INTERNAL for it
+  }
+  const out = errorForGrpc(shown);
   const log = out.status >= grpc.status.INTERNAL ? options.log.error : options.log.info;
   try {
     // an unexpected failure is logged with its stack

@@ -6,17 +6,18 @@
  * everything into problem+json with a catalogue code (client-error.ts does the same for requests
  * Node's parser rejects).
  */
-import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
 import { QuantdError } from '../errors/index.js';
 import { describeKernels } from '../kernels/index.js';
-import { Admission } from '../service/index.js';
+import { Admission, errorsForClients } from '../service/index.js';
 import { makeAuthenticator } from '../service/auth.js';
+import { setCaller } from './caller.js';
 import type { ComputeHandle } from '../pool/index.js';
 import { binaryBodyParser, bodyBytesReceived, declaredLength, stopBody } from './body.js';
 import { watchBodyPace } from './pace.js';
 import { answerExpectation, clientErrorHandler } from './client-error.js';
-import { createMetrics } from './metrics.js';
+import { createMetrics, type HttpMetrics } from './metrics.js';
 import { registerOpRoutes, OCTET_TYPE, SAFETENSORS_TYPE } from './op-routes.js';
 import { registerJobRoutes } from './job-routes.js';
 import { registerOipRoutes } from './oip-routes.js';
@@ -35,6 +36,8 @@ export interface AppOptions {
   readonly admission?: Admission;
   /** The job manager: /v1/jobs is served when given. */
   readonly jobs?: JobManager;
+  /** /metrics' registry, shared with the gRPC server (default: one of this app's own). */
+  readonly metrics?: HttpMetrics;
 }
 
 /** The API: every route under it needs the bearer token and takes an admission slot. */
@@ -57,6 +60,10 @@ function isApiRequest(request: FastifyRequest): boolean {
 
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { config, handle } = options;
+  // every problem this app sends names the server's files relative to its data directory
+  const forClients = errorsForClients(config.dataDir);
+  const problem = (err: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply =>
+    sendProblem(forClients(asQuantdError(err, request)), request, reply);
   const app = Fastify({
     logger: { level: config.logLevel },
     requestIdHeader: 'x-request-id',
@@ -67,14 +74,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return503OnClosing: false,
     clientErrorHandler,
     // Errors Fastify raises before routing (a path with malformed percent-encoding) are problems too.
-    frameworkErrors: (err, request, reply) => sendProblem(asQuantdError(err, request), request, reply),
+    frameworkErrors: problem,
   });
   app.server.on('checkExpectation', answerExpectation);
   // Schemas document; quantd validates requests itself, with catalogue codes.
   app.setValidatorCompiler(() => () => true);
 
-  const metrics = createMetrics(handle);
-  const authenticate = makeAuthenticator(config.apiKeys);
+  const metrics = options.metrics ?? createMetrics(handle, options.jobs);
+  const authenticate = makeAuthenticator(config.apiKeys, config.adminKeys);
   const admission = options.admission ?? new Admission(config.poolSize + config.queueLimit);
   const pace = { idleMs: config.bodyIdleMs, minBytesPerSecond: config.bodyMinRate };
 
@@ -107,7 +114,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     });
     if (!isApiRequest(request)) return;
     // Every API path needs the token, routes that do not exist too (no route probing).
-    authenticate?.(request.headers.authorization);
+    if (authenticate) setCaller(request, authenticate(request.headers.authorization));
     if (request.routeOptions.url === undefined) return; // the not-found handler answers
     // /v1 bodies are never compressed (/v2 decodes gzip and deflate itself): a coding the server
     // would otherwise ignore must not be read as the raw bytes it is not
@@ -137,9 +144,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     done(null, payload);
   });
 
-  app.setErrorHandler((err, request, reply) => sendProblem(asQuantdError(err, request), request, reply));
+  app.setErrorHandler(problem);
   app.setNotFoundHandler((request, reply) =>
-    sendProblem(
+    problem(
       new QuantdError('NOT_FOUND', { detail: `no route ${request.method} ${request.url}` }),
       request,
       reply,

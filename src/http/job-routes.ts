@@ -3,7 +3,8 @@
  * the job manager (src/jobs/), persisted in the data directory.
  *
  *   POST   /v1/jobs?OPTIONS            body: the model (application/x-safetensors or
- *                                      application/octet-stream), streamed to disk → 202 job
+ *                                      application/octet-stream), streamed to disk → 202 job;
+ *                                      or a model folder (application/x-tar), unpacked as it arrives
  *   POST   /v1/jobs                    body: application/json {"input", "op", "params", "recipe"} → 202 job
  *   GET    /v1/jobs                    {"jobs": [job, …]} newest first
  *   GET    /v1/jobs/ID                 the job
@@ -24,8 +25,10 @@ import { extname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { QuantdError } from '../errors/index.js';
-import type { JobManager } from '../jobs/manager.js';
+import { DEFAULT_PAGE, MAX_PAGE, type JobManager } from '../jobs/manager.js';
+import { callerOf } from './caller.js';
 import { paramsOf, submissionFromQuery, operationOf } from '../jobs/request.js';
+import { openFolderSink } from '../jobs/folder-upload.js';
 import { receiveUpload, type ResultFile } from '../jobs/store.js';
 import {
   OCTET_TYPE,
@@ -44,6 +47,9 @@ export interface JobRouteDeps {
   readonly uploadLimit: number;
 }
 
+/** A model folder uploaded as one body: regular files of one level (src/format/tar.ts). */
+export const TAR_TYPE = 'application/x-tar';
+
 /** The largest JSON job request. */
 export const JOB_JSON_LIMIT = 1024 * 1024;
 
@@ -56,7 +62,11 @@ const JSON_FIELDS = ['input', 'op', 'params', 'recipe'];
 class Upload {
   readonly gone: Promise<void>;
   readonly dispose: () => void;
-  constructor(readonly stream: IncomingMessage) {
+  constructor(
+    readonly stream: IncomingMessage,
+    /** A model folder as application/x-tar (unpacked into the job's input folder). */
+    readonly folder = false,
+  ) {
     ({ gone: this.gone, dispose: this.dispose } = clientGone(stream));
   }
 }
@@ -109,19 +119,52 @@ async function receive(deps: JobRouteDeps, request: FastifyRequest, upload: Uplo
     }
     if (free !== null && expected > free) throw new QuantdError('STORAGE_FULL', { path: jobs.data.jobs });
   }
-  const { id, path } = await jobs.beginUpload(submission, expected);
+  const { id, path } = await jobs.beginUpload(submission, expected, upload.folder, callerOf(request));
   let bytes: number;
   try {
     bytes = await receiveUpload(upload.stream as Readable, path, {
       expected,
       limit: uploadLimit,
       cut: upload.gone,
+      ...(upload.folder && { open: openFolderSink }),
     });
   } catch (err) {
     await jobs.abandonUpload(id);
     throw bodyStopReason(upload.stream) ?? err; // stopped by the server (too slow): say so
   }
   return jobs.acceptUpload(id, bytes);
+}
+
+/** GET /v1/jobs?limit=N&cursor=C: a page of the caller's jobs, `next` when more follow. */
+function pageOf(jobs: JobManager, request: FastifyRequest): { jobs: unknown[]; next?: string } {
+  const query = (request.query ?? {}) as Record<string, unknown>;
+  for (const key of Object.keys(query)) {
+    if (key !== 'limit' && key !== 'cursor') {
+      throw new QuantdError('OPTION_INVALID', {
+        option: key,
+        detail: 'is not a parameter of GET /v1/jobs (limit, cursor)',
+        value: String(query[key]),
+      });
+    }
+  }
+  let limit: number | undefined;
+  if (query['limit'] !== undefined) {
+    const text = String(query['limit']);
+    limit = Number(text);
+    if (!/^\d+$/.test(text) || limit < 1 || limit > MAX_PAGE) {
+      throw new QuantdError('OPTION_INVALID', {
+        option: 'limit',
+        detail: `must be an integer from 1 to ${MAX_PAGE} (default ${DEFAULT_PAGE})`,
+        value: text,
+      });
+    }
+  }
+  const cursor = query['cursor'] === undefined ? undefined : String(query['cursor']);
+  const page = jobs.page(callerOf(request), {
+    ...(limit !== undefined && { limit }),
+    ...(cursor !== undefined && { cursor }),
+  });
+  return page.next === null ? { jobs: page.jobs } : { jobs: page.jobs, next: page.next };
 }
 
 async function submitJson(deps: JobRouteDeps, request: FastifyRequest, body: unknown): Promise<unknown> {
@@ -174,7 +217,11 @@ async function submitJson(deps: JobRouteDeps, request: FastifyRequest, body: unk
     });
   }
   const recipe = fields['recipe'];
-  return deps.jobs.submitPath(recipe === undefined ? { op, params } : { op, params, recipe }, input);
+  return deps.jobs.submitPath(
+    recipe === undefined ? { op, params } : { op, params, recipe },
+    input,
+    callerOf(request),
+  );
 }
 
 const TYPES: Readonly<Record<string, string>> = {
@@ -245,6 +292,10 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
       async (_request: FastifyRequest, payload: IncomingMessage) => new Upload(payload),
     );
     scope.addContentTypeParser(
+      TAR_TYPE,
+      async (_request: FastifyRequest, payload: IncomingMessage) => new Upload(payload, true),
+    );
+    scope.addContentTypeParser(
       'application/json',
       async (request: FastifyRequest, payload: IncomingMessage) => {
         const bytes = await readBody(
@@ -287,12 +338,12 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
       },
     );
 
-    scope.get('/v1/jobs', { schema: schemas.list }, async (_request, reply) =>
-      sendJson(reply, 200, { jobs: jobs.list() }),
+    scope.get('/v1/jobs', { schema: schemas.list }, async (request, reply) =>
+      sendJson(reply, 200, pageOf(jobs, request)),
     );
 
     scope.get('/v1/jobs/:id', { schema: schemas.get }, async (request, reply) =>
-      sendJson(reply, 200, jobs.get((request.params as { id: string }).id)),
+      sendJson(reply, 200, jobs.get((request.params as { id: string }).id, callerOf(request))),
     );
 
     scope.get(
@@ -300,7 +351,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
       { schema: schemas.result, exposeHeadRoute: false },
       async (request, reply) => {
         const { id } = request.params as { id: string };
-        const { result, dir } = await jobs.result(id);
+        const { result, dir } = await jobs.result(id, callerOf(request));
         if (!result.sharded && result.files.length === 1)
           return sendFile(request, reply, dir, result.files[0]!);
         return sendJson(reply, 200, {
@@ -318,7 +369,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
       { schema: schemas.resultFile, exposeHeadRoute: false },
       async (request, reply) => {
         const { id, file } = request.params as { id: string; file: string };
-        const { result, dir } = await jobs.result(id);
+        const { result, dir } = await jobs.result(id, callerOf(request));
         const found = result.files.find((f) => f.name === file);
         if (!found) {
           throw new QuantdError('NOT_FOUND', {
@@ -333,7 +384,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
       '/v1/jobs/:id/report',
       { schema: schemas.report, exposeHeadRoute: false },
       async (request, reply) => {
-        const path = jobs.reportPath((request.params as { id: string }).id);
+        const path = jobs.reportPath((request.params as { id: string }).id, callerOf(request));
         const handle = await openFile(path, jobs.data.shown(path));
         const size = (await handle.stat()).size;
         return reply
@@ -344,7 +395,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
     );
 
     scope.delete('/v1/jobs/:id', { schema: schemas.remove }, async (request, reply) => {
-      const job = await jobs.delete((request.params as { id: string }).id);
+      const job = await jobs.delete((request.params as { id: string }).id, callerOf(request));
       if (job === null) return reply.code(204).send();
       return sendJson(reply, 202, job);
     });

@@ -1,10 +1,18 @@
 /**
- * Prometheus metrics (prom-client, /metrics): requests by route and status, their durations,
- * bytes in and out, the worker pool's in-flight operations, queued tasks and task wait/run times,
- * and the kernel backend in use. One registry per server instance, so tests can run several.
+ * Prometheus metrics (prom-client, /metrics): HTTP requests by route and status, their durations,
+ * bytes in and out; gRPC calls by method and status code, and their durations; jobs by state,
+ * jobs finished by final state, and the bytes their results hold on disk; the worker pool's
+ * in-flight operations, queued tasks and task wait/run times, and the kernel backend in use. One
+ * registry per server instance, so tests can run several. No label holds a tensor, job id, path
+ * or key.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { JobManager } from '../jobs/manager.js';
+import { FINISHED, type JobState } from '../jobs/store.js';
 import type { ComputeHandle } from '../pool/index.js';
+
+const JOB_STATES: readonly JobState[] = ['queued', 'running', ...FINISHED];
+const DURATION_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 120];
 
 export interface HttpMetrics {
   readonly registry: Registry;
@@ -16,9 +24,11 @@ export interface HttpMetrics {
     bytesIn: number,
     bytesOut: number,
   ): void;
+  /** One finished gRPC call (src/grpc/observe.ts): `quantd.v1.Quantizer/Quantize`, `OK`. */
+  readonly observeGrpc: (method: string, code: string, seconds: number) => void;
 }
 
-export function createMetrics(handle: ComputeHandle): HttpMetrics {
+export function createMetrics(handle: ComputeHandle, jobs?: JobManager): HttpMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'quantd_' });
   const labels = ['route', 'method', 'status'] as const;
@@ -32,7 +42,7 @@ export function createMetrics(handle: ComputeHandle): HttpMetrics {
     name: 'quantd_http_request_duration_seconds',
     help: 'HTTP request duration by route, method and status',
     labelNames: labels,
-    buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 120],
+    buckets: DURATION_BUCKETS,
     registers: [registry],
   });
   const bytesIn = new Counter({
@@ -90,8 +100,26 @@ export function createMetrics(handle: ComputeHandle): HttpMetrics {
       },
     });
   }
+  const grpcCalls = new Counter({
+    name: 'quantd_grpc_calls_total',
+    help: 'gRPC calls by method and status code',
+    labelNames: ['method', 'code'],
+    registers: [registry],
+  });
+  const grpcDuration = new Histogram({
+    name: 'quantd_grpc_call_duration_seconds',
+    help: 'gRPC call duration by method and status code',
+    labelNames: ['method', 'code'],
+    buckets: DURATION_BUCKETS,
+    registers: [registry],
+  });
+  if (jobs) registerJobMetrics(registry, jobs);
   return {
     registry,
+    observeGrpc(method, code, seconds) {
+      grpcCalls.inc({ method, code });
+      grpcDuration.observe({ method, code }, seconds);
+    },
     observe(route, method, status, seconds, inBytes, outBytes) {
       const l = { route, method, status: String(status) };
       requests.inc(l);
@@ -100,4 +128,37 @@ export function createMetrics(handle: ComputeHandle): HttpMetrics {
       if (outBytes > 0) bytesOut.inc({ route }, outBytes);
     },
   };
+}
+
+/** Jobs by state and result bytes (read from the manager when scraped), jobs finished (counted). */
+function registerJobMetrics(registry: Registry, jobs: JobManager): void {
+  new Gauge({
+    name: 'quantd_jobs',
+    help: 'jobs by state',
+    labelNames: ['state'],
+    registers: [registry],
+    collect() {
+      const counts = new Map(JOB_STATES.map((state) => [state, 0]));
+      for (const job of jobs.list()) counts.set(job.state, (counts.get(job.state) ?? 0) + 1);
+      for (const [state, n] of counts) this.set({ state }, n);
+    },
+  });
+  new Gauge({
+    name: 'quantd_job_result_bytes',
+    help: 'bytes of the result files of the succeeded jobs in the data directory',
+    registers: [registry],
+    collect() {
+      let bytes = 0;
+      for (const job of jobs.list()) for (const file of job.result?.files ?? []) bytes += file.bytes;
+      this.set(bytes);
+    },
+  });
+  const finished = new Counter({
+    name: 'quantd_jobs_finished_total',
+    help: 'jobs that reached a final state (succeeded, failed, cancelled) since the server started',
+    labelNames: ['state'],
+    registers: [registry],
+  });
+  for (const state of FINISHED) finished.inc({ state }, 0);
+  jobs.onFinished((state) => finished.inc({ state }));
 }

@@ -6,8 +6,16 @@
 import type { FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import { defaultTextOf, type OptionRow } from '../core/index.js';
-import { ALL_OPTION_ROWS, OPERATION_OPTION_ROWS, OPERATIONS, type Operation } from '../service/index.js';
+import { SPEC_OPTION_ROWS, defaultTextOf, type OptionRow, type SpecOptionName } from '../core/index.js';
+import {
+  ALL_OPTION_ROWS,
+  OPERATION_OPTION_ROWS,
+  OPERATIONS,
+  RECIPE_KEYS,
+  RULE_KEYS,
+  type Operation,
+} from '../service/index.js';
+import { LAYOUTS } from '../service/layouts/index.js';
 
 const JSON_TYPE: Readonly<Record<OptionRow['kind'], string>> = {
   enum: 'string',
@@ -37,6 +45,80 @@ function optionSchema(row: OptionRow): Record<string, unknown> {
 /** The query parameters (schema properties) of a list of option rows. */
 export function optionQuery(rows: readonly OptionRow[]): Record<string, Record<string, unknown>> {
   return Object.fromEntries(rows.map((row) => [row.name, optionSchema(row)]));
+}
+
+/** The spec options as JSON values (a recipe's default and its rules). */
+const specProperties = (): Record<string, Record<string, unknown>> => optionQuery(SPEC_OPTION_ROWS);
+
+const wholeNumber = (description: string): Record<string, unknown> => ({
+  type: 'integer',
+  minimum: 0,
+  description,
+});
+
+/** A rule's own keys; its other keys (RULE_KEYS) are the spec options. */
+const RULE_FIELDS: Record<Exclude<(typeof RULE_KEYS)[number], SpecOptionName>, Record<string, unknown>> = {
+  glob: { type: 'string', description: 'tensor names to match, a glob (`*` crosses dots); this or regex' },
+  regex: {
+    type: 'string',
+    description: 'tensor names to match, a regular expression (unanchored); this or glob',
+  },
+  skip: { type: 'boolean', description: 'pass the matching tensors through (then no spec options)' },
+  name: { type: 'string', description: 'how reports and errors name the rule' },
+  min_size: wholeNumber('tensors of fewer elements pass through (overrides the recipe’s)'),
+  skip_1d: { type: 'boolean', description: '1-D tensors pass through (overrides the recipe’s)' },
+};
+
+/** A recipe object (docs/models.md): exactly the keys the recipe parser takes (src/service/recipe.ts). */
+export function recipeSchema(): Record<string, unknown> {
+  const spec = specProperties();
+  const rule = {
+    type: 'object',
+    additionalProperties: false,
+    description:
+      'the first rule whose pattern matches a tensor decides: skip it, or quantize it with the rule’s spec',
+    properties: Object.fromEntries(
+      RULE_KEYS.map((key) => [
+        key,
+        key in RULE_FIELDS ? RULE_FIELDS[key as keyof typeof RULE_FIELDS] : spec[key],
+      ]),
+    ),
+  };
+  const fields: Record<(typeof RECIPE_KEYS)[number], Record<string, unknown>> = {
+    default: {
+      description: 'the spec of the tensors no rule matches, or "skip": they pass through',
+      oneOf: [
+        { type: 'object', additionalProperties: false, properties: spec },
+        { type: 'string', enum: ['skip'] },
+      ],
+    },
+    rules: { type: 'array', items: rule },
+    min_size: { ...wholeNumber('tensors of fewer elements pass through'), default: 0 },
+    skip_1d: { type: 'boolean', default: true, description: '1-D tensors (norms, biases) pass through' },
+  };
+  return {
+    type: 'object',
+    additionalProperties: false,
+    properties: Object.fromEntries(RECIPE_KEYS.map((key) => [key, fields[key]])),
+    example: {
+      default: { qdtype: 'int8', scheme: 'per_channel' },
+      rules: [{ glob: '*.embed_tokens.*', skip: true }],
+    },
+  };
+}
+
+/** The `layout` parameter of a job: the registered layouts (src/service/layouts) and their options. */
+export function layoutSchema(): Record<string, unknown> {
+  const names = [...LAYOUTS.keys()];
+  const each = [...LAYOUTS.values()].map((l) => `${l.name} (${Object.keys(l.options).join(', ')})`);
+  return {
+    type: 'string',
+    pattern: `^(${names.join('|')})(:.*)?$`,
+    description:
+      'write the model in an interop layout instead, NAME[:key=value,...] (op quantize, no other option): ' +
+      each.join('; '),
+    example: 'gguf:type=Q4_K',
+  };
 }
 
 const SUMMARY: Record<Operation, string> = {
@@ -109,7 +191,7 @@ export function jobRouteSchemas(): Record<
       summary: 'Submit a whole-model job: upload the model, or name it by path in the data directory',
       description:
         'With a binary body the model is streamed to disk and OPTIONS are query parameters (those of ' +
-        '/v1/quantize, plus op, dtype and the recipe parameters recipe, rule, skip, min_size, keep_1d). ' +
+        '/v1/quantize, plus op, dtype, layout and the recipe parameters recipe, rule, skip, min_size, keep_1d). ' +
         'With application/json: {"input": PATH, "op", "params": {OPTIONS}, "recipe": {…}}.',
       tags,
       querystring: {
@@ -117,12 +199,15 @@ export function jobRouteSchemas(): Record<
         properties: {
           op: { type: 'string', enum: [...OPERATIONS], default: 'quantize' },
           ...optionQuery(ALL_OPTION_ROWS),
+          layout: layoutSchema(),
         },
       },
       body: {
         content: {
           'application/x-safetensors': { schema: { type: 'string', format: 'binary' } },
           'application/octet-stream': { schema: { type: 'string', format: 'binary' } },
+          // a model folder: regular files of one level, POSIX ustar (what --remote sends)
+          'application/x-tar': { schema: { type: 'string', format: 'binary' } },
           'application/json': {
             schema: {
               type: 'object',
@@ -133,9 +218,16 @@ export function jobRouteSchemas(): Record<
                   type: 'string',
                   description: 'a file, an index or a directory, relative to the data directory',
                 },
-                op: { type: 'string' },
-                params: { type: 'object', additionalProperties: true },
-                recipe: { type: 'object', additionalProperties: true },
+                op: { type: 'string', enum: [...OPERATIONS], default: 'quantize' },
+                params: {
+                  type: 'object',
+                  description: 'the options of the query form but op and recipe (JSON values)',
+                  properties: {
+                    ...optionQuery(ALL_OPTION_ROWS.filter((r) => r.name !== 'recipe')),
+                    layout: layoutSchema(),
+                  },
+                },
+                recipe: recipeSchema(),
               },
             },
           },
@@ -154,7 +246,18 @@ export function jobRouteSchemas(): Record<
         507: problem,
       },
     },
-    list: { summary: 'All jobs, newest first', tags, response: { 200: json('{"jobs": [job, …]}') } },
+    list: {
+      summary: "The caller's jobs (an admin key's: all), newest first, a page at a time",
+      tags,
+      querystring: {
+        type: 'object',
+        properties: {
+          limit: { type: 'integer', minimum: 1, maximum: 1000, default: 100 },
+          cursor: { type: 'string', description: 'the `next` of the page before' },
+        },
+      },
+      response: { 200: json('{"jobs": [job, …], "next": CURSOR} (next only when more follow)') },
+    },
     get: {
       summary: 'A job: state, progress, ETA, error, result files',
       tags,

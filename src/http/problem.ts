@@ -77,6 +77,7 @@ export function problemOf(error: QuantdError, request: FastifyRequest): Problem 
 /** Headers every problem of this status carries. */
 export function problemHeaders(status: number): Record<string, string> {
   if (status === 503) return { 'Retry-After': '1' };
+  if (status === 429) return { 'Retry-After': '10' }; // a job quota: a job must finish first
   if (status === 401) return { 'WWW-Authenticate': 'Bearer realm="quantd"' };
   return {};
 }

@@ -14,6 +14,7 @@
  * - Stopping (server shutdown) aborts running jobs without changing their state: the next start
  *   runs them again.
  */
+import { EVERYONE, type Caller } from '../service/auth.js';
 import { QuantdError } from '../errors/index.js';
 import type { Compute } from '../service/index.js';
 import { DataDir, clientError, newJobId, resolveInputPath } from './paths.js';
@@ -21,6 +22,7 @@ import { referenceEncoding, type Encoding } from '../kernels/encoders.js';
 import type { JobLog } from './log.js';
 import { patientCompute, patientEncoding } from './patient-compute.js';
 import { JobBook, now, type Entry } from './records.js';
+import { unpackedFolder } from './folder-upload.js';
 import { isLayoutJob, jobPlan, type JobPlan } from './request.js';
 import { runJob, totalBytes, validatePlan, type RunDeps } from './runner.js';
 import {
@@ -30,6 +32,7 @@ import {
   type Job,
   type JobInput,
   type JobResult,
+  type JobState,
   type Submission,
 } from './store.js';
 
@@ -48,7 +51,24 @@ export interface JobManagerOptions {
   readonly log?: JobLog;
   /** Least interval between progress writes to job.json (default 1000 ms). */
   readonly progressIntervalMs?: number;
+  /** Queued + running jobs one key may have (QUANTD_JOB_QUOTA; default 16). */
+  readonly quota?: number;
+  /** Jobs one key may keep, finished ones included (QUANTD_JOB_LIMIT; default 1000). */
+  readonly limit?: number;
+  /** Finished jobs are deleted this long after they finished (QUANTD_JOB_RETENTION; 0: kept). */
+  readonly retentionMs?: number;
+  /** Bytes the results of finished jobs may hold together; the oldest go first (QUANTD_JOB_STORE_LIMIT). */
+  readonly storeLimit?: number;
 }
+
+/** A page of jobs: at most `limit`, after `cursor` (the `next` of the page before). */
+export interface JobPage {
+  readonly limit?: number;
+  readonly cursor?: string;
+}
+
+export const DEFAULT_PAGE = 100;
+export const MAX_PAGE = 1000;
 
 const noLog = { info: () => {}, warn: () => {}, error: () => {} };
 
@@ -61,6 +81,8 @@ export class JobManager {
   private readonly compute: Compute;
   private active = 0;
   private stopping = false;
+  /** The retention sweep's timer (start()). */
+  private sweeper: NodeJS.Timeout | undefined;
   /** Set by the server once its logger exists. */
   log: JobLog;
   /** What runJob needs (runner.ts). */
@@ -121,6 +143,54 @@ export class JobManager {
       }
     }
     this.pump();
+    await this.sweep();
+    // past the store limit, room is made as soon as a result is kept
+    if (this.options.storeLimit !== undefined) this.onFinished(() => void this.sweep());
+    const retention = this.options.retentionMs ?? 0;
+    if (retention > 0 || this.options.storeLimit !== undefined) {
+      // often enough that nothing outlives its retention by much more than a quarter of it
+      const every = retention > 0 ? Math.min(Math.max(retention / 4, 1000), 600_000) : 60_000;
+      this.sweeper = setInterval(() => void this.sweep(), every);
+      this.sweeper.unref();
+    }
+  }
+
+  /**
+   * Deletes finished jobs (succeeded, failed, cancelled) with their files: those finished longer
+   * ago than the retention, then, while the results kept exceed the store limit, the oldest.
+   * Queued and running jobs are never touched. Logged at info.
+   */
+  async sweep(at = Date.now()): Promise<string[]> {
+    const retention = this.options.retentionMs ?? 0;
+    const storeLimit = this.options.storeLimit ?? Infinity;
+    const done = [...this.book.entries.values()]
+      .filter((e) => !e.deleted && FINISHED.includes(e.record.job.state) && e.record.job.finished_at !== null)
+      .sort((a, b) => a.record.job.finished_at!.localeCompare(b.record.job.finished_at!));
+    const bytesOf = (e: Entry): number => (e.record.job.result?.files ?? []).reduce((n, f) => n + f.bytes, 0);
+    let kept = done.reduce((n, e) => n + bytesOf(e), 0);
+    const expired = done.filter((e) => {
+      const old = retention > 0 && at - Date.parse(e.record.job.finished_at!) > retention;
+      if (!old && kept <= storeLimit) return false;
+      kept -= bytesOf(e);
+      return true;
+    });
+    const removed: string[] = [];
+    for (const entry of expired) {
+      const id = entry.record.job.id;
+      try {
+        await this.book.remove(id);
+        removed.push(id);
+      } catch (err) {
+        this.log.warn({ err, job: id }, `jobs: retention could not remove ${id}: ${(err as Error).message}`);
+      }
+    }
+    if (removed.length > 0) {
+      this.log.info(
+        { jobs: removed },
+        `jobs: removed ${removed.length} finished jobs (retention ${retention} ms, store limit ${storeLimit} bytes)`,
+      );
+    }
+    return removed;
   }
 
   private async resume(entry: Entry): Promise<void> {
@@ -181,6 +251,7 @@ export class JobManager {
   /** Aborts running jobs (left as they are on disk, to run again on the next start) and waits for them. */
   async stop(): Promise<void> {
     this.stopping = true;
+    if (this.sweeper) clearInterval(this.sweeper);
     const runs: Promise<void>[] = [];
     for (const entry of this.book.entries.values()) {
       if (entry.running) {
@@ -201,14 +272,21 @@ export class JobManager {
   }
 
   /** A job reading the model at `input`, a path in the data directory. */
-  async submitPath(submission: Submission, input: string): Promise<Job> {
+  async submitPath(submission: Submission, input: string, caller: Caller = EVERYONE): Promise<Job> {
     const plan = this.checkSubmission(submission);
+    this.checkQuota(caller);
     const resolved = await resolveInputPath(this.data, input);
     await validatePlan(plan, resolved.path, resolved.model);
     const bytes = await totalBytes(resolved.model.files);
     const id = newJobId();
     await this.store.create(id);
-    const entry = this.book.newEntry(id, submission, { kind: 'path', path: input, bytes }, null);
+    const entry = this.book.newEntry(
+      id,
+      submission,
+      { kind: 'path', path: input, bytes },
+      null,
+      caller.owner,
+    );
     try {
       await this.book.save(entry);
     } catch (err) {
@@ -227,12 +305,18 @@ export class JobManager {
    * restart fails it). Returns the id and where to write the model; then `acceptUpload` or
    * `abandonUpload`.
    */
-  async beginUpload(submission: Submission, expected: number | null): Promise<{ id: string; path: string }> {
+  async beginUpload(
+    submission: Submission,
+    expected: number | null,
+    folder = false,
+    caller: Caller = EVERYONE,
+  ): Promise<{ id: string; path: string }> {
     this.checkSubmission(submission);
+    this.checkQuota(caller);
     const id = newJobId();
     await this.store.create(id);
-    const input: JobInput = { kind: 'upload', bytes: expected ?? 0 };
-    const entry = this.book.newEntry(id, submission, input, { expected });
+    const input: JobInput = { kind: 'upload', bytes: expected ?? 0, ...(folder && { folder: true }) };
+    const entry = this.book.newEntry(id, submission, input, { expected }, caller.owner);
     try {
       await this.book.save(entry);
     } catch (err) {
@@ -240,18 +324,23 @@ export class JobManager {
       throw err;
     }
     this.book.entries.set(id, entry);
-    return { id, path: this.data.uploadFile(id) };
+    return { id, path: this.data.uploadInput(id, folder) };
   }
 
   /** The upload is on disk: validated (header, plan), then queued. A bad model removes the job. */
   async acceptUpload(id: string, bytes: number): Promise<Job> {
     const entry = this.book.entries.get(id);
     if (!entry || entry.record.receiving === null) throw new QuantdError('JOB_NOT_FOUND', { id });
+    const folder = entry.record.job.input.kind === 'upload' && entry.record.job.input.folder === true;
     try {
-      await validatePlan(jobPlan(entry.record.submission), this.data.uploadFile(id));
+      const input = folder ? await unpackedFolder(this.data.uploadFolder(id)) : this.data.uploadFile(id);
+      await validatePlan(jobPlan(entry.record.submission), input);
       entry.record = { ...entry.record, receiving: null };
       // the job exists from now: it is created now, and listed after those created before
-      this.book.update(entry, { input: { kind: 'upload', bytes }, created_at: now() });
+      this.book.update(entry, {
+        input: { kind: 'upload', bytes, ...(folder && { folder: true as const }) },
+        created_at: now(),
+      });
       this.book.moveToEnd(id, entry);
       await this.book.save(entry);
     } catch (err) {
@@ -271,13 +360,60 @@ export class JobManager {
 
   // --- queries -----------------------------------------------------------------------------
 
-  /** Jobs, newest first (uploads still being received are not jobs yet). */
-  list(): Job[] {
-    return this.book.list();
+  /** Calls `listener` each time a job changes into a final state (succeeded, failed, cancelled). */
+  onFinished(listener: (state: JobState) => void): void {
+    this.book.finishedListeners.add(listener);
   }
 
-  get(id: string): Job {
-    const entry = this.book.visible(id);
+  /**
+   * Refuses a new job when `caller` is at its quota: QUANTD_JOB_QUOTA queued and running jobs,
+   * or QUANTD_JOB_LIMIT jobs kept. With auth off the one tenant has the quota; an admin key none.
+   */
+  private checkQuota(caller: Caller): void {
+    if (caller.admin && caller.owner !== null) return;
+    const mine = this.book.entriesOf({ owner: caller.owner, admin: false }, true);
+    const quota = this.options.quota ?? 16;
+    const limit = this.options.limit ?? 1000;
+    const unfinished = mine.filter((e) => !FINISHED.includes(e.record.job.state)).length;
+    if (unfinished >= quota) {
+      throw new QuantdError('QUOTA_EXCEEDED', {
+        detail: `${unfinished} jobs queued or running, the most one key may have (QUANTD_JOB_QUOTA ${quota}); wait for one to finish or cancel one`,
+      });
+    }
+    if (mine.length >= limit) {
+      throw new QuantdError('QUOTA_EXCEEDED', {
+        detail: `${mine.length} jobs kept, the most one key may keep (QUANTD_JOB_LIMIT ${limit}); delete finished jobs (DELETE /v1/jobs/ID)`,
+      });
+    }
+  }
+
+  /** All of `caller`'s jobs, newest first (uploads still being received are not jobs yet). */
+  list(caller: Caller = EVERYONE): Job[] {
+    return this.book.list(caller);
+  }
+
+  /**
+   * One page of `caller`'s jobs, newest first (created_at, then id), and the cursor of the next
+   * page when there is one. A cursor is opaque to clients: the position of the page's last job.
+   */
+  page(caller: Caller, page: JobPage = {}): { jobs: Job[]; next: string | null } {
+    const limit = page.limit ?? DEFAULT_PAGE;
+    const key = (j: Job): string => `${j.created_at} ${j.id}`;
+    const all = this.book.list(caller).sort((a, b) => (key(a) < key(b) ? 1 : key(a) > key(b) ? -1 : 0));
+    let from = 0;
+    if (page.cursor !== undefined) {
+      const after = decodeCursor(page.cursor);
+      from = all.findIndex((j) => key(j) < after);
+      if (from < 0) from = all.length;
+    }
+    const jobs = all.slice(from, from + limit);
+    const last = jobs[jobs.length - 1];
+    const more = from + limit < all.length && last !== undefined;
+    return { jobs, next: more ? Buffer.from(key(last), 'utf8').toString('base64url') : null };
+  }
+
+  get(id: string, caller: Caller = EVERYONE): Job {
+    const entry = this.book.visible(id, caller);
     return entry.shown ?? entry.record.job;
   }
 
@@ -285,8 +421,8 @@ export class JobManager {
    * The result of a succeeded job (JOB_NOT_READY otherwise), its files checked: one missing or of
    * the wrong size fails the job instead of being served.
    */
-  async result(id: string): Promise<{ job: Job; result: JobResult; dir: string }> {
-    const entry = this.book.visible(id);
+  async result(id: string, caller: Caller = EVERYONE): Promise<{ job: Job; result: JobResult; dir: string }> {
+    const entry = this.book.visible(id, caller);
     const job = entry.shown ?? entry.record.job;
     if (job.state !== 'succeeded' || job.result === null) {
       throw new QuantdError('JOB_NOT_READY', { id, state: job.state });
@@ -303,8 +439,8 @@ export class JobManager {
    * The quality report of a succeeded job (JOB_NOT_READY before). A layout job has none, ever:
    * NOT_FOUND, whatever its state (docs/models.md).
    */
-  reportPath(id: string): string {
-    const entry = this.book.visible(id);
+  reportPath(id: string, caller: Caller = EVERYONE): string {
+    const entry = this.book.visible(id, caller);
     const job = entry.shown ?? entry.record.job;
     if (isLayoutJob(entry.record.submission)) {
       throw new QuantdError('NOT_FOUND', {
@@ -321,8 +457,8 @@ export class JobManager {
    * DELETE: a queued or running job is cancelled (its run aborted, its files removed, job.json
    * kept with state cancelled) and returned; a finished one is removed entirely (null).
    */
-  async delete(id: string): Promise<Job | null> {
-    const entry = this.book.visible(id);
+  async delete(id: string, caller: Caller = EVERYONE): Promise<Job | null> {
+    const entry = this.book.visible(id, caller);
     const { job } = entry.record;
     if (FINISHED.includes(job.state)) {
       await this.book.remove(id);
@@ -361,4 +497,17 @@ export class JobManager {
         });
     }
   }
+}
+
+/** The position a page cursor holds; a cursor that is not one of ours is OPTION_INVALID. */
+function decodeCursor(cursor: string): string {
+  const text = Buffer.from(cursor, 'base64url').toString('utf8');
+  if (!/^\d{4}-\d\d-\d\dT[\d:.]+Z [A-Za-z0-9_-]+$/.test(text)) {
+    throw new QuantdError('OPTION_INVALID', {
+      option: 'cursor',
+      detail: 'is not a cursor this server gave (the `next` of a page)',
+      value: cursor.slice(0, 100),
+    });
+  }
+  return text;
 }

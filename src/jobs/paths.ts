@@ -48,6 +48,8 @@ export function printable(text: string): string {
 /** The input file name of an upload, and the result name of a single-file upload. */
 export const UPLOAD_NAME = 'input.safetensors';
 export const UPLOAD_RESULT_NAME = 'model.safetensors';
+/** The folder an uploaded model folder is unpacked into. */
+export const UPLOAD_FOLDER_NAME = 'input';
 
 export class DataDir {
   /** The data directory, absolute. */
@@ -69,6 +71,16 @@ export class DataDir {
 
   uploadFile(id: string): string {
     return join(this.jobDir(id), UPLOAD_NAME);
+  }
+
+  /** Where an uploaded model folder (an application/x-tar body) is unpacked. */
+  uploadFolder(id: string): string {
+    return join(this.jobDir(id), UPLOAD_FOLDER_NAME);
+  }
+
+  /** The input of an upload: the file, or the folder. */
+  uploadInput(id: string, folder: boolean): string {
+    return folder ? this.uploadFolder(id) : this.uploadFile(id);
   }
 
   resultDir(id: string): string {

@@ -7,9 +7,18 @@
  *   the API shows the job as it was, so a client never sees a state a crash could take back.
  * - A job being removed is never written again.
  */
+import { EVERYONE, type Caller } from '../service/auth.js';
 import { QuantdError } from '../errors/index.js';
 import { checkJobId } from './paths.js';
-import type { Job, JobInput, JobRecord, JobStore, Submission } from './store.js';
+import {
+  FINISHED,
+  type Job,
+  type JobInput,
+  type JobRecord,
+  type JobState,
+  type JobStore,
+  type Submission,
+} from './store.js';
 
 /** Why a run stopped early: the job was cancelled, or the server is stopping. */
 export type StopReason = 'cancel' | 'shutdown';
@@ -30,14 +39,25 @@ export interface Entry {
 
 export const now = (): string => new Date().toISOString();
 
+/** Whether `caller` may see the job: an admin sees all; a key, the jobs it submitted. */
+const owns = (caller: Caller, entry: Entry): boolean => caller.admin || entry.record.owner === caller.owner;
+
 export class JobBook {
   /** In the order the jobs were created (loaded by created_at at start-up). */
   readonly entries = new Map<string, Entry>();
+  /** Told each change of a job into a final state: succeeded, failed, cancelled (/metrics). */
+  readonly finishedListeners = new Set<(state: JobState) => void>();
 
   constructor(private readonly store: JobStore) {}
 
   /** A new queued job (not yet in the book, not yet written). */
-  newEntry(id: string, submission: Submission, input: JobInput, receiving: JobRecord['receiving']): Entry {
+  newEntry(
+    id: string,
+    submission: Submission,
+    input: JobInput,
+    receiving: JobRecord['receiving'],
+    owner: string | null = null,
+  ): Entry {
     const job: Job = {
       id,
       state: 'queued',
@@ -51,23 +71,36 @@ export class JobBook {
       error: null,
       result: null,
     };
-    return { record: { format: 'quantd.job/1', job, submission, receiving }, dirty: false, deleted: false };
+    return {
+      record: { format: 'quantd.job/1', job, submission, receiving, owner },
+      dirty: false,
+      deleted: false,
+    };
   }
 
-  /** The entry of a job the API can see (JOB_NOT_FOUND otherwise: unknown, still uploading, removed). */
-  visible(id: string): Entry {
+  /**
+   * The entry of a job `caller` can see: JOB_NOT_FOUND otherwise — unknown, still uploading,
+   * removed, or another key's (answered exactly as a job that does not exist).
+   */
+  visible(id: string, caller: Caller = EVERYONE): Entry {
     const entry = this.entries.get(checkJobId(id));
-    if (!entry || entry.record.receiving !== null || entry.deleted)
+    if (!entry || entry.record.receiving !== null || entry.deleted || !owns(caller, entry))
       throw new QuantdError('JOB_NOT_FOUND', { id });
     return entry;
   }
 
-  /** Jobs as shown, newest first (uploads still being received are not jobs yet). */
-  list(): Job[] {
-    return [...this.entries.values()]
-      .filter((e) => e.record.receiving === null && !e.deleted)
+  /** The jobs `caller` sees, newest first (uploads still being received are not jobs yet). */
+  list(caller: Caller = EVERYONE): Job[] {
+    return this.entriesOf(caller)
       .map((e) => e.shown ?? e.record.job)
       .reverse();
+  }
+
+  /** The entries of `caller`'s jobs (uploads being received included when `receiving`). */
+  entriesOf(caller: Caller, receiving = false): Entry[] {
+    return [...this.entries.values()].filter(
+      (e) => (receiving || e.record.receiving === null) && !e.deleted && owns(caller, e),
+    );
   }
 
   /** Moves an entry to the end of the creation order (an upload becomes a job when accepted). */
@@ -88,7 +121,10 @@ export class JobBook {
   }
 
   update(entry: Entry, change: Partial<Job>): void {
+    const from = entry.record.job.state;
     entry.record = { ...entry.record, job: { ...entry.record.job, ...change } };
+    const to = entry.record.job.state;
+    if (to !== from && FINISHED.includes(to)) for (const listener of this.finishedListeners) listener(to);
   }
 
   /** A change to a final state: shown once job.json holds it (see the file comment). */

@@ -6,9 +6,10 @@
  * checks of a submission that need the model's headers but no tensor data.
  *
  * Result names: an upload's result is `model.safetensors` (a layout's: `model.gguf`, `model.onnx`,
- * `model.safetensors`, beside which the layout writes its side files — quantize_config.json,
- * model.onnx.data); a model named by path keeps its file name (its extension the layout's), or,
- * sharded, is a directory of shards and an index (model operations only: a layout reads one file).
+ * `model.safetensors`, beside which the layout writes its side files, named after it —
+ * model.quantize_config.json, model.quantization_config.json, model.onnx.data); a model named by
+ * path keeps its file name (its extension the layout's), or, sharded, is a directory of shards
+ * and an index (model operations only: a layout reads one file).
  */
 import { open, stat } from 'node:fs/promises';
 import { basename, extname, join, relative, sep } from 'node:path';
@@ -28,6 +29,7 @@ import type { JobLog } from './log.js';
 import { DataDir, UPLOAD_RESULT_NAME, clientError, resolveInputPath } from './paths.js';
 import { now, type Entry, type JobBook } from './records.js';
 import type { Encoding } from '../kernels/encoders.js';
+import { unpackedFolder } from './folder-upload.js';
 import { jobPlan, type JobPlan } from './request.js';
 import { jobError, type JobProgress, type JobStore, type ResultFile } from './store.js';
 import { fileSha256 } from './verify.js';
@@ -67,7 +69,8 @@ export async function validatePlan(plan: JobPlan, input: string, model?: ModelIn
   for (const file of resolved.files) {
     const reader = await SafetensorsFileReader.open(file);
     try {
-      if (plan.kind === 'model') planOperation(reader.header, plan.request, basename(file));
+      const shard = resolved.index !== null;
+      if (plan.kind === 'model') planOperation(reader.header, plan.request, basename(file), shard);
     } finally {
       await reader.close();
     }
@@ -270,6 +273,13 @@ export async function runJob(entry: Entry, deps: RunDeps): Promise<void> {
 async function paths(entry: Entry, plan: JobPlan, deps: RunDeps): Promise<{ input: string; output: string }> {
   const { job } = entry.record;
   const resultDir = deps.data.resultDir(job.id);
+  if (job.input.kind === 'upload' && job.input.folder === true) {
+    // an uploaded folder (input/FOLDER) is named like a folder by path: after its index or weights
+    const input = await unpackedFolder(deps.data.uploadFolder(job.id));
+    const output = outputPath(plan, resultDir, { kind: 'path', model: await resolveModelInput(input) });
+    if (output !== resultDir) await deps.store.makeDir(resultDir);
+    return { input, output };
+  }
   if (job.input.kind === 'upload') {
     await deps.store.makeDir(resultDir);
     return { input: deps.data.uploadFile(job.id), output: outputPath(plan, resultDir, { kind: 'upload' }) };

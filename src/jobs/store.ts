@@ -30,7 +30,7 @@ export interface JobProgress {
 }
 
 export type JobInput =
-  | { readonly kind: 'upload'; readonly bytes: number }
+  | { readonly kind: 'upload'; readonly bytes: number; readonly folder?: true }
   | { readonly kind: 'path'; readonly path: string; readonly bytes: number };
 
 export interface ResultFile {
@@ -85,6 +85,11 @@ export interface JobRecord {
   readonly submission: Submission;
   /** Set while the upload is being received (the job does not exist for the API yet). */
   readonly receiving: { readonly expected: number | null } | null;
+  /**
+   * The id of the key that submitted it (src/service/auth.ts); null with auth off. Absent in
+   * records of earlier versions: such jobs are an admin's (or everyone's, with auth off).
+   */
+  readonly owner?: string | null;
 }
 
 export const RECORD_FORMAT = 'quantd.job/1';
@@ -197,6 +202,7 @@ export class JobStore {
 
   async removeUpload(id: string): Promise<void> {
     await rm(this.data.uploadFile(id), { force: true });
+    await rm(this.data.uploadFolder(id), { force: true, recursive: true });
   }
 
   async writeReport(id: string, report: unknown): Promise<void> {
@@ -374,7 +380,7 @@ export async function receiveUpload(source: Readable, path: string, options: Upl
   } catch (err) {
     await (writing as Promise<void> | null)?.catch(() => {});
     if (!closed) await sink.close().catch(() => {});
-    await rm(path, { force: true });
+    await rm(path, { force: true, recursive: true }); // a file, or an unpacked folder
     throw err;
   }
 }

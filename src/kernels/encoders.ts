@@ -17,6 +17,7 @@ import {
   type BnbQuantType,
 } from '../core/interop/bnb.js';
 import { ggmlDecode, ggmlEncode, ggmlTypeByName, type GgmlWriteType } from '../core/interop/ggml.js';
+import { ggmlEncodeWeighted } from '../core/interop/ggml-imatrix.js';
 import { checkGgmlEncodable, permuteHeads } from '../core/interop/ggml-tensor.js';
 import { gptqDequantize, gptqQuantize, type GptqBits, type GptqParams } from '../core/interop/gptq.js';
 import {
@@ -27,6 +28,8 @@ import {
 } from '../core/interop/onnx.js';
 import { bytesOf, fromFloat32, toFloat32, typedView } from '../core/tensor.js';
 import { QuantdError, throwIfAborted } from '../errors/index.js';
+import { decodedQuality } from '../core/quality.js';
+import type { QualityStats } from '../core/quality-stats.js';
 import type { KernelModule } from './module.js';
 
 /** One tensor's encoding: which encoder, and everything it needs besides the input bytes. */
@@ -41,6 +44,10 @@ export type EncoderCall =
       readonly type: GgmlWriteType;
       readonly ne0: number;
       readonly permute?: { readonly rows: number; readonly heads: number };
+      /** An importance matrix's column weights (ne0 of them): llama.cpp's quant_weights path. */
+      readonly imatrix?: Float32Array;
+      /** Measure dequantize(quantize(x)) against x for the layout's report. */
+      readonly quality?: boolean;
     }
   | { readonly kind: 'ggml-decode'; readonly type: string; readonly numel: number }
   | {
@@ -116,6 +123,8 @@ export interface EncodeTask {
 export interface EncodeReply {
   /** Remarks for the layout's report (e.g. GPTQ groups stored with the v2-to-v1 borrow). */
   readonly notes: readonly string[];
+  /** How far the decoded output is from the input, when the call asked (`quality`). */
+  readonly quality?: QualityStats;
 }
 
 /** Where a layout's encode tasks run: the worker pool, or inline (the CLI without kernels, tests). */
@@ -142,7 +151,11 @@ export function inlineEncoding(module: KernelModule | null): Encoding {
 /** The TypeScript reference on the calling thread: the default of direct API calls. */
 export const referenceEncoding: Encoding = inlineEncoding(null);
 
-type Results = { readonly outputs: readonly Uint8Array[]; readonly notes?: readonly string[] };
+type Results = {
+  readonly outputs: readonly Uint8Array[];
+  readonly notes?: readonly string[];
+  readonly quality?: QualityStats;
+};
 
 function floatsOf(dtype: FloatDType, data: Uint8Array): Float32Array {
   return toFloat32(data, dtype);
@@ -205,9 +218,13 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
     case 'ggml': {
       let x = floatsOf(call.dtype, a!);
       if (call.permute) x = permuteHeads(x, call.permute.rows, call.permute.heads, call.tensor);
-      const bytes = ggmlBytes(module, call.type, x, call.ne0);
+      const bytes =
+        call.imatrix !== undefined
+          ? ggmlEncodeWeighted(call.type, x, call.ne0, call.imatrix)
+          : ggmlBytes(module, call.type, x, call.ne0);
       checkGgmlEncodable(x, call.type, bytes, call.tensor);
-      return { outputs: [bytes] };
+      if (call.quality !== true) return { outputs: [bytes] };
+      return { outputs: [bytes], quality: decodedQuality(x, ggmlDecode(call.type, bytes, x.length)) };
     }
     case 'ggml-decode':
       return { outputs: [bytesOf(ggmlDecode(call.type, a!, call.numel))] };
@@ -288,7 +305,7 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
  * the layout planned; a result of another size is a bug (INTERNAL), never a short file.
  */
 export function runEncodeTask(module: KernelModule | null, task: EncodeTask): EncodeReply {
-  const { outputs, notes = [] } = encode(module, task.call, task.inputs);
+  const { outputs, notes = [], quality } = encode(module, task.call, task.inputs);
   if (outputs.length !== task.outputs.length) {
     throw new QuantdError('INTERNAL', {
       detail: `encoder ${task.call.kind} made ${outputs.length} outputs, the plan has ${task.outputs.length}`,
@@ -303,5 +320,5 @@ export function runEncodeTask(module: KernelModule | null, task: EncodeTask): En
     }
     if (bytes !== into) into.set(bytes);
   });
-  return { notes };
+  return quality !== undefined ? { notes, quality } : { notes };
 }

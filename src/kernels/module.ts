@@ -30,13 +30,26 @@ export const CHOOSE_MODE = {
 } as const;
 
 /** qd_ggml_type in native/include/quantd.h: the ggml types the C kernels quantize. */
-const GGML_KERNEL_IDS = { Q8_0: 0, Q4_0: 1, Q4_1: 2, Q5_0: 3, Q5_1: 4, Q4_K: 5, Q6_K: 6 } as const;
+const GGML_KERNEL_IDS = {
+  Q8_0: 0,
+  Q4_0: 1,
+  Q4_1: 2,
+  Q5_0: 3,
+  Q5_1: 4,
+  Q4_K: 5,
+  Q6_K: 6,
+  Q5_K: 7,
+  Q2_K: 8,
+  Q3_K: 9,
+  IQ4_NL: 10,
+  IQ4_XS: 11,
+} as const;
 export type GgmlKernelType = keyof typeof GGML_KERNEL_IDS;
 
 export interface GgmlKernelRow {
   /** The qd_ggml_type id ggmlQuantize takes. */
   readonly id: number;
-  /** Floats per block (32, or 256 for the K-quants) and bytes per block. */
+  /** Floats per block (32, or 256 for the K-quants and IQ4_XS) and bytes per block. */
   readonly blockSize: number;
   readonly blockBytes: number;
 }
@@ -50,6 +63,20 @@ function kernelRow(name: GgmlKernelType): GgmlKernelRow {
 export const GGML_KERNEL_TYPES: Readonly<Record<GgmlKernelType, GgmlKernelRow>> = Object.fromEntries(
   (Object.keys(GGML_KERNEL_IDS) as GgmlKernelType[]).map((name) => [name, kernelRow(name)]),
 ) as Record<GgmlKernelType, GgmlKernelRow>;
+
+/** native/src/measured.c's QD_MEASURE_CHUNK: the elements its measured kernels take at a time. */
+export const MEASURED_CHUNK = 1 << 14;
+
+/**
+ * Units per call when chooseQuantize is called on consecutive slices of about `elements`
+ * elements: whole units, in multiples of the units measured.c takes at a time (a multiple of 4,
+ * so packed codes start on a byte). Measured statistics are then summed in the same order as by
+ * one call over all the units, whoever slices (the wasm wrapper, a half-precision task).
+ */
+export function unitsPerCall(unitSize: number, elements: number): number {
+  const measured = Math.min(256, Math.max(4, Math.floor(MEASURED_CHUNK / unitSize / 4) * 4));
+  return measured * Math.max(1, Math.floor(elements / (measured * unitSize)));
+}
 
 /** Conversion kinds of convert(). */
 export const CONVERT = { f16ToF32: 0, bf16ToF32: 1, f32ToF16: 2, f32ToBf16: 3 } as const;

@@ -2,8 +2,26 @@
  * Kernel tasks: one kernel call on one range of a tensor, as a plain object that crosses a
  * worker boundary by structured clone. Arrays of a task running in a worker are views of
  * SharedArrayBuffers, so inputs are not copied and outputs land in place.
+ *
+ * A task whose input is float16 / bfloat16 (`half`: the CONVERT kind to float32) reads the
+ * half-precision values themselves: the task converts them a cache-sized chunk at a time into a
+ * buffer of its thread and runs the float32 kernel on each chunk while it is in cache, so a
+ * bfloat16 checkpoint is never staged as a float32 copy in memory. The kernels accumulate across
+ * calls (min/max, quality statistics) and take tensor indices, so chunked calls compute what one
+ * call over the range computes; the chunks are whole multiples of the measured kernels' own
+ * chunks (native/src/measured.c), so measured statistics are summed in the same order.
  */
-import type { ChooseArgs, KernelModule, LayoutArgs, QuantArgs } from './module.js';
+import {
+  CODES,
+  unitsPerCall,
+  type ChooseArgs,
+  type KernelModule,
+  type LayoutArgs,
+  type QuantArgs,
+} from './module.js';
+
+/** A task's input: float32 values, or float16 / bfloat16 bits with `half` their CONVERT kind. */
+type Floats = Float32Array | Uint16Array;
 
 export type KernelTask =
   | {
@@ -14,7 +32,8 @@ export type KernelTask =
     }
   | {
       readonly op: 'minmax';
-      readonly x: Float32Array;
+      readonly x: Floats;
+      readonly half?: number;
       readonly start: number;
       readonly layout: LayoutArgs;
     }
@@ -26,7 +45,8 @@ export type KernelTask =
     }
   | {
       readonly op: 'quantize';
-      readonly x: Float32Array;
+      readonly x: Floats;
+      readonly half?: number;
       readonly start: number;
       readonly layout: LayoutArgs;
       readonly scale: Float32Array;
@@ -49,7 +69,8 @@ export type KernelTask =
     }
   | {
       readonly op: 'fakeQuantize';
-      readonly x: Float32Array;
+      readonly x: Floats;
+      readonly half?: number;
       readonly start: number;
       readonly layout: LayoutArgs;
       readonly scale: Float32Array;
@@ -62,7 +83,8 @@ export type KernelTask =
     }
   | {
       readonly op: 'quality';
-      readonly x: Float32Array;
+      readonly x: Floats;
+      readonly half?: number;
       readonly codes: Uint8Array;
       readonly start: number;
       readonly layout: LayoutArgs;
@@ -72,7 +94,8 @@ export type KernelTask =
     }
   | {
       readonly op: 'chooseQuantize';
-      readonly x: Float32Array;
+      readonly x: Floats;
+      readonly half?: number;
       readonly first: number;
       readonly unitSize: number;
       readonly choose: ChooseArgs;
@@ -100,6 +123,48 @@ export interface TaskResult {
 
 const ok: TaskResult = { status: 0, bad: -1 };
 
+/**
+ * Elements of a half-precision input converted at a time: 64 Ki float32 (256 KiB) stay in L2
+ * beside their codes. A multiple of MEASURED_CHUNK and of every code packing.
+ */
+const HALF_CHUNK = 1 << 16;
+
+/** This thread's conversion buffer (tasks run one at a time on a thread). */
+let chunkBuffer = new Float32Array(0);
+
+/** Bytes of the codes of n elements (a partial last byte counts: ranges end at the tensor's end). */
+function codeBytes(codes: number, n: number): number {
+  if (codes === CODES.int16) return n * 2;
+  if (codes === CODES.int32) return n * 4;
+  if (codes === CODES.int4 || codes === CODES.uint4) return Math.ceil(n / 2);
+  if (codes === CODES.int2 || codes === CODES.uint2) return Math.ceil(n / 4);
+  return n;
+}
+
+/**
+ * Runs `call` over the task's input: at once for float32; for half precision, on consecutive
+ * chunks of `chunk` elements converted to float32 (`offset`: the chunk's first element in the
+ * input). Stops at the first failing status.
+ */
+function overInput(
+  k: KernelModule,
+  x: Floats,
+  half: number | undefined,
+  chunk: number,
+  call: (values: Float32Array, offset: number) => number,
+): number {
+  if (half === undefined) return call(x as Float32Array, 0);
+  for (let offset = 0; offset < x.length; offset += chunk) {
+    const n = Math.min(chunk, x.length - offset);
+    if (chunkBuffer.length < n) chunkBuffer = new Float32Array(Math.max(n, HALF_CHUNK));
+    const values = chunkBuffer.subarray(0, n);
+    k.convert(half, x.subarray(offset, offset + n), values);
+    const status = call(values, offset);
+    if (status !== 0) return status;
+  }
+  return 0;
+}
+
 export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
   const done = (status: number): TaskResult => (status === 0 ? ok : { status, bad: k.lastBad() });
   switch (task.op) {
@@ -109,7 +174,9 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
     case 'minmax': {
       const mins = new Float32Array(task.layout.channels).fill(Infinity);
       const maxs = new Float32Array(task.layout.channels).fill(-Infinity);
-      const status = k.minmax(task.x, task.start, task.layout, mins, maxs);
+      const status = overInput(k, task.x, task.half, HALF_CHUNK, (x, at) =>
+        k.minmax(x, task.start + at, task.layout, mins, maxs),
+      );
       return { ...done(status), mins, maxs };
     }
     case 'determine': {
@@ -120,15 +187,17 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
     }
     case 'quantize': {
       const stats = task.measure ? new Float64Array(5) : undefined;
-      const status = k.quantize(
-        task.x,
-        task.start,
-        task.layout,
-        task.scale,
-        task.zeroPoint,
-        task.quant,
-        task.out,
-        stats,
+      const status = overInput(k, task.x, task.half, HALF_CHUNK, (x, at) =>
+        k.quantize(
+          x,
+          task.start + at,
+          task.layout,
+          task.scale,
+          task.zeroPoint,
+          task.quant,
+          task.out.subarray(codeBytes(task.quant.codes, at), codeBytes(task.quant.codes, at + x.length)),
+          stats,
+        ),
       );
       return stats ? { ...done(status), stats } : done(status);
     }
@@ -147,46 +216,55 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
       );
     case 'fakeQuantize':
       return done(
-        k.fakeQuantize(
-          task.x,
-          task.start,
-          task.layout,
-          task.scale,
-          task.zeroPoint,
-          task.qmin,
-          task.qmax,
-          task.floatZeroPoint,
-          task.out,
-          task.mask,
+        overInput(k, task.x, task.half, HALF_CHUNK, (x, at) =>
+          k.fakeQuantize(
+            x,
+            task.start + at,
+            task.layout,
+            task.scale,
+            task.zeroPoint,
+            task.qmin,
+            task.qmax,
+            task.floatZeroPoint,
+            task.out.subarray(at, at + x.length),
+            task.mask.subarray(at, at + x.length),
+          ),
         ),
       );
     case 'quality': {
       const stats = new Float64Array(5);
-      const status = k.quality(
-        task.x,
-        task.codes,
-        task.start,
-        task.layout,
-        task.scale,
-        task.zeroPoint,
-        task.quant,
-        stats,
+      const status = overInput(k, task.x, task.half, HALF_CHUNK, (x, at) =>
+        k.quality(
+          x,
+          task.codes.subarray(codeBytes(task.quant.codes, at), codeBytes(task.quant.codes, at + x.length)),
+          task.start + at,
+          task.layout,
+          task.scale,
+          task.zeroPoint,
+          task.quant,
+          stats,
+        ),
       );
       return { ...done(status), stats };
     }
     case 'chooseQuantize': {
       const stats = task.measure ? new Float64Array(5) : undefined;
-      const status = k.chooseQuantize(
-        task.x,
-        task.first,
-        task.unitSize,
-        task.choose,
-        task.quant,
-        task.scale,
-        task.zeroPoint,
-        task.out,
-        stats,
-      );
+      const units = unitsPerCall(task.unitSize, HALF_CHUNK);
+      const status = overInput(k, task.x, task.half, units * task.unitSize, (x, at) => {
+        const u = at / task.unitSize;
+        const n = x.length / task.unitSize;
+        return k.chooseQuantize(
+          x,
+          task.first + u,
+          task.unitSize,
+          task.choose,
+          task.quant,
+          task.scale.subarray(u, u + n),
+          task.zeroPoint.subarray(u, u + n),
+          task.out.subarray(codeBytes(task.quant.codes, at), codeBytes(task.quant.codes, at + x.length)),
+          stats,
+        );
+      });
       return stats ? { ...done(status), stats } : done(status);
     }
   }

@@ -4,15 +4,14 @@
  * range is one task, and the results are put together. Elementwise ops and order-independent
  * reductions make the output bit-identical however the tensor is split.
  *
- * float16 / bfloat16 inputs are worked through in windows of `windowElements` (default
- * WINDOW_ELEMENTS): one window is converted to float32 (by 'convert' tasks), the op's tasks run
- * on it (split into ranges as above, indexed in the whole tensor), and the same float32 buffer
- * takes the next window. An op on a half-precision tensor of T bytes thus needs a fixed scratch
- * buffer, not a 2T float32 copy, and whole models quantize in bounded memory. Windows keep ALIGN
- * boundaries (whole units for fused per_group / per_token), so packed codes split on bytes.
- * Ops that choose qparams first make two passes (min/max, then quantize or fake-quantize); the
- * second converts again, except for a tensor that fits one window. Quality statistics are taken
- * on the window just quantized. float32 inputs are one window: the input itself.
+ * float16 / bfloat16 inputs go to the tasks as they are, with the conversion kind: each task
+ * converts its range a cache-sized chunk at a time and runs the float32 kernel on the chunk
+ * (./tasks.ts), so a half-precision tensor of T bytes is never staged as a 2T float32 copy, and
+ * reading it costs half the memory traffic of float32. The tensor is worked through in windows
+ * of `windowElements` (default WINDOW_ELEMENTS) that keep ALIGN boundaries (whole units for fused
+ * per_group / per_token), so packed codes split on bytes. Ops that choose qparams first make two
+ * passes (min/max, then quantize or fake-quantize); quality statistics are taken on the window
+ * just quantized. float32 inputs are one window: the input itself.
  *
  * The TypeScript reference stays the oracle: ops the kernels do not cover (greedy range search,
  * empty tensors) run on it, and when a kernel rejects an input the op is run again on it, so
@@ -64,7 +63,7 @@ export interface Executor {
 
 /** Smallest range worth a task of its own (4 MiB of float32). */
 export const MIN_PART = 1 << 20;
-/** float16 / bfloat16 inputs are converted this many elements at a time (16 MiB of float32). */
+/** float16 / bfloat16 inputs are worked through this many elements at a time (8 MiB of bfloat16). */
 export const WINDOW_ELEMENTS = 1 << 22;
 /**
  * Range and window boundaries fall on multiples of this many elements, so packed codes split on
@@ -72,12 +71,20 @@ export const WINDOW_ELEMENTS = 1 << 22;
  */
 const ALIGN = 64;
 
-/** A range of a tensor: elements [start, end), `x` their float32 values. */
+/**
+ * A range of a tensor: elements [start, end), `x` their values — float32, or float16 / bfloat16
+ * bits with `half` the CONVERT kind the task applies.
+ */
 interface Part {
-  readonly x: Float32Array;
+  readonly x: Float32Array | Uint16Array;
+  readonly half?: number;
   readonly start: number;
   readonly end: number;
 }
+
+/** The task fields of a part's input. */
+const inputOf = (p: Part): { x: Float32Array | Uint16Array; half?: number } =>
+  p.half === undefined ? { x: p.x } : { x: p.x, half: p.half };
 
 /**
  * Runs `visit` on consecutive windows of a tensor, each given as the ranges its tasks take and as
@@ -239,12 +246,13 @@ export class KernelCompute implements Compute {
     return this.exec.run(tasks, tensor, signal);
   }
 
-  /** The window `x` (float32 values of elements from `start` on) as ranges, in tensor indices. */
-  private parts(x: Float32Array, start: number, align: number): Part[] {
-    return this.ranges(x.length, align).map(([s, e]) => ({
-      x: x.subarray(s, e),
-      start: start + s,
-      end: start + e,
+  /** The window `x` (values of elements from `start` on) as ranges, in tensor indices. */
+  private parts(window: Part, align: number): Part[] {
+    return this.ranges(window.x.length, align).map(([s, e]) => ({
+      x: window.x.subarray(s, e),
+      ...(window.half !== undefined && { half: window.half }),
+      start: window.start + s,
+      end: window.start + e,
     }));
   }
 
@@ -254,34 +262,20 @@ export class KernelCompute implements Compute {
    * two. The window buffer is allocated once per op, in `scratch`; the window it holds is not
    * converted again when a second pass asks for it first.
    */
-  private windowsOf(
-    input: FloatInput,
-    scratch: ArrayBufferView[],
-    align = ALIGN,
-    signal?: AbortSignal,
-  ): Windows {
+  private windowsOf(input: FloatInput, scratch: ArrayBufferView[], align = ALIGN): Windows {
     if (input.dtype === 'float32') {
       const x = this.sharable(typedView(Float32Array, input.data), scratch);
-      return (visit) => visit(this.parts(x, 0, align), { x, start: 0, end: x.length });
+      const whole: Part = { x, start: 0, end: x.length };
+      return (visit) => visit(this.parts(whole, align), whole);
     }
     const halves = this.sharable(typedView(Uint16Array, input.data), scratch);
-    const kind = input.dtype === 'float16' ? CONVERT.f16ToF32 : CONVERT.bf16ToF32;
+    const half = input.dtype === 'float16' ? CONVERT.f16ToF32 : CONVERT.bf16ToF32;
     const size = Math.max(align, Math.floor(this.windowElements / align) * align);
-    let buffer: Float32Array | undefined;
-    let held = -1; // start of the window in `buffer`
     return async (visit) => {
       for (let start = 0; start < halves.length; start += size) {
         const end = Math.min(start + size, halves.length);
-        if (!buffer) {
-          buffer = this.output(Float32Array, Math.min(size, halves.length));
-          scratch.push(buffer);
-        }
-        const x = buffer.subarray(0, end - start);
-        if (held !== start) {
-          await this.convert(kind, halves.subarray(start, end), x, input.name, signal);
-          held = start;
-        }
-        if (!(await visit(this.parts(x, start, align), { x, start, end }))) return false;
+        const window: Part = { x: halves.subarray(start, end), half, start, end };
+        if (!(await visit(this.parts(window, align), window))) return false;
       }
       return true;
     };
@@ -345,7 +339,7 @@ export class KernelCompute implements Compute {
     const maxs = new Float32Array(layout.channels).fill(-Infinity);
     const ok = await windows(async (parts) => {
       const results = await this.tasks(
-        parts.map((p) => ({ op: 'minmax', x: p.x, start: p.start, layout: l })),
+        parts.map((p) => ({ op: 'minmax', ...inputOf(p), start: p.start, layout: l })),
         tensor,
         signal,
       );
@@ -414,7 +408,7 @@ export class KernelCompute implements Compute {
     if (this.usesReference(input, spec))
       return this.reference({ kind: 'chooseQParams', input, spec }, signal);
     return this.withScratch(async (scratch) => {
-      const windows = this.windowsOf(input, scratch, ALIGN, signal);
+      const windows = this.windowsOf(input, scratch, ALIGN);
       return (
         (await this.choose(windows, input, spec, signal)) ??
         (await this.verdict(
@@ -444,7 +438,7 @@ export class KernelCompute implements Compute {
         const { scale, zeroPoint } = this.qparamArrays(result.qparams, scratch);
         const codes = this.sharable(result.data, scratch);
         const meter = this.qualityMeter(input, spec, scale, zeroPoint, codes, signal);
-        const windows = this.windowsOf(input, scratch, ALIGN, signal);
+        const windows = this.windowsOf(input, scratch, ALIGN);
         await windows(async (_parts, window) => {
           await meter.add(window);
           return true;
@@ -462,10 +456,10 @@ export class KernelCompute implements Compute {
       let result: QuantizeOutput | null;
       if (fused) {
         // whole units, ALIGN of them at a time, so that packed codes split on byte boundaries
-        const windows = this.windowsOf(input, scratch, ALIGN * input.layout.inner, signal);
+        const windows = this.windowsOf(input, scratch, ALIGN * input.layout.inner);
         result = await this.chooseQuantize(windows, input, spec, out, quality, signal);
       } else {
-        const windows = this.windowsOf(input, scratch, ALIGN, signal);
+        const windows = this.windowsOf(input, scratch, ALIGN);
         const qparams = given ?? (await this.choose(windows, input, spec, signal));
         result =
           qparams &&
@@ -502,9 +496,9 @@ export class KernelCompute implements Compute {
     const total = emptyQuality();
     const add = async (window: Part): Promise<void> => {
       const results = await this.tasks(
-        this.parts(window.x, window.start, ALIGN).map((p) => ({
+        this.parts(window, ALIGN).map((p) => ({
           op: 'quality',
-          x: p.x,
+          ...inputOf(p),
           codes: codes.subarray(bytes(p.start), bytes(p.end)),
           start: p.start,
           layout: l,
@@ -546,7 +540,7 @@ export class KernelCompute implements Compute {
       const results = await this.tasks(
         parts.map((p) => ({
           op: 'quantize',
-          x: p.x,
+          ...inputOf(p),
           start: p.start,
           layout: l,
           scale,
@@ -588,7 +582,7 @@ export class KernelCompute implements Compute {
       const results = await this.tasks(
         parts.map((p) => ({
           op: 'chooseQuantize',
-          x: p.x,
+          ...inputOf(p),
           first: p.start / inner,
           unitSize: inner,
           choose: chooseArgs(spec),
@@ -630,7 +624,7 @@ export class KernelCompute implements Compute {
         signal,
       );
     return this.withScratch(async (scratch) => {
-      const windows = this.windowsOf(input, scratch, ALIGN, signal);
+      const windows = this.windowsOf(input, scratch, ALIGN);
       const qparams = given ?? (await this.choose(windows, input, spec, signal)) ?? (await reject());
       const layout = input.layout;
       const out = this.output(Float32Array, layout.numel);
@@ -641,7 +635,7 @@ export class KernelCompute implements Compute {
         const results = await this.tasks(
           parts.map((p) => ({
             op: 'fakeQuantize',
-            x: p.x,
+            ...inputOf(p),
             start: p.start,
             layout: l,
             scale,

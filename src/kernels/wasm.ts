@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { KernelLoadError } from './native.js';
 import {
   GGML_KERNEL_TYPES,
+  unitsPerCall,
   type ChooseArgs,
   type KernelModule,
   type LayoutArgs,
@@ -238,9 +239,8 @@ class WasmKernels implements KernelModule {
     this.reset();
     const pStats = stats ? this.copyIn(stats.subarray(0, 5)) : 0;
     const units = Math.floor(x.length / unitSize);
-    // whole units per chunk, a multiple of 4 elements so that packed codes stay byte-aligned
-    let per = Math.max(1, Math.floor(CHUNK / unitSize));
-    while ((per * unitSize) % 4 !== 0) per++;
+    // whole units per chunk, in measured.c's own steps (statistics summed as by one native call)
+    const per = unitsPerCall(unitSize, CHUNK);
     const pX = this.alloc(per * unitSize * 4);
     const pScale = this.alloc(per * 4);
     const pZp = this.alloc(per * 8);

@@ -9,6 +9,7 @@ import { loadConfig, type Config } from '../config.js';
 import { packageVersion } from '../package-info.js';
 import { QuantdError } from '../errors/index.js';
 import { buildApp } from '../http/app.js';
+import { createMetrics } from '../http/metrics.js';
 import { describeKernels } from '../kernels/index.js';
 import { startGrpc, type RunningGrpc } from '../grpc/server.js';
 import { createCompute, type ComputeHandle } from '../pool/index.js';
@@ -71,10 +72,16 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
     encoding: handle.encoding,
     concurrency: config.jobConcurrency,
     threads: config.poolSize,
+    quota: config.jobQuota,
+    limit: config.jobLimit,
+    retentionMs: config.jobRetentionMs,
+    ...(config.jobStoreLimit !== null && { storeLimit: config.jobStoreLimit }),
   });
   try {
     handle.pool?.workers(); // start the workers now, so that ready means warm
-    http = await buildApp({ config, handle, version: packageVersion(), isReady, admission, jobs });
+    // one registry for both transports: /metrics counts HTTP requests, gRPC calls and jobs
+    const metrics = createMetrics(handle, jobs);
+    http = await buildApp({ config, handle, version: packageVersion(), isReady, admission, jobs, metrics });
     jobs.log = http.log;
     await jobs.start(); // resumes what the previous process left
     try {
@@ -83,7 +90,15 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
       throw listenError(err, 'QUANTD_HTTP_PORT', config.host, config.httpPort);
     }
     try {
-      grpc = await startGrpc({ config, handle, admission, isReady, jobs, log: http.log });
+      grpc = await startGrpc({
+        config,
+        handle,
+        admission,
+        isReady,
+        jobs,
+        log: http.log,
+        observe: metrics.observeGrpc,
+      });
     } catch (err) {
       throw listenError(err, 'QUANTD_GRPC_PORT', config.host, config.grpcPort);
     }

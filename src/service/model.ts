@@ -1,6 +1,8 @@
 /**
  * Whole-model runs: a model (one safetensors file, or shards with their index) in, the same
- * model quantized out, tensor by tensor with bounded memory, plus a quality report.
+ * model quantized out, tensor by tensor with bounded memory, plus a quality report. A model
+ * folder in (with `modelFolder`) gives a model folder out: its weights quantized, its other
+ * files copied (./model-folder.ts).
  *
  * - Tensors of a file run concurrently (up to `concurrency`, within `memoryBudget` bytes held at
  *   once) and are written in file order, so the output is byte-identical to a one-at-a-time run.
@@ -9,15 +11,23 @@
  *   directory beside them; shards are moved into place once all are written, the index last, so
  *   an index never names a shard that is not complete.
  */
-import { mkdir, rename, rm, rmdir, stat } from 'node:fs/promises';
-import { basename, dirname, join, resolve } from 'node:path';
+import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { QuantdError } from '../errors/index.js';
 import { SafetensorsFileReader, SafetensorsFileWriter, writeFileAtomic } from '../format/index.js';
+import { forgetTemp, trackTempDirectory } from '../format/temp-files.js';
 import type { Compute } from './compute.js';
 import { executePlan, stepCost, throwIfAborted, type RunSummary, type StepReport } from './execute.js';
 import { planOperation, type OperationRequest, type Plan } from './plan.js';
 import { unusedRules } from './recipe.js';
+import {
+  companionFiles,
+  copyCompanions,
+  isDirectory,
+  openOutputFolder,
+  removeCreated,
+} from './model-folder.js';
 import { describeSelection } from './selection.js';
 import { ReportBuilder, type QualityReport } from './report.js';
 import { encodeIndex, resolveModelInput, type ModelInput } from './shards.js';
@@ -44,6 +54,12 @@ export interface ModelRunOptions {
   readonly onProgress?: (p: Progress) => void;
   /** Record each output file's data SHA-256 in its metadata (always for sharded outputs). */
   readonly checksum?: boolean;
+  /**
+   * An input that is a directory is a model folder: the output is then a folder too, holding the
+   * quantized file(s) under their input names, the index when sharded, and the input folder's
+   * other files (./model-folder.ts). Without it, a directory's single file gives a single file.
+   */
+  readonly modelFolder?: boolean;
 }
 
 export interface ModelRunResult {
@@ -53,6 +69,8 @@ export interface ModelRunResult {
   readonly files: readonly OutputFile[];
   /** Whether the model came as shards with an index (and went out as a directory of shards). */
   readonly sharded: boolean;
+  /** Whether the output is a directory (a sharded model, or a model folder). */
+  readonly folder: boolean;
 }
 
 export interface OutputFile {
@@ -96,23 +114,6 @@ function budgetFor(planned: readonly PlannedFile[], requested: number | undefine
   let largest = 0; // a loop: spreading a model's steps into Math.max overflows the stack
   for (const p of planned) for (const step of p.plan.steps) largest = Math.max(largest, stepCost(step));
   return Math.max(DEFAULT_MODEL_BUDGET, largest);
-}
-
-/**
- * A directory for the output (created if missing; an existing file there is refused). Returns
- * the first directory it created, if any, to be removed again should the run fail.
- */
-async function outputDirectory(path: string): Promise<string | undefined> {
-  try {
-    return await mkdir(path, { recursive: true });
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    const detail =
-      code === 'EEXIST' || code === 'ENOTDIR'
-        ? 'it is a file; a sharded model needs a directory'
-        : (err as Error).message;
-    throw new QuantdError('OUTPUT_UNWRITABLE', { path, detail });
-  }
 }
 
 /** Small files written atomically (kept here for the modules that import it from the service). */
@@ -159,14 +160,22 @@ export async function runModel(
   const names = planned.flatMap((p) => p.reader.header.entries.map((e) => e.name));
   const unused = request.recipe ? unusedRules(request.recipe, names) : [];
   try {
-    if (model.index === null) {
+    const sharded = model.index !== null;
+    const folderInput = options.modelFolder === true && (await isDirectory(input)) ? input : null;
+    if (!sharded && folderInput === null) {
       const { reader, plan } = planned[0]!;
       const one = await writeOne(reader, plan, output, options.compute, execute, options.checksum ?? false);
       add(one.summary);
-      return { summary: totals, report: report.build(unused), files: [one.file], sharded: false };
+      return { summary: totals, report: report.build(unused), files: [one.file], sharded, folder: false };
     }
-    const files = await writeSharded(planned, model, output, options.compute, execute, add);
-    return { summary: totals, report: report.build(unused), files, sharded: true };
+    const checksum = sharded || (options.checksum ?? false);
+    const files = await writeFolder(planned, model, output, folderInput, {
+      compute: options.compute,
+      execute,
+      add,
+      checksum,
+    });
+    return { summary: totals, report: report.build(unused), files, sharded, folder: true };
   } finally {
     await Promise.all(planned.map((p) => p.reader.close()));
   }
@@ -193,30 +202,42 @@ async function writeOne(
   }
 }
 
-async function writeSharded(
+interface FolderRun {
+  readonly compute: Compute;
+  readonly execute: ExecuteArgs;
+  readonly add: (s: RunSummary) => void;
+  readonly checksum: boolean;
+}
+
+/**
+ * A directory output: the files of the model under their input names (staged, then moved into
+ * place), the index when sharded (last, so it never names an incomplete shard), and, for a model
+ * folder (`folderInput`), the folder's other files copied across.
+ */
+async function writeFolder(
   planned: readonly PlannedFile[],
   model: ModelInput,
   output: string,
-  compute: Compute,
-  execute: ExecuteArgs,
-  add: (s: RunSummary) => void,
+  folderInput: string | null,
+  run: FolderRun,
 ): Promise<OutputFile[]> {
-  if (await sameDirectory(output, dirname(model.index!))) {
-    throw new QuantdError('OUTPUT_UNWRITABLE', {
-      path: output,
-      detail: "it is the input model's own directory; write the quantized shards elsewhere",
-    });
-  }
-  const created = await outputDirectory(output);
+  const { compute, execute, add } = run;
+  const companions = folderInput === null ? [] : await companionFiles(folderInput);
+  const created = await openOutputFolder(
+    output,
+    folderInput ?? dirname(model.index ?? model.files[0]!),
+    model.index !== null ? 'a sharded model' : 'a model folder',
+  );
   const staging = join(output, `.quantd-staging-${randomBytes(6).toString('hex')}`);
   let done = false;
   await mkdir(staging);
+  trackTempDirectory(staging); // removed even when a signal ends the process
   try {
     const shards = [];
     for (const { input, reader, plan } of planned) {
       throwIfAborted(execute?.signal);
       const staged = join(staging, basename(input));
-      const { summary, file } = await writeOne(reader, plan, staged, compute, execute, true);
+      const { summary, file } = await writeOne(reader, plan, staged, compute, execute, run.checksum);
       add(summary);
       const tensors = plan.tensors.map((t) => t.name);
       shards.push({ file: basename(input), staged: file, tensors, dataBytes: summary.bytesOut });
@@ -227,41 +248,24 @@ async function writeSharded(
       await rename(shard.staged.path, path);
       files.push({ ...shard.staged, path });
     }
-    const indexPath = join(output, basename(model.index!));
-    const indexText = encodeIndex(shards, model.indexMetadata);
-    await writeFileAtomic(indexPath, indexText);
-    files.push({ path: indexPath, bytes: Buffer.byteLength(indexText), dataSha256: null });
+    if (model.index !== null) {
+      const indexPath = join(output, basename(model.index));
+      const indexText = encodeIndex(shards, model.indexMetadata);
+      await writeFileAtomic(indexPath, indexText);
+      files.push({ path: indexPath, bytes: Buffer.byteLength(indexText), dataSha256: null });
+    }
+    if (folderInput !== null) {
+      for (const path of await copyCompanions(folderInput, output, companions)) {
+        files.push({ path, bytes: (await stat(path)).size, dataSha256: null });
+      }
+    }
     done = true;
     return files;
   } finally {
     await rm(staging, { recursive: true, force: true });
+    forgetTemp(staging);
     // a failed run leaves no directory it made: from the output up to the first one created
     // (rmdir removes only empty ones)
     if (!done && created !== undefined) await removeCreated(output, created);
-  }
-}
-
-async function removeCreated(output: string, created: string): Promise<void> {
-  const top = resolve(created);
-  for (let dir = resolve(output); ; dir = dirname(dir)) {
-    if (
-      !(await rmdir(dir).then(
-        () => true,
-        () => false,
-      ))
-    )
-      return;
-    if (dir === top || dirname(dir) === dir) return;
-  }
-}
-
-/** Whether two paths name one directory (through symlinks too); false when `a` does not exist yet. */
-async function sameDirectory(a: string, b: string): Promise<boolean> {
-  if (resolve(a) === resolve(b)) return true;
-  try {
-    const [sa, sb] = await Promise.all([stat(a), stat(b)]);
-    return sa.dev === sb.dev && sa.ino === sb.ino;
-  } catch {
-    return false;
   }
 }

@@ -29,8 +29,8 @@ import {
   type TensorPlan,
 } from '../format/index.js';
 import type { GivenEntries } from './given-qparams.js';
-import { decide, type Recipe } from './recipe.js';
-import { companionOf, selectTensors, type Selection } from './selection.js';
+import { decide, type Decision, type Recipe } from './recipe.js';
+import { companionOf, lowRankNamed, selectTensors, type Selection } from './selection.js';
 
 export const OPERATIONS = ['quantize', 'dequantize', 'fake-quantize', 'qparams'] as const;
 export type Operation = (typeof OPERATIONS)[number];
@@ -158,9 +158,11 @@ function planTransform(
       if (!consumed && request.op !== 'qparams') steps.push(copyStep(entry, unselectedReason(entry)));
       continue;
     }
-    const decision = request.recipe
+    const decision: Decision = request.recipe
       ? decide(request.recipe, entry.name, entry.shape)
-      : { action: 'quantize' as const, spec: request.spec, by: 'request' };
+      : entry.shape.length < 2 && !lowRankNamed(header, request, allowEmpty)
+        ? { action: 'pass', reason: `${entry.shape.length}-D tensor`, by: 'default' }
+        : { action: 'quantize', spec: request.spec, by: 'request' };
     if (decision.action === 'pass') {
       // as for unselected tensors: a qparams file holds qparams only
       if (!consumed && request.op !== 'qparams')

@@ -11,9 +11,9 @@
  * specs — with errors that name the rule. Whether a rule fits the tensors it matches (group size
  * divides the row, axis in range) is checked when the model is planned, before any data is read.
  */
-import picomatch from 'picomatch';
 import { SPEC_OPTION_NAMES, numelOf, parseSpec, type QuantSpec, type SpecOptions } from '../core/index.js';
 import { QuantdError, isQuantdError } from '../errors/index.js';
+import { UnusablePattern, linearGlob, linearRegex } from './name-patterns.js';
 
 /** The spec keys a recipe's default and rules take: the spec option table's names. */
 export const SPEC_OPTIONS = SPEC_OPTION_NAMES;
@@ -44,8 +44,10 @@ export type Decision =
   | { readonly action: 'quantize'; readonly spec: QuantSpec; readonly by: string }
   | { readonly action: 'pass'; readonly reason: string; readonly by: string };
 
-const RULE_KEYS = ['glob', 'regex', 'skip', 'name', 'min_size', 'skip_1d', ...SPEC_OPTIONS];
-const RECIPE_KEYS = ['default', 'rules', 'min_size', 'skip_1d'];
+/** The keys a rule takes: the pattern, skip, its label, the size rules, and the spec options. */
+export const RULE_KEYS = ['glob', 'regex', 'skip', 'name', 'min_size', 'skip_1d', ...SPEC_OPTIONS] as const;
+/** The keys a recipe object takes (OpenAPI documents exactly these: src/http/openapi.ts). */
+export const RECIPE_KEYS = ['default', 'rules', 'min_size', 'skip_1d'] as const;
 
 function invalid(where: string, detail: string): QuantdError {
   return new QuantdError('RECIPE_INVALID', { where, detail });
@@ -101,17 +103,18 @@ function flagOf(where: string, key: string, value: unknown): boolean | undefined
   return value;
 }
 
-/** A name matcher for a glob (picomatch, `*` crosses dots) or a regex (unanchored, like grep). */
+/**
+ * A name matcher for a glob (whole name, `*` crosses dots) or a regex (RE2 syntax, unanchored
+ * like grep); both match in linear time (name-patterns.ts).
+ */
 function matcherOf(where: string, kind: 'glob' | 'regex', pattern: string): (name: string) => boolean {
   if (pattern === '') throw invalid(where, `${kind} is empty`);
   try {
-    if (kind === 'regex') {
-      const re = new RegExp(pattern, 'u');
-      return (name) => re.test(name);
-    }
-    return picomatch(pattern, { dot: true });
+    return kind === 'regex' ? linearRegex(pattern) : linearGlob(pattern);
   } catch (err) {
-    throw invalid(where, `${kind} ${JSON.stringify(pattern)} does not compile: ${(err as Error).message}`);
+    if (err instanceof UnusablePattern)
+      throw invalid(where, `${kind} ${JSON.stringify(pattern)} ${err.message}`);
+    throw err;
   }
 }
 

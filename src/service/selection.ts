@@ -3,10 +3,14 @@
  * `include` globs narrow that to the names they match (and must then only match float
  * tensors), `exclude` globs remove names. NAME.scale / NAME.zero_point beside a tensor NAME are
  * its qparams, never selected on their own.
+ *
+ * Tensors of rank < 2 (norms, biases, scalars) are selected but pass through by default (see
+ * lowRankNamed): quantizing them saves nothing and per-channel or per-group schemes do not fit
+ * them, so whether they were quantized would otherwise depend on the scheme.
  */
-import picomatch from 'picomatch';
 import { floatDTypeOfSt } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
+import { UnusablePattern, linearGlob } from './name-patterns.js';
 import {
   SCALE_SUFFIX,
   ZERO_POINT_SUFFIX,
@@ -35,11 +39,12 @@ function matcher(globs: readonly string[]): (name: string) => boolean {
   if (globs.length === 0) return () => false;
   const tests = globs.map((glob) => {
     try {
-      return picomatch(glob, { dot: true });
+      return linearGlob(glob);
     } catch (err) {
+      if (!(err instanceof UnusablePattern)) throw err;
       throw new QuantdError('OPTION_INVALID', {
         option: 'include/exclude',
-        detail: `is not a usable glob (${(err as Error).message})`,
+        detail: `is not a usable glob (it ${err.message})`,
         value: glob.length > 80 ? `${glob.slice(0, 77)}...` : glob,
       });
     }
@@ -85,4 +90,19 @@ export function selectTensors(
     throw new QuantdError('NO_TENSOR_SELECTED', { detail: describeSelection(selection) });
   }
   return chosen;
+}
+
+/**
+ * Whether a selected tensor of rank < 2 is quantized without a recipe: only when the request
+ * names it — by an `include` glob, or as the one float tensor of its input (a raw tensor
+ * request, a file of one tensor beside its qparams or mask; never one shard of a model). Otherwise it passes through, as recipes pass
+ * 1-D tensors through (skip_1d, ./recipe.ts): one default on every transport.
+ */
+export function lowRankNamed(header: SafetensorsHeader, selection: Selection, shard: boolean): boolean {
+  if (selection.include.length > 0) return true;
+  if (shard) return false;
+  const floats = header.entries.filter(
+    (e) => floatDTypeOfSt(e.dtype) !== undefined && companionOf(header, e.name) === undefined,
+  );
+  return floats.length === 1;
 }

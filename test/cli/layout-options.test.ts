@@ -15,7 +15,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe('layout option errors', () => {
   it.each([
-    ['gguf:type=Q3_K', 'option gguf:type must be one of Q8_0'],
+    ['gguf:type=Q9_K', 'option gguf:type must be one of Q8_0'],
     ['gptq:bits=5', 'option gptq:bits must be 2, 4 or 8'],
     ['onnx:block_size=48', 'option onnx:block_size must be one of 16, 32, 64, 128, 256'],
     ['awq:zero_point=true', 'option awq:zero_point is not an option of the awq layout'],

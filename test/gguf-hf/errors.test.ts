@@ -119,7 +119,7 @@ describe('HF folder → GGUF: refusals', () => {
   it('options that config.json decides', async () => {
     const err = await failure(fixtureDir('llama-spm'), { heads: '4' });
     expect(err.code).toBe('OPTION_INVALID');
-    expect(err.message).toMatch(/option heads does not apply to a model folder/);
+    expect(err.message).toMatch(/option gguf:heads does not apply to a model folder/);
   });
 });
 

@@ -73,6 +73,30 @@ describe('jobs: a Hugging Face model folder → GGUF', () => {
     expect(got.body.equals(readFileSync(expected))).toBe(true);
   });
 
+  it('split_max_size: the split set is the result, every file byte-identical to the CLI run', async () => {
+    const expected = await ggufLayout.write(fixtureDir('llama-spm'), join(root, 'split.gguf'), {
+      type: 'Q8_0',
+      name: 'llama',
+      split_max_size: '40K',
+    });
+    const reply = await submitPath(t.port, {
+      input: 'models/llama-sharded',
+      params: { layout: 'gguf:type=Q8_0,name=llama,split_max_size=40K' },
+    });
+    expect(reply.status, reply.body.toString()).toBe(202);
+    const job = await waitJob(t.port, json<Job>(reply).id, finished);
+    expect(job.state, JSON.stringify(job.error)).toBe('succeeded');
+    const count = String(expected.files.length).padStart(5, '0');
+    expect(job.result!.files.map((f) => f.name)).toEqual(
+      expected.files.map((_, i) => `model-${String(i + 1).padStart(5, '0')}-of-${count}.gguf`),
+    );
+    for (const [i, f] of job.result!.files.entries()) {
+      const got = await send(t.port, `/v1/jobs/${job.id}/result/${f.name}`);
+      expect(got.status).toBe(200);
+      expect(got.body.equals(readFileSync(expected.files[i]!))).toBe(true);
+    }
+  });
+
   it('a folder whose config.json leads outside the data directory is refused at submission', async () => {
     const folder = join(data, 'models', 'escape');
     mkdirSync(folder);

@@ -268,9 +268,9 @@ describe('errors: catalogue code, status and trailers', () => {
     ],
     [
       'a bad gguf type',
-      { path: 'models/tiny.safetensors', layout: 'gguf:type=Q3_K' },
+      { path: 'models/tiny.safetensors', layout: 'gguf:type=Q9_K' },
       'OPTION_INVALID',
-      ['Q3_K'],
+      ['Q9_K'],
     ],
     [
       'a spec option beside a layout',

@@ -311,7 +311,7 @@ describe('tensor names that are special to JavaScript objects or to the containe
       names.map((name, i) => ({
         name,
         dtype: 'F32' as const,
-        shape: [4],
+        shape: [1, 4], // 2-D: a 1-D tensor of a file of several passes through by default
         data: new Uint8Array(Float32Array.of(i, -1, 0.5, 2).buffer),
       })),
       null,
@@ -426,5 +426,36 @@ describe('the worker pool path', () => {
     } finally {
       await pooled.server.shutdown('test');
     }
+  });
+});
+
+describe('1-D tensors of a file of several tensors pass through unless named (README)', () => {
+  const norm = new Uint8Array(floats(8, 5).buffer);
+  const file = serializeSafetensors(
+    [
+      { name: 'w', dtype: 'F32', shape: [2, 8], data: new Uint8Array(floats(16, 4).buffer) },
+      { name: 'norm', dtype: 'F32', shape: [8], data: norm },
+    ],
+    null,
+  );
+  const quantize = (options: Options): Promise<Reply> =>
+    send(t.port, `/v1/quantize${queryOf(options)}`, { headers: { 'content-type': SAFETENSORS }, body: file });
+
+  it('int4 per_group: the matrix is quantized, the norm passes through byte for byte', async () => {
+    const r = await quantize([
+      ['qdtype', 'int4'],
+      ['scheme', 'per_group'],
+      ['group_size', '4'],
+    ]);
+    expect(r.status, r.body.toString()).toBe(200);
+    const out = readTensors(r.body);
+    expect([...out.names]).toEqual(['w', 'w.scale', 'w.zero_point', 'norm']);
+    expect(out.tensors.get('norm')).toEqual({ dtype: 'F32', shape: [8], data: norm });
+  });
+
+  it('named by include, the norm is quantized', async () => {
+    const r = await quantize([['include', 'norm']]);
+    expect(r.status, r.body.toString()).toBe(200);
+    expect([...readTensors(r.body).names]).toEqual(['w', 'norm', 'norm.scale', 'norm.zero_point']);
   });
 });

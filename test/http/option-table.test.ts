@@ -8,7 +8,8 @@
 import Fastify from 'fastify';
 import { beforeAll, describe, expect, it } from 'vitest';
 
-import { COMMAND_OPTIONS, USAGE, parseCommand, specOptionsOf } from '../../src/cli/args.js';
+import { COMMAND_OPTIONS, parseCommand, specOptionsOf } from '../../src/cli/args.js';
+import { usage } from '../../src/cli/help.js';
 import { remoteQuery } from '../../src/cli/remote.js';
 import {
   CODE_SPEC_OPTION_NAMES,
@@ -92,7 +93,7 @@ describe('the OpenAPI document', () => {
       ).toEqual(expect.arrayContaining(recipe));
     }
     const jobs = queryOf('/v1/jobs').map((p) => p.name);
-    expect(jobs).toEqual(['op', ...ALL_OPTION_ROWS.map((row) => row.name)]);
+    expect(jobs).toEqual(['op', ...ALL_OPTION_ROWS.map((row) => row.name), 'layout']);
     const types = Object.fromEntries(queryOf('/v1/jobs').map((p) => [p.name, p.schema.type]));
     expect(types).toMatchObject({ min_size: 'integer', keep_1d: 'boolean', rule: 'array', skip: 'array' });
   });
@@ -100,8 +101,8 @@ describe('the OpenAPI document', () => {
 
 describe('the command line', () => {
   it.each(cliRows.map((row) => [row.flag, row] as const))('quantd --help lists %s', (flag, row) => {
-    expect(USAGE).toMatch(new RegExp(`\\n {2}${flag}[ \\n]`));
-    for (const value of row.values ?? []) expect(USAGE).toContain(value);
+    expect(usage()).toMatch(new RegExp(`\\n {2}${flag}[ \\n]`));
+    for (const value of row.values ?? []) expect(usage()).toContain(value);
   });
 
   it.each(cliRows.map((row) => [row.flag, row] as const))('fake-quantize takes %s', (flag, row) => {

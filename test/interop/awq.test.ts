@@ -180,7 +180,7 @@ describe('awq layout: write, read, detect', () => {
     await writeLlama(model, 2);
     mkdirSync(outDir, { recursive: true });
     const res = await awq.write(model, out, {});
-    expect(res.files).toEqual([out, join(outDir, 'quantization_config.json')]);
+    expect(res.files).toEqual([out, join(outDir, 'model.quantization_config.json')]);
     const src = readRaw(model);
     const file = readRaw(out);
     expect(file.metadata).toMatchObject({ format: 'pt', 'quantd.layout': 'awq' });
@@ -214,11 +214,11 @@ describe('awq layout: write, read, detect', () => {
     }
     expect(quantized).toBe(14);
     expect(file.tensors.length).toBe(src.tensors.length + quantized * 2);
-    expect(tree(outDir)).toEqual(['model.safetensors', 'quantization_config.json']);
+    expect(tree(outDir)).toEqual(['model.quantization_config.json', 'model.safetensors']);
   });
 
   it('writes the quantization_config to merge into config.json (AwqConfig.to_transformers_dict)', () => {
-    const cfg = JSON.parse(readFileSync(join(outDir, 'quantization_config.json'), 'utf8'));
+    const cfg = JSON.parse(readFileSync(join(outDir, 'model.quantization_config.json'), 'utf8'));
     expect(cfg).toEqual({
       quantization_config: {
         quant_method: 'awq',

@@ -142,8 +142,8 @@ describe('nf4 / fp4 layouts: write, read, detect', () => {
     mkdirSync(dir, { recursive: true });
     const out = join(dir, 'model.safetensors');
     const res = await layout.write(model, out, { blocksize: '64' });
-    expect(res.files).toEqual([out, join(dir, 'quantization_config.json')]);
-    expect(tree(dir)).toEqual(['model.safetensors', 'quantization_config.json']);
+    expect(res.files).toEqual([out, join(dir, 'model.quantization_config.json')]);
+    expect(tree(dir)).toEqual(['model.quantization_config.json', 'model.safetensors']);
     const src = readRaw(model);
     const file = readRaw(out);
     expect(file.metadata).toMatchObject({ format: 'pt' });
@@ -185,7 +185,7 @@ describe('nf4 / fp4 layouts: write, read, detect', () => {
     expect(quantized).toBe(14);
     expect(file.tensors.length).toBe(src.tensors.length + quantized * 3);
 
-    const cfg = JSON.parse(readFileSync(join(dir, 'quantization_config.json'), 'utf8'));
+    const cfg = JSON.parse(readFileSync(join(dir, 'model.quantization_config.json'), 'utf8'));
     expect(cfg.quantization_config).toMatchObject({
       quant_method: 'bitsandbytes',
       load_in_4bit: true,
@@ -197,7 +197,7 @@ describe('nf4 / fp4 layouts: write, read, detect', () => {
       llm_int8_skip_modules: ['model.embed_tokens', 'lm_head'],
     });
     // BitsAndBytesConfig.post_init requires a float threshold
-    expect(readFileSync(join(dir, 'quantization_config.json'), 'utf8')).toContain(
+    expect(readFileSync(join(dir, 'model.quantization_config.json'), 'utf8')).toContain(
       '"llm_int8_threshold": 6.0',
     );
 
@@ -257,7 +257,7 @@ describe('nf4 / fp4 layouts: write, read, detect', () => {
     expect(file.byName.get('model.layers.0.self_attn.o_proj.weight')!.shape).toEqual([66, 1]);
     expect(file.byName.get('model.layers.0.self_attn.o_proj.weight.absmax')!.shape).toEqual([2]);
     expect(file.byName.get('model.layers.0.self_attn.o_proj.bias')!.dtype).toBe('F32'); // Linear4bit keeps its bias
-    const cfg = JSON.parse(readFileSync(join(dir, 'quantization_config.json'), 'utf8'));
+    const cfg = JSON.parse(readFileSync(join(dir, 'm.quantization_config.json'), 'utf8'));
     expect(cfg.quantization_config.bnb_4bit_compute_dtype).toBe('float32');
     expect(cfg.quantization_config.llm_int8_skip_modules).toBeNull();
   });

@@ -2,7 +2,7 @@
  * ggml block quantizers against pinned bytes (test/interop/golden/gguf-*.json). Each case says
  * how its bytes were derived: "hand" (worked by hand, the working is in gguf_reference.py) or
  * "reference" (gguf_reference.py, an independent scalar numpy float32 re-computation of ggml's
- * quantize_row_*_ref). Regenerate with /usr/bin/python3 test/interop/golden/gguf_reference.py.
+ * quantize_row_*_ref, or quantize_iq4_nl for IQ4_NL). Regenerate with /usr/bin/python3 test/interop/golden/gguf_reference.py.
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
@@ -113,7 +113,12 @@ describe('ggml scalar rules', () => {
     expect(pick('Q5_1')).toEqual([7, 32, 24]);
     expect(pick('Q8_0')).toEqual([8, 32, 34]);
     expect(pick('Q4_K')).toEqual([12, 256, 144]);
+    expect(pick('Q2_K')).toEqual([10, 256, 84]);
+    expect(pick('Q3_K')).toEqual([11, 256, 110]);
+    expect(pick('Q5_K')).toEqual([13, 256, 176]);
     expect(pick('Q6_K')).toEqual([14, 256, 210]);
+    expect(pick('IQ4_NL')).toEqual([20, 32, 18]);
+    expect(pick('IQ4_XS')).toEqual([23, 256, 136]);
     expect(new Set(GGML_TYPES.map((t) => t.id)).size).toBe(GGML_TYPES.length);
   });
 

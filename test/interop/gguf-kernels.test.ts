@@ -1,17 +1,19 @@
 /**
- * The C kernels for the ggml types (native/src/ggml_ref.c, ggml_kquants.c, simd_ggml.h) through
- * every backend and ISA: byte for byte the pinned golden blocks and the TypeScript quantizers
- * (src/core/interop/ggml-legacy.ts, ggml-kquants.ts) on random and adversarial blocks.
+ * The C kernels for the ggml types (native/src/ggml_ref.c, ggml_kquants.c, ggml_iquants.c,
+ * simd_ggml.h) through every backend and ISA: byte for byte the pinned golden blocks and the
+ * TypeScript quantizers (src/core/interop/ggml-legacy.ts, ggml-kquants.ts, ggml-iquants.ts) on
+ * random and adversarial blocks.
  */
 import { readFileSync } from 'node:fs';
 
 import { describe, expect, it } from 'vitest';
 
-import { GGML_TYPES, ggmlEncode } from '../../src/core/interop/ggml.js';
+import { GGML_TYPES, QUANT_TYPES, ggmlEncode } from '../../src/core/interop/ggml.js';
 import { GGML_KERNEL_TYPES } from '../../src/kernels/index.js';
 import { parityVariants } from '../kernels/helpers.js';
 
-const TYPES = ['Q8_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q4_K', 'Q6_K'] as const;
+/** Every type quantd writes has a C kernel. */
+const TYPES = QUANT_TYPES;
 const hex = (b: Uint8Array): string => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('hex');
 
 function golden(type: string): Array<{ name: string; input: number[]; expected: string }> {
@@ -82,12 +84,13 @@ const blocksOf = (type: (typeof TYPES)[number], x: Float32Array): Uint8Array =>
   new Uint8Array((x.length / GGML_KERNEL_TYPES[type].blockSize) * GGML_KERNEL_TYPES[type].blockBytes);
 
 /**
- * The first block whose bytes differ, -1 if none. K-quant super-blocks holding a NaN are not
+ * The first block whose bytes differ, -1 if none. K-quant and IQ4 blocks holding a NaN are not
  * compared: their searches pass NaNs through sums of two NaN operands, and which payload comes
- * out (it reaches nearest_int's mantissa bits) is neither IEEE's, C's nor JavaScript's to fix —
- * the TypeScript oracle's own bytes depend on the engine's register choices. No such block is
- * ever written: the gguf layout refuses non-finite input (checkGgmlEncodable). The 32-value
- * types never combine two NaNs, so they are compared on every block.
+ * out (it reaches nearest_int's mantissa bits, or the sign of IQ4_NL's fp16 scale) is neither
+ * IEEE's, C's nor JavaScript's to fix — the TypeScript oracle's own bytes depend on the engine's
+ * register choices. No such block is ever written: the gguf layout refuses non-finite input
+ * (checkGgmlEncodable). The other 32-value types never combine two NaNs, so they are compared on
+ * every block.
  */
 function firstDifferingBlock(
   type: (typeof TYPES)[number],
@@ -97,7 +100,11 @@ function firstDifferingBlock(
 ): number {
   const { blockSize, blockBytes } = GGML_KERNEL_TYPES[type];
   for (let b = 0; b < x.length / blockSize; b++) {
-    if (blockSize === 256 && x.subarray(b * blockSize, (b + 1) * blockSize).some(Number.isNaN)) continue;
+    if (
+      (blockSize === 256 || type === 'IQ4_NL') &&
+      x.subarray(b * blockSize, (b + 1) * blockSize).some(Number.isNaN)
+    )
+      continue;
     for (let i = b * blockBytes; i < (b + 1) * blockBytes; i++) if (out[i] !== expected[i]) return b;
   }
   return -1;
@@ -117,7 +124,7 @@ describe.each(parityVariants())('%s', (_name, k) => {
     for (const [run, nan] of [
       [32, true],
       [256, true],
-      [32, false], // every K-quant super-block compared: NaN → +Inf
+      [32, false], // every K-quant and IQ4 block compared: NaN → +Inf
     ] as const) {
       const x = adversarial(256 * (512 + 3), type.length * 7919 + run, run);
       if (!nan) x.forEach((v, i) => Number.isNaN(v) && (x[i] = Infinity));
@@ -136,7 +143,7 @@ describe.each(parityVariants())('%s', (_name, k) => {
     expect(firstDifferingBlock(type, x, out, ggmlEncode(type, x, 256))).toBe(-1);
   });
 
-  it.each(['Q8_0', 'Q5_1', 'Q6_K'] as const)(
+  it.each(['Q8_0', 'Q5_1', 'Q6_K', 'IQ4_XS'] as const)(
     '%s spans more than one wasm chunk (65536 floats) without seams',
     (type) => {
       const x = adversarial(65536 + 256 * 5, 42);
@@ -147,7 +154,7 @@ describe.each(parityVariants())('%s', (_name, k) => {
   );
 
   it('rejects an unknown type', () => {
-    expect(k.ggmlQuantize(7, new Float32Array(32), new Uint8Array(64))).toBe(3);
+    expect(k.ggmlQuantize(12, new Float32Array(32), new Uint8Array(64))).toBe(3);
   });
 });
 

@@ -251,7 +251,7 @@ describe('gptq layout: write, read, detect', () => {
     mkdirSync(outDir, { recursive: true });
     const progress: number[] = [];
     written = await gptq.write(model, out, {}, { onProgress: (p) => progress.push(p.tensorsDone) });
-    expect(written.files).toEqual([out, join(outDir, 'quantize_config.json')]);
+    expect(written.files).toEqual([out, join(outDir, 'model.quantize_config.json')]);
     expect(progress.at(-1)).toBe(readRaw(model).tensors.length);
     const src = readRaw(model);
     const file = readRaw(out);
@@ -300,11 +300,11 @@ describe('gptq layout: write, read, detect', () => {
     expect(file.tensors.length).toBe(src.tensors.length + quantized * 3);
     expect(written.tensors.filter((t) => t.type === 'gptq int4 g128 sym')).toHaveLength(28);
     // nothing but the two files (no temporary file left behind)
-    expect(tree(outDir)).toEqual(['model.safetensors', 'quantize_config.json']);
+    expect(tree(outDir)).toEqual(['model.quantize_config.json', 'model.safetensors']);
   });
 
-  it('writes quantize_config.json as AutoGPTQ does (BaseQuantizeConfig.to_dict + checkpoint_format)', () => {
-    const config = JSON.parse(readFileSync(join(outDir, 'quantize_config.json'), 'utf8')) as Record<
+  it('writes OUT.quantize_config.json as AutoGPTQ does (BaseQuantizeConfig.to_dict + checkpoint_format)', () => {
+    const config = JSON.parse(readFileSync(join(outDir, 'model.quantize_config.json'), 'utf8')) as Record<
       string,
       unknown
     >;
@@ -382,7 +382,7 @@ describe('gptq layout: write, read, detect', () => {
     expect(f.byName.get('model.layers.0.mlp.down_proj.qweight')!.shape).toEqual([256 / 4, 128]);
     expect(f.byName.get('model.layers.0.mlp.down_proj.qzeros')!.shape).toEqual([1, 32]);
     expect(f.byName.get('model.layers.0.mlp.down_proj.g_idx')!.data).toEqual(Buffer.alloc(256 * 4));
-    const cfg = JSON.parse(readFileSync(join(scratch.dir, 'g8', 'quantize_config.json'), 'utf8'));
+    const cfg = JSON.parse(readFileSync(join(scratch.dir, 'g8', 'm8.quantize_config.json'), 'utf8'));
     expect(cfg).toMatchObject({ bits: 8, group_size: -1, sym: false, model_file_base_name: 'm8' });
     const back = join(scratch.dir, 'g8', 'back.safetensors');
     await gptq.read(o8, back);

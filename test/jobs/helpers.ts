@@ -1,10 +1,10 @@
 /**
  * Helpers for the job tests: servers with a data directory of their own (in-process, as
- * test/http does, or as a real `quantd serve` child process that can be killed), small synthetic
+ * test/http does, or as a real `quantd serve` child process that can be killed:
+ * test/reliability/server.ts), small synthetic
  * models, polling a job until it reaches a state, and comparing result files with the CLI's
  * outputs tensor by tensor (a job's files also carry quantd.data_sha256 in their metadata).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,7 +12,6 @@ import { expect } from 'vitest';
 
 import type { StDType } from '../../src/core/index.js';
 import { serializeSafetensors } from '../../src/format/index.js';
-import { BIN } from '../cli/run-cli.js';
 import {
   cliArgs,
   cliOutput,
@@ -229,70 +228,8 @@ export async function metric(port: number, name: string): Promise<number> {
   return Number(line?.split(' ')[1] ?? NaN);
 }
 
-export interface ChildServer {
-  readonly child: ChildProcess;
-  readonly port: number;
-  readonly base: string;
-  /** Everything the process wrote on stderr so far. */
-  stderr(): string;
-  /** SIGKILL, and wait for the exit. */
-  kill(): Promise<void>;
-  /** SIGTERM, and wait for the exit. */
-  stop(): Promise<void>;
-}
-
-/**
- * `quantd serve` as a child process on ephemeral ports with `env`; resolves once it prints its
- * listening line (the HTTP port is read from it).
- */
-export function startChildServer(env: Readonly<Record<string, string>>): Promise<ChildServer> {
-  const child = spawn(process.execPath, [BIN, 'serve'], {
-    env: {
-      ...process.env,
-      QUANTD_HOST: '127.0.0.1',
-      QUANTD_HTTP_PORT: '0',
-      QUANTD_GRPC_PORT: '0',
-      QUANTD_LOG_LEVEL: 'warn',
-      QUANTD_POOL_SIZE: '2',
-      ...env,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stderr!.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const stopWith = async (signal: NodeJS.Signals): Promise<void> => {
-    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-    await exited;
-  };
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`quantd serve did not start: ${stdout} ${stderr}`));
-    }, 20_000);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`quantd serve exited (${code}) before listening: ${stdout} ${stderr}`));
-    });
-    child.stdout!.setEncoding('utf8').on('data', (c: string) => {
-      stdout += c;
-      const m = /listening: http:\/\/[^\s]+:(\d+) /.exec(stdout);
-      if (m) {
-        clearTimeout(timer);
-        const port = Number(m[1]);
-        resolve({
-          child,
-          port,
-          base: `http://127.0.0.1:${port}`,
-          stderr: () => stderr,
-          kill: () => stopWith('SIGKILL'),
-          stop: () => stopWith('SIGTERM'),
-        });
-      }
-    });
-  });
-}
+// `quantd serve` as a child process: shared with the reliability suite
+export { startChildServer, type ChildServer } from '../reliability/server.js';
 
 export function readResultFile(path: string): Uint8Array {
   return new Uint8Array(readFileSync(path));

@@ -118,10 +118,10 @@ describe('a layout job of an uploaded model', () => {
     expect(readdirSync(join(data, 'jobs', job.id)).sort()).toEqual(['job.json', 'result']);
   });
 
-  it('gptq: model.safetensors and quantize_config.json, both byte-identical, listed by /result', async () => {
+  it('gptq: model.safetensors and model.quantize_config.json, both byte-identical, listed by /result', async () => {
     const expected = await cliLayout(upload, 'model.safetensors', 'gptq:bits=4,group_size=32');
     const job = await runUpload(`?layout=${encodeURIComponent('gptq:bits=4,group_size=32')}`);
-    expect(job.result!.files.map((f) => f.name)).toEqual(['model.safetensors', 'quantize_config.json']);
+    expect(job.result!.files.map((f) => f.name)).toEqual(['model.safetensors', 'model.quantize_config.json']);
     expectSameFiles(await download(job), expected);
     const listing = await send(t.port, `/v1/jobs/${job.id}/result`);
     expect(listing.status).toBe(200);
@@ -172,7 +172,7 @@ describe('layout submissions are validated before anything is accepted', () => {
 
   it.each([
     ['an unknown layout', '?layout=tflite', 'OPTION_INVALID', ['layout', 'gguf, onnx']],
-    ['a bad gguf type', '?layout=gguf:type=Q3_K', 'OPTION_INVALID', ['type', 'Q3_K']],
+    ['a bad gguf type', '?layout=gguf:type=Q9_K', 'OPTION_INVALID', ['type', 'Q9_K']],
     ['a bad gptq bits', `?layout=${encodeURIComponent('gptq:bits=5')}`, 'OPTION_INVALID', ['bits', '5']],
     ['a bad onnx block size', '?layout=onnx:block_size=48', 'OPTION_INVALID', ['block_size', '48']],
     ['an unknown layout option', '?layout=awq:zero_point=true', 'OPTION_INVALID', ['zero_point', 'awq']],
@@ -184,6 +184,13 @@ describe('layout submissions are validated before anything is accepted', () => {
     ['include beside it', '?layout=nf4&include=*.weight', 'OPTION_INVALID', ['include']],
     ['op other than quantize', '?layout=gguf&op=fake-quantize', 'OPTION_INVALID', ['quantize']],
     ['the layout twice', '?layout=gguf&layout=gptq', 'OPTION_INVALID', ['more than once']],
+    [
+      'an importance matrix outside the model folder',
+      `?layout=${encodeURIComponent('gguf:ftype=Q4_K_M,imatrix=../../etc/imatrix.dat')}`,
+      'OPTION_INVALID',
+      ['imatrix must name a file of the model folder'],
+    ],
+    ['a bad llama-quantize file type', '?layout=gguf:ftype=Q4_K_XL', 'OPTION_INVALID', ['ftype', 'Q4_K_M']],
   ] as const)('%s: 400 before the body is read, no job', async (_, query, code, fragments) => {
     const before = jobDirs().length;
     const reply = await send(t.port, `/v1/jobs${query}`, {

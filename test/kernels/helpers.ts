@@ -42,8 +42,8 @@ export class SplittingExecutor implements Executor {
   /** The ops that were given more than one range. */
   readonly split = new Set<string>();
   /**
-   * The ops given a range of a window (KernelCompute's windowElements): a range whose tensor
-   * indices end past the end of the float32 buffer that holds it.
+   * The ops given the ranges of a window after the first (KernelCompute's windowElements): a
+   * batch of tasks none of which starts at the tensor's first element.
    */
   readonly windowed = new Set<string>();
 
@@ -51,17 +51,16 @@ export class SplittingExecutor implements Executor {
 
   async run(tasks: readonly KernelTask[]): Promise<TaskResult[]> {
     if (tasks.length > 1) this.split.add(tasks[0]!.op);
-    for (const task of tasks) if (inWindow(task)) this.windowed.add(task.op);
+    if (tasks.length > 0 && tasks.every(pastFirstWindow)) this.windowed.add(tasks[0]!.op);
     const results: TaskResult[] = new Array<TaskResult>(tasks.length);
     for (let i = tasks.length - 1; i >= 0; i--) results[i] = runKernelTask(this.module, tasks[i]!);
     return results;
   }
 }
 
-function inWindow(task: KernelTask): boolean {
+function pastFirstWindow(task: KernelTask): boolean {
   if (!('x' in task)) return false;
-  const start = task.op === 'chooseQuantize' ? task.first * task.unitSize : task.start;
-  return start + task.x.length > task.x.buffer.byteLength / Float32Array.BYTES_PER_ELEMENT;
+  return (task.op === 'chooseQuantize' ? task.first * task.unitSize : task.start) > 0;
 }
 
 /** float16 holds only |x| <= 65504: scale such tensors down by a power of two (exact). */

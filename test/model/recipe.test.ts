@@ -185,6 +185,27 @@ describe('RECIPE_INVALID: every mistake names where it is', () => {
     invalid({ rules: [first, { regex: '', skip: true }] }, ['rule 2 (re:)', 'regex is empty']);
   });
 
+  it('a regex runs in linear time: ^(a+)+$ against 32 a and a ! answers at once', () => {
+    // JavaScript's backtracking RegExp takes tens of seconds on this pair
+    const recipe = combineRecipe({ rules: ['re:^(a+)+$:skip'] });
+    const name = `${'a'.repeat(32)}!`;
+    const started = performance.now();
+    const d = decide(recipe, name, [64, 64]);
+    const ms = performance.now() - started;
+    expect(d.by).toBe('default');
+    expect(ms).toBeLessThan(1000); // backtracking takes seconds to minutes; a loaded CI machine can pause 100 ms
+    expect(decide(recipe, 'a'.repeat(32), [64, 64]).by).toBe('rule 1 (re:^(a+)+$)');
+  });
+
+  it('a regex RE2 cannot run (backreference, lookaround) is refused, naming the rule', () => {
+    for (const regex of ['(q|k)_proj\\.\\1', 'q_proj(?=\\.weight)', '(?<!self_)attn']) {
+      invalid({ rules: [first, { regex, skip: true }] }, [
+        `rule 2 (re:${regex})`,
+        'linear-time matching cannot run (backreferences, lookahead, lookbehind)',
+      ]);
+    }
+  });
+
   it('an invalid spec option carries the underlying code', () => {
     invalid({ rules: [first, { ...mlp, qdtype: 'int3' }] }, ['rule 2 (*.mlp.*)', 'UNKNOWN_QDTYPE', 'int3']);
     invalid({ rules: [first, { ...mlp, scheme: 'per_row' }] }, ['rule 2 (*.mlp.*)', 'UNKNOWN_SCHEME']);

@@ -378,7 +378,7 @@ describe('a failing sharded run leaves no partial output', () => {
       tree(join(dir, 'out')).map((n) => [n, readFileSync(join(dir, 'out', n))]),
     );
     poison(join(model, SHARDS[2]!), 'lm_head.weight');
-    await failsWith(dir, ['quantize', 'model', '-o', 'out', ...RUN], 'INPUT_NOT_FINITE');
+    await failsWith(dir, ['quantize', 'model', '-o', 'out', '--force', ...RUN], 'INPUT_NOT_FINITE');
     const after = Object.fromEntries(
       tree(join(dir, 'out')).map((n) => [n, readFileSync(join(dir, 'out', n))]),
     );

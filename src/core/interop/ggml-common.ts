@@ -17,6 +17,26 @@ import { float16BitsFromFloat32, float16DecodeTable } from '../float16.js';
  */
 export const f = Math.fround;
 
+/** GROUP_MAX_EPS of ggml-quants.c: a group whose largest magnitude is below it is all zero. */
+export const GROUP_MAX_EPS = Math.fround(1e-15);
+
+/**
+ * The value of largest magnitude of x[xo..xo+n), signed; the first one wins a tie and NaN never
+ * does (`if (ax > amax)`, as every ggml search starts). Its magnitude is the group's amax.
+ */
+export function signedAbsMax(x: Float32Array, xo: number, n: number): number {
+  let amax = 0;
+  let max = 0;
+  for (let i = 0; i < n; i++) {
+    const ax = Math.abs(x[xo + i]!);
+    if (ax > amax) {
+      amax = ax;
+      max = x[xo + i]!;
+    }
+  }
+  return max;
+}
+
 /** GGML_FP32_TO_FP16: round to nearest, ties to even (F16C `_cvtss_sh(x, 0)` and ggml's bit trick agree). */
 export function fp16Bits(x: number): number {
   return float16BitsFromFloat32(x);

@@ -21,7 +21,7 @@
  * All arithmetic is float32, one rounding per C operation in C's order, no fused multiply-add;
  * nearest_int rounds half to EVEN (see ggml-common.ts).
  */
-import { fp16Bits, fp16Value, getU16, int8, putU16 } from './ggml-common.js';
+import { GROUP_MAX_EPS, fp16Bits, fp16Value, getU16, int8, putU16, signedAbsMax } from './ggml-common.js';
 
 const f = Math.fround; // local on purpose, see ggml-common.ts
 
@@ -41,18 +41,17 @@ export function nearestInt(x: number): number {
 
 export const QK_K = 256;
 export const K_SCALE_SIZE = 12;
-/** GROUP_MAX_EPS of ggml-quants.c: a group whose largest magnitude is below it is all zero. */
-const GROUP_MAX_EPS = f(1e-15);
 const RDELTA = f(0.1);
 
 // --- Q4_K ------------------------------------------------------------------------------------
 
 /**
- * make_qkx2_quants for one group: writes the codes (0..nmax) to L[lo..lo+n) and returns the
+ * make_qkx2_quants for one group (and make_qkx3_quants, which differs only in taking the weights
+ * as an argument: with weights given they compute the same): writes the codes (0..nmax) to L[lo..lo+n) and returns the
  * scale; the group's min, negated as ggml returns it (`*the_min = -min`, so ≥ 0), goes to
  * `result.min`. `laux` is scratch of n bytes.
  */
-function makeQkx2Quants(
+export function makeQkx2Quants(
   n: number,
   nmax: number,
   x: Float32Array,
@@ -141,8 +140,23 @@ function makeQkx2Quants(
   return scale;
 }
 
+/**
+ * The inverse of get_scale_min_k4: the j-th 6-bit scale and min into the 12 scale bytes at
+ * q[qo] (written in order j = 0..7: the first four set bytes the last four then OR into).
+ */
+export function putScaleMinK4(j: number, ls: number, lm: number, q: Uint8Array, qo: number): void {
+  if (j < 4) {
+    q[qo + j] = ls;
+    q[qo + j + 4] = lm;
+  } else {
+    q[qo + j + 4] = (ls & 0xf) | ((lm & 0xf) << 4);
+    q[qo + j - 4]! |= (ls >> 4) << 6;
+    q[qo + j]! |= (lm >> 4) << 6;
+  }
+}
+
 /** get_scale_min_k4: the j-th 6-bit scale and min of a Q4_K block's 12 scale bytes at q[qo]. */
-function scaleMinK4(j: number, q: Uint8Array, qo: number, out: { sc: number; m: number }): void {
+export function scaleMinK4(j: number, q: Uint8Array, qo: number, out: { sc: number; m: number }): void {
   if (j < 4) {
     out.sc = q[qo + j]! & 63;
     out.m = q[qo + j + 4]! & 63;
@@ -163,7 +177,25 @@ const q4k = {
 };
 
 export function quantizeQ4_K(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
-  const { L, laux, weights, scales, mins, result, sm } = q4k;
+  fitAffineSuperBlock(x, xo, out, oo, 15, -1, 20);
+  packQ4_KCodes(x, xo, out, oo);
+}
+
+/**
+ * Q4_K's and Q5_K's common first half: each sub-block of 32 fitted by make_qkx2_quants (weights
+ * av_x + |x|; codes 0..nmax, rmin, rdelta 0.1, nstep), then the eight scales and mins quantized to
+ * 6 bits against d = max_scale/63 and dmin = max_min/63: writes d, dmin and the 12 scale bytes.
+ */
+function fitAffineSuperBlock(
+  x: Float32Array,
+  xo: number,
+  out: Uint8Array,
+  oo: number,
+  nmax: number,
+  rmin: number,
+  nstep: number,
+): void {
+  const { L, laux, weights, scales, mins, result } = q4k;
   let maxScale = 0;
   let maxMin = 0;
   for (let j = 0; j < QK_K / 32; j++) {
@@ -172,7 +204,21 @@ export function quantizeQ4_K(x: Float32Array, xo: number, out: Uint8Array, oo: n
     for (let l = 0; l < 32; l++) sumX2 = f(sumX2 + f(x[base + l]! * x[base + l]!));
     const avX = f(Math.sqrt(f(sumX2 / 32)));
     for (let l = 0; l < 32; l++) weights[l] = f(avX + Math.abs(x[base + l]!));
-    const scale = makeQkx2Quants(32, 15, x, base, weights, L, 32 * j, laux, -1, RDELTA, 20, false, result);
+    const scale = makeQkx2Quants(
+      32,
+      nmax,
+      x,
+      base,
+      weights,
+      L,
+      32 * j,
+      laux,
+      f(rmin),
+      RDELTA,
+      nstep,
+      false,
+      result,
+    );
     scales[j] = scale;
     mins[j] = result.min;
     if (scale > maxScale) maxScale = scale;
@@ -180,26 +226,39 @@ export function quantizeQ4_K(x: Float32Array, xo: number, out: Uint8Array, oo: n
   }
   const invScale = maxScale > 0 ? f(63 / maxScale) : 0;
   const invMin = maxMin > 0 ? f(63 / maxMin) : 0;
-  const sc = oo + 4; // the 12 scale bytes
   for (let j = 0; j < QK_K / 32; j++) {
     // uint8_t ls = nearest_int(...); ls = MIN(63, ls)
     const ls = Math.min(63, nearestInt(f(invScale * scales[j]!)) & 0xff);
     const lm = Math.min(63, nearestInt(f(invMin * mins[j]!)) & 0xff);
-    if (j < 4) {
-      out[sc + j] = ls;
-      out[sc + j + 4] = lm;
-    } else {
-      out[sc + j + 4] = (ls & 0xf) | ((lm & 0xf) << 4);
-      out[sc + j - 4]! |= (ls >> 4) << 6;
-      out[sc + j]! |= (lm >> 4) << 6;
-    }
+    putScaleMinK4(j, ls, lm, out, oo + 4);
   }
-  const dBits = fp16Bits(f(maxScale / 63));
-  const dminBits = fp16Bits(f(maxMin / 63));
-  putU16(out, oo, dBits);
-  putU16(out, oo + 2, dminBits);
-  const dAll = fp16Value(dBits);
-  const dminAll = fp16Value(dminBits);
+  putU16(out, oo, fp16Bits(f(maxScale / 63)));
+  putU16(out, oo + 2, fp16Bits(f(maxMin / 63)));
+}
+
+/**
+ * The codes of a Q4_K super-block whose d, dmin and 12 scale bytes are written: each value's code
+ * against its sub-block's rounded scale and min, packed into qs (both quantizers end this way).
+ */
+export function packQ4_KCodes(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
+  const L = affineCodes(x, xo, out, oo, 15);
+  let q = oo + 4 + K_SCALE_SIZE;
+  for (let j = 0; j < QK_K; j += 64) {
+    for (let l = 0; l < 32; l++) out[q + l] = L[j + l]! | (L[j + l + 32]! << 4);
+    q += 32;
+  }
+}
+
+/**
+ * Each value's code (0..nmax) against its sub-block's rounded scale and min, from the d, dmin
+ * and scale bytes written at out[oo..): what Q4_K and Q5_K pack. Sub-blocks of scale 0 keep the
+ * search's codes, as in the reference.
+ */
+function affineCodes(x: Float32Array, xo: number, out: Uint8Array, oo: number, nmax: number): Uint8Array {
+  const { L, sm } = q4k;
+  const sc = oo + 4;
+  const dAll = fp16Value(getU16(out, oo));
+  const dminAll = fp16Value(getU16(out, oo + 2));
   for (let j = 0; j < QK_K / 32; j++) {
     scaleMinK4(j, out, sc, sm);
     const d = f(dAll * sm.sc);
@@ -207,13 +266,64 @@ export function quantizeQ4_K(x: Float32Array, xo: number, out: Uint8Array, oo: n
     const dm = f(dminAll * sm.m);
     for (let ii = 0; ii < 32; ii++) {
       const l = nearestInt(f(f(x[xo + 32 * j + ii]! + dm) / d));
-      L[32 * j + ii] = Math.max(0, Math.min(15, l));
+      L[32 * j + ii] = Math.max(0, Math.min(nmax, l));
     }
   }
-  let q = oo + 4 + K_SCALE_SIZE;
-  for (let j = 0; j < QK_K; j += 64) {
-    for (let l = 0; l < 32; l++) out[q + l] = L[j + l]! | (L[j + l + 32]! << 4);
-    q += 32;
+  return L;
+}
+
+// --- Q5_K ------------------------------------------------------------------------------------
+
+/**
+ * Q5_K: Q4_K's fit with codes 0..31 (make_qkx2_quants with rmin −0.5 and 15 steps). Layout:
+ * d:f16, dmin:f16, scales:u8[12] (as Q4_K), qh:u8[32], qs:u8[128] — for each 64-value chunk c,
+ * 32 bytes of low nibbles (first 32 codes) and high nibbles (last 32), and the codes' fifth bits
+ * in qh bit 2c (first 32) and 2c+1 (last 32).
+ */
+export function quantizeQ5_K(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
+  fitAffineSuperBlock(x, xo, out, oo, 31, -0.5, 15);
+  packQ5_KCodes(x, xo, out, oo);
+}
+
+/** The codes of a Q5_K super-block whose d, dmin and scale bytes are written, packed. */
+export function packQ5_KCodes(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
+  const L = affineCodes(x, xo, out, oo, 31);
+  const qh = oo + 4 + K_SCALE_SIZE;
+  out.fill(0, qh, qh + 32);
+  let ql = qh + 32;
+  for (let n = 0, bit = 0; n < QK_K; n += 64, bit += 2) {
+    for (let j = 0; j < 32; j++) {
+      const l1 = L[n + j]!;
+      const l2 = L[n + j + 32]!;
+      if (l1 > 15) out[qh + j]! |= 1 << bit;
+      if (l2 > 15) out[qh + j]! |= 2 << bit;
+      out[ql + j] = (l1 & 0xf) | ((l2 & 0xf) << 4);
+    }
+    ql += 32;
+  }
+}
+
+export function dequantizeQ5_K(b: Uint8Array, bo: number, y: Float32Array, yo: number): void {
+  const d = fp16Value(getU16(b, bo));
+  const min = fp16Value(getU16(b, bo + 2));
+  const sc = bo + 4;
+  const qh = bo + 4 + K_SCALE_SIZE;
+  const sm = q4k.sm;
+  let ql = qh + 32;
+  let out = yo;
+  for (let is = 0, bit = 0; is < 8; is += 2, bit += 2) {
+    scaleMinK4(is, b, sc, sm);
+    const d1 = f(d * sm.sc);
+    const m1 = f(min * sm.m);
+    scaleMinK4(is + 1, b, sc, sm);
+    const d2 = f(d * sm.sc);
+    const m2 = f(min * sm.m);
+    // d1 · code is exact in float32 (≤ 22 significant bits): one rounding, with or without FMA
+    for (let l = 0; l < 32; l++)
+      y[out++] = f(d1 * ((b[ql + l]! & 0xf) + ((b[qh + l]! >> bit) & 1 ? 16 : 0)) - m1);
+    for (let l = 0; l < 32; l++)
+      y[out++] = f(d2 * ((b[ql + l]! >> 4) + ((b[qh + l]! >> (bit + 1)) & 1 ? 16 : 0)) - m2);
+    ql += 32;
   }
 }
 
@@ -241,27 +351,21 @@ export function dequantizeQ4_K(b: Uint8Array, bo: number, y: Float32Array, yo: n
 // --- Q6_K ------------------------------------------------------------------------------------
 
 /**
- * make_qx_quants with rmse_type 1 and no importance weights (weights x²): writes nmax + code
- * (0..2·nmax−1) to L[lo..lo+n) and returns the scale.
+ * make_qx_quants with rmse_type 1: writes nmax + code (0..2·nmax−1) to L[lo..lo+n) and returns
+ * the scale. The weights are `qw[qwo..qwo+n)` (an importance matrix's), or x² without them.
  */
-function makeQxQuants(
+export function makeQxQuants(
   n: number,
   nmax: number,
   x: Float32Array,
   xo: number,
-  L: Int8Array,
+  L: Int8Array | Uint8Array,
   lo: number,
+  qw: Float32Array | null = null,
+  qwo = 0,
 ): number {
-  let max = 0;
-  let amax = 0;
-  for (let i = 0; i < n; i++) {
-    const ax = Math.abs(x[xo + i]!);
-    if (ax > amax) {
-      amax = ax;
-      max = x[xo + i]!;
-    }
-  }
-  if (amax < GROUP_MAX_EPS) {
+  const max = signedAbsMax(x, xo, n);
+  if (Math.abs(max) < GROUP_MAX_EPS) {
     L.fill(0, lo, lo + n);
     return 0;
   }
@@ -272,7 +376,7 @@ function makeQxQuants(
     const xi = x[xo + i]!;
     const l = Math.max(-nmax, Math.min(nmax - 1, nearestInt(f(iscale * xi))));
     L[lo + i] = l + nmax;
-    const w = f(xi * xi);
+    const w = qw !== null ? qw[qwo + i]! : f(xi * xi);
     sumlx = f(sumlx + f(f(w * xi) * l));
     suml2 = f(suml2 + f(f(w * l) * l));
   }
@@ -286,7 +390,7 @@ function makeQxQuants(
     for (let i = 0; i < n; i++) {
       const xi = x[xo + i]!;
       const l = Math.max(-nmax, Math.min(nmax - 1, nearestInt(f(iscale * xi))));
-      const w = f(xi * xi);
+      const w = qw !== null ? qw[qwo + i]! : f(xi * xi);
       sumlx = f(sumlx + f(f(w * xi) * l));
       suml2 = f(suml2 + f(f(w * l) * l));
     }
@@ -305,11 +409,26 @@ function makeQxQuants(
 const q6k = { L: new Int8Array(QK_K), scales: new Float32Array(16) };
 
 export function quantizeQ6_K(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
+  quantizeQ6_KWeighted(x, xo, null, 0, out, oo);
+}
+
+/**
+ * quantize_row_q6_K_impl for one super-block: with an importance matrix's weights `qw[qwo..)` the
+ * sub-block fits weigh each value by them; without (null), by x² as the reference quantizer does.
+ */
+export function quantizeQ6_KWeighted(
+  x: Float32Array,
+  xo: number,
+  qw: Float32Array | null,
+  qwo: number,
+  out: Uint8Array,
+  oo: number,
+): void {
   const { L, scales } = q6k;
   let maxScale = 0;
   let maxAbsScale = 0;
   for (let ib = 0; ib < QK_K / 16; ib++) {
-    const scale = makeQxQuants(16, 32, x, xo + 16 * ib, L, 16 * ib);
+    const scale = makeQxQuants(16, 32, x, xo + 16 * ib, L, 16 * ib, qw, qwo + 16 * ib);
     scales[ib] = scale;
     const abs = Math.abs(scale);
     if (abs > maxAbsScale) {

@@ -19,27 +19,24 @@
  * qs:u8[16]. Byte j of qs holds element j in its low nibble and element j+16 in its high
  * nibble; bit j of qh is the fifth bit of element j.
  */
-import { cInt, fp16Bits, fp16Value, getU16, getU32, int8, putU16, putU32, roundf } from './ggml-common.js';
+import {
+  cInt,
+  fp16Bits,
+  fp16Value,
+  getU16,
+  getU32,
+  int8,
+  putU16,
+  putU32,
+  roundf,
+  signedAbsMax,
+} from './ggml-common.js';
 
 const f = Math.fround; // local on purpose, see ggml-common.ts
 
 const QK = 32;
 const HALF = QK / 2;
 const FLT_MAX = 3.4028234663852886e38;
-
-/** The signed value of largest magnitude: the first one wins a tie (`amax < fabsf(v)`). */
-function signedAbsMax(x: Float32Array, xo: number): number {
-  let amax = 0;
-  let max = 0;
-  for (let j = 0; j < QK; j++) {
-    const v = x[xo + j]!;
-    if (amax < Math.abs(v)) {
-      amax = Math.abs(v);
-      max = v;
-    }
-  }
-  return max;
-}
 
 function minMax(x: Float32Array, xo: number): [number, number] {
   let min = FLT_MAX;
@@ -78,7 +75,7 @@ export function dequantizeQ8_0(b: Uint8Array, bo: number, y: Float32Array, yo: n
 // --- Q4_0 ------------------------------------------------------------------------------------
 
 export function quantizeQ4_0(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
-  const d = f(signedAbsMax(x, xo) / -8);
+  const d = f(signedAbsMax(x, xo, QK) / -8);
   const id = reciprocal(d);
   putU16(out, oo, fp16Bits(d));
   for (let j = 0; j < HALF; j++) {
@@ -130,7 +127,7 @@ export function dequantizeQ4_1(b: Uint8Array, bo: number, y: Float32Array, yo: n
 // --- Q5_0 ------------------------------------------------------------------------------------
 
 export function quantizeQ5_0(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
-  const d = f(signedAbsMax(x, xo) / -16);
+  const d = f(signedAbsMax(x, xo, QK) / -16);
   const id = reciprocal(d);
   putU16(out, oo, fp16Bits(d));
   let qh = 0;

@@ -42,8 +42,13 @@ const HALF_FIELDS: Readonly<Record<GgmlWriteType, readonly number[]>> = {
   Q4_1: [0, 2],
   Q5_0: [0],
   Q5_1: [0, 2],
+  Q2_K: [80, 82],
+  Q3_K: [108],
   Q4_K: [0, 2],
+  Q5_K: [0, 2],
   Q6_K: [208],
+  IQ4_NL: [0],
+  IQ4_XS: [0],
 };
 
 /**

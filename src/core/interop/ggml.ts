@@ -6,20 +6,24 @@
  *
  * Every quantized type is byte-exact with ggml's reference quantizer (`quantize_row_*_ref` of
  * ggml-quants.c, what llama.cpp's `llama-quantize` runs when no importance matrix is given);
- * see ggml-legacy.ts and ggml-kquants.ts for the rounding rules, which are ggml's and not
+ * see ggml-legacy.ts, ggml-kquants.ts and ggml-iquants.ts for the rounding rules, which are ggml's and not
  * torch's. F16 rounds to nearest even, as GGML_FP32_TO_FP16 does.
  */
 import { QuantdError } from '../../errors/index.js';
 import { float16BitsFromFloat32, float16DecodeTable } from '../float16.js';
 import type { BlockDequantizer, BlockQuantizer } from './ggml-common.js';
+import { dequantizeIQ4_NL, dequantizeIQ4_XS, quantizeIQ4_NL, quantizeIQ4_XS } from './ggml-iquants.js';
 import {
   K_SCALE_SIZE,
   QK_K,
   dequantizeQ4_K,
+  dequantizeQ5_K,
   dequantizeQ6_K,
   quantizeQ4_K,
+  quantizeQ5_K,
   quantizeQ6_K,
 } from './ggml-kquants.js';
+import { dequantizeQ2_K, dequantizeQ3_K, quantizeQ2_K, quantizeQ3_K } from './ggml-kquants-low.js';
 import {
   dequantizeQ4_0,
   dequantizeQ4_1,
@@ -82,20 +86,20 @@ export const GGML_TYPES: readonly GgmlTypeInfo[] = [
   info('Q5_1', 7, 32, 24, { quantize: quantizeQ5_1, dequantize: dequantizeQ5_1, kernel: 4 }),
   info('Q8_0', 8, 32, 34, { quantize: quantizeQ8_0, dequantize: dequantizeQ8_0, kernel: 0 }),
   info('Q8_1', 9, 32, 36),
-  info('Q2_K', 10, 256, 84),
-  info('Q3_K', 11, 256, 110),
+  info('Q2_K', 10, 256, 84, { quantize: quantizeQ2_K, dequantize: dequantizeQ2_K, kernel: 8 }),
+  info('Q3_K', 11, 256, 110, { quantize: quantizeQ3_K, dequantize: dequantizeQ3_K, kernel: 9 }),
   info('Q4_K', 12, 256, 144, { quantize: quantizeQ4_K, dequantize: dequantizeQ4_K, kernel: 5 }),
-  info('Q5_K', 13, 256, 176),
+  info('Q5_K', 13, 256, 176, { quantize: quantizeQ5_K, dequantize: dequantizeQ5_K, kernel: 7 }),
   info('Q6_K', 14, 256, 210, { quantize: quantizeQ6_K, dequantize: dequantizeQ6_K, kernel: 6 }),
   info('Q8_K', 15, 256, 292),
   info('IQ2_XXS', 16, 256, 66),
   info('IQ2_XS', 17, 256, 74),
   info('IQ3_XXS', 18, 256, 98),
   info('IQ1_S', 19, 256, 50),
-  info('IQ4_NL', 20, 32, 18),
+  info('IQ4_NL', 20, 32, 18, { quantize: quantizeIQ4_NL, dequantize: dequantizeIQ4_NL, kernel: 10 }),
   info('IQ3_S', 21, 256, 110),
   info('IQ2_S', 22, 256, 82),
-  info('IQ4_XS', 23, 256, 136),
+  info('IQ4_XS', 23, 256, 136, { quantize: quantizeIQ4_XS, dequantize: dequantizeIQ4_XS, kernel: 11 }),
   info('I8', 24, 1, 1),
   info('I16', 25, 1, 2),
   info('I32', 26, 1, 4),
@@ -120,7 +124,20 @@ export function ggmlTypeByName(name: string): GgmlTypeInfo | undefined {
 }
 
 /** The quantized types quantd writes (the GGUF layout's `type` option). */
-export const QUANT_TYPES = ['Q8_0', 'Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q4_K', 'Q6_K'] as const;
+export const QUANT_TYPES = [
+  'Q8_0',
+  'Q4_0',
+  'Q4_1',
+  'Q5_0',
+  'Q5_1',
+  'Q2_K',
+  'Q3_K',
+  'Q4_K',
+  'Q5_K',
+  'Q6_K',
+  'IQ4_NL',
+  'IQ4_XS',
+] as const;
 export type GgmlQuantType = (typeof QUANT_TYPES)[number];
 /** The types quantd writes into a GGUF file. */
 export type GgmlWriteType = GgmlQuantType | 'F32' | 'F16';
@@ -138,8 +155,13 @@ const STRUCT_BYTES: Readonly<Record<GgmlQuantType, number>> = {
   Q4_1: 2 * HALF + 32 / 2, // d, m, qs[16]
   Q5_0: HALF + 4 + 32 / 2, // d, qh[4], qs[16]
   Q5_1: 2 * HALF + 4 + 32 / 2, // d, m, qh[4], qs[16]
+  Q2_K: QK_K / 16 + QK_K / 4 + 2 * HALF, // scales[16], qs[64], d, dmin
+  Q3_K: QK_K / 8 + QK_K / 4 + 12 + HALF, // hmask[32], qs[64], scales[12], d
   Q4_K: 2 * HALF + K_SCALE_SIZE + QK_K / 2, // d, dmin, scales[12], qs[128]
+  Q5_K: 2 * HALF + K_SCALE_SIZE + QK_K / 8 + QK_K / 2, // d, dmin, scales[12], qh[32], qs[128]
   Q6_K: HALF + QK_K / 16 + (3 * QK_K) / 4, // ql[128], qh[64], scales[16], d
+  IQ4_NL: HALF + 32 / 2, // d, qs[16]
+  IQ4_XS: HALF + 2 + QK_K / 64 + QK_K / 2, // d, scales_h, scales_l[4], qs[128]
 };
 for (const name of QUANT_TYPES) {
   const t = BY_NAME.get(name);

@@ -7,18 +7,16 @@
  * write: each linear projection weight `X.weight` [out, in] becomes `X.qweight` I32 [in, out/8],
  * `X.qzeros` I32 [in/group_size, out/8] and `X.scales` F16 [in/group_size, out]
  * (WQLinear_GEMM's buffers); `X.bias` of such a layer is cast to F16 (`linear.bias.clone().half()`);
- * everything else passes through. Beside the model, `quantization_config.json`:
- * `{"quantization_config": {...}}` with AutoAWQ's `to_transformers_dict()` fields, to merge into the
- * model's config.json.
+ * everything else passes through. The config (AutoAWQ's `to_transformers_dict()` fields) goes into
+ * config.json's `quantization_config` in a model folder, and as `{"quantization_config": {...}}`
+ * into `quantization_config.json` (folder) or `OUT.quantization_config.json` (beside a single file
+ * `OUT.safetensors`), to merge into the model's config.json.
  *
  * read: every `X.qweight` group (without `X.g_idx`) back to `X.weight` F32 [out, in].
  */
-import { dirname, join } from 'node:path';
-
 import { awqShapes, type AwqParams } from '../../core/interop/awq.js';
 import { shapeText } from '../../errors/index.js';
 import { entryByName, type SafetensorsHeader } from '../../format/safetensors.js';
-import { writeFileAtomic } from '../model.js';
 import {
   checkOptions,
   expectTensor,
@@ -33,12 +31,19 @@ import {
   passThrough,
   ptMetadata,
   runJobs,
-  unquantizedModules,
   withReader,
   type Job,
 } from './linear-common.js';
+import { jsonText, withQuantizationConfig, type QuantizationConfig } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
-import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
+import { factsOf, layoutFile, singleFileWrite } from './safetensors-parts.js';
+import type {
+  InteropLayout,
+  LayoutFacts,
+  LayoutFile,
+  LayoutOptions,
+  SafetensorsLayoutParts,
+} from './types.js';
 
 const OPTIONS = {
   bits: 'bits per weight: 4 (AWQ GEMM packs 4-bit only)',
@@ -76,18 +81,28 @@ export function awqQuantizationConfig(
   };
 }
 
-async function write(
+function quantizationConfig(options: LayoutOptions, facts: LayoutFacts): QuantizationConfig {
+  const text = jsonText(awqQuantizationConfig(awqParams(options), facts.notConverted));
+  return {
+    sideFile: 'quantization_config.json',
+    sideText: withQuantizationConfig('{}', text),
+    configText: text,
+  };
+}
+
+async function writeTensors(
   input: string,
   output: string,
   options: LayoutOptions,
-  hooks: LayoutHooks = {},
-): Promise<LayoutWriteResult> {
+  hooks: LayoutHooks,
+  shard: boolean,
+): Promise<LayoutFile> {
   const params = awqParams(options);
   const label = `awq int4 ${params.groupSize === -1 ? 'per-row' : `g${params.groupSize}`} zero-point`;
   return withReader(input, async (reader) => {
     const entries = reader.header.entries;
     const quantized = new Set(entries.filter(isLinearWeight).map((e) => e.name));
-    if (quantized.size === 0) throw noLinear();
+    if (quantized.size === 0 && !shard) throw noLinear();
     const tensors: Array<{ name: string; type: string; note?: string }> = [];
     const jobs: Job[] = entries.map((entry): Job => {
       if (quantized.has(entry.name)) {
@@ -122,14 +137,11 @@ async function write(
       return passThrough(entry);
     });
     await runJobs(reader, output, jobs, ptMetadata({ 'quantd.layout': 'awq' }), hooks);
-    const config = join(dirname(output), 'quantization_config.json');
-    const body = {
-      quantization_config: awqQuantizationConfig(params, unquantizedModules(entries, quantized)),
-    };
-    await writeFileAtomic(config, `${JSON.stringify(body, null, 2)}\n`);
-    return { files: [output, config], tensors };
+    return layoutFile(jobs, tensors, factsOf(entries, quantized));
   });
 }
+
+const parts: SafetensorsLayoutParts = { writeTensors, quantizationConfig };
 
 function awqGroup(source: string, header: SafetensorsHeader, m: string) {
   const qweight = expectTensor(source, entryByName(header, `${m}.qweight`), `${m}.qweight`, ['I32'], 2);
@@ -222,7 +234,8 @@ export const awqLayout: InteropLayout = {
   options: OPTIONS,
   extension: '.safetensors',
   checkOptions: (options) => void awqParams(options),
-  write,
+  write: singleFileWrite(parts),
+  parts,
   read,
   detect,
 };

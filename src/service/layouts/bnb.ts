@@ -11,21 +11,20 @@
  * - `X.weight.quant_state.bitsandbytes__nf4` (or `__fp4`) U8: the UTF-8 bytes of Python's
  *   json.dumps({"quant_type", "blocksize", "dtype", "shape"}) (pack_dict_to_tensor).
  * Everything else (biases included: Linear4bit keeps its bias in the model dtype) passes through.
- * Beside the model, `quantization_config.json`: `{"quantization_config": {...}}`, the fields of
- * transformers' BitsAndBytesConfig.to_dict(), to merge into the model's config.json.
+ * The config (the fields of transformers' BitsAndBytesConfig.to_dict()) goes into config.json's
+ * `quantization_config` in a model folder, and as `{"quantization_config": {...}}` into
+ * `quantization_config.json` (folder) or `OUT.quantization_config.json` (beside a single file
+ * `OUT.safetensors`), to merge into the model's config.json.
  * Double quantization (compress_statistics / bnb_4bit_use_double_quant) is not written.
  *
  * read (either layout reads both types, the quant state names its type): `X.weight` back to
  * F32 of the quant state's shape; double-quantized states (nested_absmax, nested_quant_map,
  * nested_offset) are read too.
  */
-import { dirname, join } from 'node:path';
-
 import { BNB_BLOCKSIZES, bnbQuantStateJson, type BnbQuantType } from '../../core/interop/bnb.js';
 import type { FloatDType } from '../../core/dtypes.js';
 import { QuantdError, shapeText } from '../../errors/index.js';
 import { entryByName, type TensorEntry } from '../../format/safetensors.js';
-import { writeFileAtomic } from '../model.js';
 import {
   boolOption,
   checkOptions,
@@ -41,12 +40,19 @@ import {
   passThrough,
   ptMetadata,
   runJobs,
-  unquantizedModules,
   withReader,
   type Job,
 } from './linear-common.js';
+import { jsonText, withQuantizationConfig, type QuantizationConfig } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
-import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
+import { factsOf, layoutFile, singleFileWrite } from './safetensors-parts.js';
+import type {
+  InteropLayout,
+  LayoutFacts,
+  LayoutFile,
+  LayoutOptions,
+  SafetensorsLayoutParts,
+} from './types.js';
 
 const OPTIONS = {
   blocksize: `values per absmax block: ${BNB_BLOCKSIZES.join(', ')} (default 64)`,
@@ -80,8 +86,8 @@ function parseParams(layout: string, options: LayoutOptions): BnbParams {
 
 const STATE_PREFIX = '.quant_state.bitsandbytes__';
 
-/** The quantization_config transformers writes for a 4-bit bitsandbytes model (BitsAndBytesConfig.to_dict). */
-export function bnbQuantizationConfigJson(
+/** The quantization_config transformers writes for a 4-bit bitsandbytes model (BitsAndBytesConfig.to_dict), as text. */
+export function bnbQuantizationConfigText(
   type: BnbQuantType,
   computeDType: FloatDType,
   skipModules: readonly string[],
@@ -102,26 +108,35 @@ export function bnbQuantizationConfigJson(
     llm_int8_threshold: 6,
   };
   // BitsAndBytesConfig.post_init requires a float threshold: JSON 6.0, which JSON.stringify writes as 6.
-  const text = JSON.stringify({ quantization_config: config }, null, 2).replace(
-    '"llm_int8_threshold": 6\n',
-    '"llm_int8_threshold": 6.0\n',
-  );
-  return `${text}\n`;
+  return jsonText(config).replace('"llm_int8_threshold": 6\n', '"llm_int8_threshold": 6.0\n');
 }
 
-function makeWrite(type: BnbQuantType) {
-  return async function write(
+function makeParts(type: BnbQuantType): SafetensorsLayoutParts {
+  const quantizationConfig = (options: LayoutOptions, facts: LayoutFacts): QuantizationConfig => {
+    bnbParams(type, options); // the options are checked here too: the config stands for them
+    const text = bnbQuantizationConfigText(
+      type,
+      commonDType(new Set(facts.weightDTypes)),
+      facts.notConverted,
+    );
+    return {
+      sideFile: 'quantization_config.json',
+      sideText: withQuantizationConfig('{}', text),
+      configText: text,
+    };
+  };
+  const writeTensors = async (
     input: string,
     output: string,
     options: LayoutOptions,
-    hooks: LayoutHooks = {},
-  ): Promise<LayoutWriteResult> {
+    hooks: LayoutHooks,
+    shard: boolean,
+  ): Promise<LayoutFile> => {
     const { blocksize } = bnbParams(type, options);
     return withReader(input, async (reader) => {
       const entries = reader.header.entries;
       const quantized = new Set(entries.filter(isLinearWeight).map((e) => e.name));
-      if (quantized.size === 0) throw noLinear();
-      const dtypes = new Set<FloatDType>();
+      if (quantized.size === 0 && !shard) throw noLinear();
       const tensors: Array<{ name: string; type: string; note?: string }> = [];
       const jobs: Job[] = entries.map((entry): Job => {
         if (!quantized.has(entry.name)) {
@@ -129,7 +144,6 @@ function makeWrite(type: BnbQuantType) {
           return passThrough(entry);
         }
         const dtype = floatDType(entry);
-        dtypes.add(dtype);
         const n = entry.shape.reduce((a, b) => a * b, 1);
         if (n === 0) {
           throw new QuantdError('SHAPE_UNSUPPORTED', {
@@ -153,14 +167,10 @@ function makeWrite(type: BnbQuantType) {
         };
       });
       await runJobs(reader, output, jobs, ptMetadata({ 'quantd.layout': type }), hooks);
-      const config = join(dirname(output), 'quantization_config.json');
-      await writeFileAtomic(
-        config,
-        bnbQuantizationConfigJson(type, commonDType(dtypes), unquantizedModules(entries, quantized)),
-      );
-      return { files: [output, config], tensors };
+      return layoutFile(jobs, tensors, factsOf(entries, quantized));
     });
   };
+  return { writeTensors, quantizationConfig };
 }
 
 interface QuantState {
@@ -293,13 +303,15 @@ function makeDetect(type: BnbQuantType) {
 }
 
 function makeLayout(type: BnbQuantType): InteropLayout {
+  const parts = makeParts(type);
   return {
     name: type,
     summary: `bitsandbytes ${type.toUpperCase()} 4-bit checkpoint (packed weight + absmax/quant_map/quant_state + quantization_config.json), as transformers saves load_in_4bit models`,
     options: OPTIONS,
     extension: '.safetensors',
     checkOptions: (options) => void bnbParams(type, options),
-    write: makeWrite(type),
+    write: singleFileWrite(parts),
+    parts,
     read,
     detect: makeDetect(type),
   };

@@ -4,6 +4,7 @@
  * tensor gets, by llama.cpp's rules.
  */
 import { ggmlTypeByName, type GgmlQuantType, type GgmlWriteType } from '../../core/interop/ggml.js';
+import { QuantdError } from '../../errors/index.js';
 
 /** llama_ftype (general.file_type) of a file whose weights are mostly `type`. */
 export const LLAMA_FTYPE: Readonly<Record<GgmlQuantType, number>> = {
@@ -12,8 +13,23 @@ export const LLAMA_FTYPE: Readonly<Record<GgmlQuantType, number>> = {
   Q8_0: 7, // LLAMA_FTYPE_MOSTLY_Q8_0
   Q5_0: 8, // LLAMA_FTYPE_MOSTLY_Q5_0
   Q5_1: 9, // LLAMA_FTYPE_MOSTLY_Q5_1
+  Q2_K: 10, // LLAMA_FTYPE_MOSTLY_Q2_K
+  Q3_K: 11, // LLAMA_FTYPE_MOSTLY_Q3_K_S: all-Q3_K, as `llama-quantize --pure ... Q3_K_S` writes
   Q4_K: 14, // LLAMA_FTYPE_MOSTLY_Q4_K_S: all-Q4_K, as `llama-quantize --pure ... Q4_K_S` writes
+  Q5_K: 16, // LLAMA_FTYPE_MOSTLY_Q5_K_S: all-Q5_K, as `llama-quantize --pure ... Q5_K_S` writes
   Q6_K: 18, // LLAMA_FTYPE_MOSTLY_Q6_K
+  IQ4_NL: 25, // LLAMA_FTYPE_MOSTLY_IQ4_NL
+  IQ4_XS: 30, // LLAMA_FTYPE_MOSTLY_IQ4_XS
+};
+
+/** llama-quantize's type for a row that is not a multiple of a super-block (but is of 32). */
+const FALLBACK: Partial<Record<GgmlQuantType, GgmlQuantType>> = {
+  Q2_K: 'Q4_0',
+  Q3_K: 'Q4_0',
+  Q4_K: 'Q5_0',
+  Q5_K: 'Q5_1',
+  Q6_K: 'Q8_0',
+  IQ4_XS: 'IQ4_NL',
 };
 
 /** GGML_QNT_VERSION: the quantization format version llama.cpp writes. */
@@ -36,7 +52,7 @@ export function ggufTensorType(name: string, shape: readonly number[], quant: Gg
   const ne0 = shape[shape.length - 1]!;
   const block = ggmlTypeByName(quant)!.blockSize;
   if (ne0 % block === 0) return { type: quant };
-  const fallback = quant === 'Q4_K' ? 'Q5_0' : quant === 'Q6_K' ? 'Q8_0' : undefined;
+  const fallback = FALLBACK[quant];
   if (fallback !== undefined && ne0 % 32 === 0) {
     return {
       type: fallback,
@@ -44,4 +60,24 @@ export function ggufTensorType(name: string, shape: readonly number[], quant: Gg
     };
   }
   return { type: 'F16', note: `F16 (row of ${ne0} is not a multiple of ${fallback ? 32 : block})` };
+}
+
+const SIZE_UNITS: Readonly<Record<string, number>> = { '': 1, K: 1e3, M: 1e6, G: 1e9, T: 1e12 };
+
+/**
+ * The `split_max_size` option: bytes of tensor data per file of a split set, in llama.cpp's
+ * units (decimal: 500M = 500·10⁶ bytes, 2G = 2·10⁹), as its gguf-split and converter take them.
+ */
+export function splitMaxSize(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const m = /^(\d+)([KMGT]?)$/i.exec(value.trim());
+  const bytes = m ? Number(m[1]) * SIZE_UNITS[m[2]!.toUpperCase()]! : NaN;
+  if (!Number.isSafeInteger(bytes) || bytes < 1) {
+    throw new QuantdError('OPTION_INVALID', {
+      option: 'split_max_size',
+      detail: 'must be a size in bytes, or with K, M, G or T (decimal units as llama.cpp: 500M, 2G)',
+      value,
+    });
+  }
+  return bytes;
 }

@@ -33,7 +33,9 @@ import {
 import { permuteHeads } from '../../core/interop/ggml-tensor.js';
 import { numelOf } from '../../core/dtypes.js';
 import { QuantdError, shapeText, throwIfAborted } from '../../errors/index.js';
-import { GgufFileReader, GgufFileWriter } from '../../format/gguf-file.js';
+import { sizeLabel } from '../../core/interop/size-label.js';
+import { GgufFileReader } from '../../format/gguf-file.js';
+import { GgufOutput } from '../../format/gguf-split.js';
 import {
   GGUF_MAX_DIMS,
   GGUF_MAX_TENSOR_NAME,
@@ -44,9 +46,10 @@ import {
 import { SafetensorsFileReader, SafetensorsFileWriter } from '../../format/safetensors-file.js';
 import type { TensorEntry, TensorPlan } from '../../format/safetensors.js';
 import { isDirectory, isModelFolder } from './gguf-hf/folder.js';
-import { writeGgufFromFolder } from './gguf-hf/write.js';
+import { ggufFolderOptions, writeGgufFromFolder } from './gguf-hf/write.js';
+import { MIXTURE_OPTIONS } from './gguf-mixture.js';
 import { llamaGgufName } from './gguf-names.js';
-import { ALIGNMENT, LLAMA_FTYPE, QUANTIZATION_VERSION, ggufTensorType } from './gguf-types.js';
+import { ALIGNMENT, LLAMA_FTYPE, QUANTIZATION_VERSION, ggufTensorType, splitMaxSize } from './gguf-types.js';
 import { inLayout, safetensorsSource } from './linear-common.js';
 import { runEncodeJobs, sharedIf, type EncodeJob, type LayoutHooks } from './run-jobs.js';
 import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
@@ -60,6 +63,9 @@ const OPTIONS: Readonly<Record<string, string>> = {
   heads:
     'with names=gguf: attention heads (num_attention_heads), to permute q_proj rows as convert_hf_to_gguf.py does',
   kv_heads: 'with names=gguf: key/value heads (num_key_value_heads, default: heads), to permute k_proj rows',
+  split_max_size:
+    "llama.cpp's split format above this much tensor data per file (500M, 2G: decimal units): NAME-00001-of-0000N.gguf …",
+  ...Object.fromEntries(Object.entries(MIXTURE_OPTIONS).map(([k, v]) => [k, `(model folders) ${v}`])),
 };
 
 interface GgufOptions {
@@ -69,6 +75,7 @@ interface GgufOptions {
   readonly names: 'keep' | 'gguf';
   readonly heads: number | undefined;
   readonly kvHeads: number | undefined;
+  readonly splitMaxSize: number | undefined;
 }
 
 function bad(option: string, detail: string, value: string): QuantdError {
@@ -96,6 +103,14 @@ function parseOptions(options: LayoutOptions): GgufOptions {
       );
     }
   }
+  const mixtureKey = Object.keys(MIXTURE_OPTIONS).find((k) => options[k] !== undefined);
+  if (mixtureKey !== undefined) {
+    throw bad(
+      mixtureKey,
+      "needs a Hugging Face model folder: llama.cpp's per-tensor rules read the layers and attention heads from its config.json",
+      options[mixtureKey]!,
+    );
+  }
   const typeText = options['type'] ?? 'Q8_0';
   const type = typeText.toUpperCase();
   if (!isQuantType(type)) throw bad('type', `must be one of ${QUANT_TYPES.join(', ')}`, typeText);
@@ -121,7 +136,15 @@ function parseOptions(options: LayoutOptions): GgufOptions {
       String(heads ?? kvHeads),
     );
   }
-  return { type, arch, name: options['name'], names, heads, kvHeads };
+  return {
+    type,
+    arch,
+    name: options['name'],
+    names,
+    heads,
+    kvHeads,
+    splitMaxSize: splitMaxSize(options['split_max_size']),
+  };
 }
 
 // --- which type each tensor gets ---------------------------------------------------------------
@@ -239,15 +262,21 @@ async function writeGguf(
     const { planned, report } = planTensors(entries, o, input);
     const kvs: GgufKv[] = [
       { key: 'general.architecture', value: { type: 'string', value: arch } },
+      { key: 'general.type', value: { type: 'string', value: 'model' } },
       { key: 'general.name', value: { type: 'string', value: o.name ?? basename(input, extname(input)) } },
+      {
+        key: 'general.size_label',
+        value: { type: 'string', value: sizeLabel(planned.reduce((n, p) => n + numelOf(p.dims), 0)) },
+      },
       { key: 'general.file_type', value: { type: 'uint32', value: LLAMA_FTYPE[o.type] } },
       { key: 'general.quantization_version', value: { type: 'uint32', value: QUANTIZATION_VERSION } },
       { key: 'general.alignment', value: { type: 'uint32', value: ALIGNMENT } },
     ];
-    const writer = await GgufFileWriter.create(
+    const writer = await GgufOutput.create(
       output,
       kvs,
       planned.map((p) => ({ name: p.name, dims: p.dims, type: p.type })),
+      o.splitMaxSize,
     );
     const jobs = planned.map((p): EncodeJob<TensorEntry> => ({
       inputs: [p.entry],
@@ -265,9 +294,30 @@ async function writeGguf(
       label: p.name,
     }));
     await runEncodeJobs(safetensorsSource(reader), jobs, writer, hooks);
-    return { files: [output], tensors: report };
+    return { files: writer.files, tensors: report };
   } finally {
     await reader.close();
+  }
+}
+
+/**
+ * A job's options are checked before its input is known to be a file or a folder. The
+ * llama-quantize options apply to folders only, so they are checked as a folder's; otherwise
+ * what either accepts passes (the writer checks again), and else the file's reason is given.
+ */
+function checkGgufOptions(options: LayoutOptions): void {
+  if (Object.keys(MIXTURE_OPTIONS).some((k) => options[k] !== undefined)) {
+    ggufFolderOptions(options);
+    return;
+  }
+  try {
+    ggufOptions(options);
+  } catch (fileError) {
+    try {
+      ggufFolderOptions(options);
+    } catch {
+      throw fileError;
+    }
   }
 }
 
@@ -329,10 +379,10 @@ async function readGguf(
 export const ggufLayout: InteropLayout = {
   name: 'gguf',
   summary:
-    'GGUF v3 for llama.cpp / ggml: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, byte-exact with its reference quantizers',
+    "GGUF v3 for llama.cpp / ggml: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and llama-quantize's file types (ftype=Q4_K_M …), byte-exact with llama.cpp",
   options: OPTIONS,
   extension: '.gguf',
-  checkOptions: (options) => void ggufOptions(options),
+  checkOptions: checkGgufOptions,
   write: writeGguf,
   read: readGguf,
   detect: (_path: string, head: Uint8Array) => isGguf(head),

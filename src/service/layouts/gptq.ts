@@ -6,18 +6,16 @@
  * `X.qweight` I32 [in·bits/32, out], `X.qzeros` I32 [groups, out·bits/32], `X.scales` F16
  * [groups, out] and `X.g_idx` I32 [in] (the buffers of AutoGPTQ's QuantLinear); `X.bias` of such a
  * layer is cast to F16 (AutoGPTQ's `linear.bias.clone().half()`); every other tensor passes through.
- * Beside the model, `quantize_config.json` (AutoGPTQ's BaseQuantizeConfig.to_dict, plus
- * checkpoint_format "gptq").
+ * Its config (AutoGPTQ's BaseQuantizeConfig.to_dict, plus checkpoint_format "gptq") goes into
+ * `quantize_config.json` and config.json's `quantization_config` in a model folder, and into
+ * `OUT.quantize_config.json` beside a single-file output `OUT.safetensors`.
  *
  * read: every `X.qweight` group back to `X.weight` F32 [out, in] (bits from the shapes, g_idx
  * honoured, so act-order checkpoints read too); other tensors pass through.
  */
-import { basename, dirname, join } from 'node:path';
-
 import { GPTQ_BITS, gptqShapes, type GptqBits, type GptqParams } from '../../core/interop/gptq.js';
 import { QuantdError, shapeText } from '../../errors/index.js';
 import { entryByName, type TensorEntry } from '../../format/safetensors.js';
-import { writeFileAtomic } from '../model.js';
 import {
   boolOption,
   checkOptions,
@@ -36,8 +34,16 @@ import {
   withReader,
   type Job,
 } from './linear-common.js';
+import { jsonText, type QuantizationConfig } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
-import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
+import { factsOf, layoutFile, singleFileWrite } from './safetensors-parts.js';
+import type {
+  InteropLayout,
+  LayoutFacts,
+  LayoutFile,
+  LayoutOptions,
+  SafetensorsLayoutParts,
+} from './types.js';
 
 const OPTIONS = {
   bits: 'bits per weight: 2, 4 or 8 (default 4)',
@@ -82,17 +88,24 @@ export function gptqQuantizeConfig(params: GptqParams, modelFileBaseName: string
 const bitsLabel = (p: GptqParams): string =>
   `gptq int${p.bits} ${p.groupSize === -1 ? 'per-row' : `g${p.groupSize}`} ${p.sym ? 'sym' : 'asym'}`;
 
-async function write(
+/** The same object in both places: transformers' GPTQConfig takes AutoGPTQ's keys. */
+function quantizationConfig(options: LayoutOptions, _facts: LayoutFacts, base: string): QuantizationConfig {
+  const text = jsonText(gptqQuantizeConfig(gptqParams(options), base));
+  return { sideFile: 'quantize_config.json', sideText: `${text}\n`, configText: text };
+}
+
+async function writeTensors(
   input: string,
   output: string,
   options: LayoutOptions,
-  hooks: LayoutHooks = {},
-): Promise<LayoutWriteResult> {
+  hooks: LayoutHooks,
+  shard: boolean,
+): Promise<LayoutFile> {
   const params = gptqParams(options);
   return withReader(input, async (reader) => {
     const entries = reader.header.entries;
     const quantized = new Set(entries.filter(isLinearWeight).map((e) => e.name));
-    if (quantized.size === 0) throw noLinear();
+    if (quantized.size === 0 && !shard) throw noLinear();
     const report = new Map<string, { type: string; note?: string }>();
     const jobs: Job[] = entries.map((entry): Job => {
       if (quantized.has(entry.name)) {
@@ -128,15 +141,12 @@ async function write(
       return passThrough(entry);
     });
     await runJobs(reader, output, jobs, ptMetadata({ 'quantd.layout': 'gptq' }), hooks);
-    const config = join(dirname(output), 'quantize_config.json');
-    const base = basename(output).replace(/\.safetensors$/, '');
-    await writeFileAtomic(config, `${JSON.stringify(gptqQuantizeConfig(params, base), null, 2)}\n`);
-    return {
-      files: [output, config],
-      tensors: entries.map((e) => ({ name: e.name, ...report.get(e.name)! })),
-    };
+    const tensors = entries.map((e) => ({ name: e.name, ...report.get(e.name)! }));
+    return layoutFile(jobs, tensors, factsOf(entries, quantized));
   });
 }
+
+const parts: SafetensorsLayoutParts = { writeTensors, quantizationConfig };
 
 /** The GPTQ tensors of module `m` in a file, validated; bits and sizes from their shapes. */
 function gptqGroup(source: string, header: Parameters<typeof entryByName>[0], m: string) {
@@ -246,7 +256,8 @@ export const gptqLayout: InteropLayout = {
   options: OPTIONS,
   extension: '.safetensors',
   checkOptions: (options) => void gptqParams(options),
-  write,
+  write: singleFileWrite(parts),
+  parts,
   read,
   detect,
 };

@@ -134,7 +134,8 @@ export function passThrough(entry: TensorEntry): Job {
   return { inputs: [entry], outputs: [{ name: entry.name, dtype: entry.dtype, shape: entry.shape }] };
 }
 
-const planBytes = (t: TensorPlan): number => t.shape.reduce((n, d) => n * d, 1) * ST_DTYPE_SIZE[t.dtype];
+export const planBytes = (t: TensorPlan): number =>
+  t.shape.reduce((n, d) => n * d, 1) * ST_DTYPE_SIZE[t.dtype];
 
 export const safetensorsSource = (reader: SafetensorsFileReader): JobSource<TensorEntry> => ({
   read: (entry, shared) => reader.read(entry, shared),

@@ -6,9 +6,13 @@
  * description: which tensors become which, by which encoder (src/kernels/encoders.ts; block math
  * in src/core/interop/), with which side files; ./run-jobs.ts streams it on the worker pool.
  */
+import type { FloatDType } from '../../core/dtypes.js';
+import type { QualitySummary } from '../../core/quality.js';
+import type { QuantizationConfig } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
 
 export type { LayoutHooks } from './run-jobs.js';
+export type { QuantizationConfig } from './quantization-config.js';
 
 /** A layout's options as the command line / query string give them (strings), validated by it. */
 export type LayoutOptions = Readonly<Record<string, string | undefined>>;
@@ -17,7 +21,54 @@ export interface LayoutWriteResult {
   /** Every file written (the model file(s) and side files such as quantize_config.json). */
   readonly files: readonly string[];
   /** Per-tensor decisions, e.g. "Q4_K", "F16 (row of 100 is not a multiple of 256)". */
-  readonly tensors: ReadonlyArray<{ readonly name: string; readonly type: string; readonly note?: string }>;
+  readonly tensors: ReadonlyArray<{
+    readonly name: string;
+    readonly type: string;
+    readonly note?: string;
+    /** Bits per weight of its data and dequantize(quantize(x)) against x (GGUF with ftype). */
+    readonly bits_per_weight?: number;
+    readonly quality?: QualitySummary;
+  }>;
+  /** Weights written and the bits their data takes (GGUF: llama-quantize's "BPW" summary). */
+  readonly size?: { readonly weights: number; readonly bits: number };
+}
+
+/** What a layout's quantization config depends on, gathered over every file of a model. */
+export interface LayoutFacts {
+  /** Modules of 2-D float weights left unquantized (AWQ's modules_to_not_convert, bnb's skip list). */
+  readonly notConverted: readonly string[];
+  /** The float dtypes of the weights quantized (bitsandbytes' compute dtype). */
+  readonly weightDTypes: readonly FloatDType[];
+}
+
+/** One safetensors file a layout wrote, as a model folder's index and config need it. */
+export interface LayoutFile {
+  readonly tensors: LayoutWriteResult['tensors'];
+  /** The output tensors' names, in file order. */
+  readonly names: readonly string[];
+  /** Bytes of its data section. */
+  readonly dataBytes: number;
+  readonly facts: LayoutFacts;
+}
+
+/**
+ * The safetensors layouts (GPTQ, AWQ, NF4/FP4) in parts, so that a model folder of any number of
+ * shards is written file by file with one config for the whole (./write-folder.ts).
+ */
+export interface SafetensorsLayoutParts {
+  /**
+   * The tensors of one input file into `output`, without side files. `shard`: one file of a
+   * model, which may hold no linear weight (the caller checks the model as a whole).
+   */
+  writeTensors(
+    input: string,
+    output: string,
+    options: LayoutOptions,
+    hooks: LayoutHooks,
+    shard: boolean,
+  ): Promise<LayoutFile>;
+  /** The quantization config of a model written with `options`; `modelBaseName`: "model". */
+  quantizationConfig(options: LayoutOptions, facts: LayoutFacts, modelBaseName: string): QuantizationConfig;
 }
 
 export interface InteropLayout {
@@ -38,7 +89,8 @@ export interface InteropLayout {
   /**
    * Quantizes the float tensors of the safetensors model at `input` (a file) into `output`,
    * streaming tensor by tensor (memory bounded by the largest tensor), atomically (temporary
-   * files renamed into place). Throws QuantdError for bad options or tensors.
+   * files renamed into place). Side files are named after `output` (`out.quantize_config.json`).
+   * Throws QuantdError for bad options or tensors.
    */
   write(
     input: string,
@@ -55,4 +107,6 @@ export interface InteropLayout {
    * config.json and tokenizer, sharded or not) rather than one .safetensors file.
    */
   readsFolder?(path: string): Promise<boolean>;
+  /** For layouts that write safetensors: the parts a model folder output is written with. */
+  readonly parts?: SafetensorsLayoutParts;
 }

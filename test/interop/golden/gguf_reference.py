@@ -3,8 +3,9 @@
 
 An independent re-computation of ggml's reference quantizers, written for this test from the
 published behaviour of ggml-quants.c (quantize_row_{q8_0,q4_0,q4_1,q5_0,q5_1,q4_K,q6_K}_ref,
-make_qkx2_quants, make_qx_quants, nearest_int, get_scale_min_k4 and the dequantize_row_*
-functions) and ggml-common.h (the block structs). It shares no code with the TypeScript
+make_qkx2_quants, make_qx_quants, nearest_int, get_scale_min_k4, quantize_iq4_nl and
+quantize_iq4_xs without importance weights, best_index_int8 and the dequantize_row_* functions)
+and ggml-common.h (the block structs, kvalues_iq4nl). It shares no code with the TypeScript
 implementation in src/core/interop/: a different language, scalar numpy float32 arithmetic
 (every operand is an np.float32 — no Python float or int is mixed into float arithmetic, so the
 result is float32 under both numpy 1.x value-based casting and numpy 2's NEP 50), one rounding
@@ -301,7 +302,9 @@ def scale_min_k4(j, q):
     return (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)
 
 
-def quantize_q4_k(x):
+def affine_k_super_block(x, nmax, rmin, nstep):
+    """Q4_K's and Q5_K's fit: the 8 sub-block fits, their 6-bit scales and mins against d and
+    dmin, and the codes recomputed from the rounded scales. Returns (d_bits, dmin_bits, sc, L)."""
     L = [0] * QK_K
     scales = [F(0)] * 8
     mins = [F(0)] * 8
@@ -314,7 +317,7 @@ def quantize_q4_k(x):
             sum_x2 = sum_x2 + v * v
         av_x = F(math.sqrt(float(sum_x2 / F(32))))  # sqrtf is correctly rounded
         weights = [av_x + abs(v) for v in sub]
-        s, m, lq = make_qkx2_quants(32, 15, sub, weights, F(-1.0), F(0.1), 20, False)
+        s, m, lq = make_qkx2_quants(32, nmax, sub, weights, F(rmin), F(0.1), nstep, False)
         scales[j], mins[j] = s, m
         L[32 * j:32 * j + 32] = lq
         if s > max_scale:
@@ -344,12 +347,52 @@ def quantize_q4_k(x):
         dm = fp16_value(dmin_bits) * F(m)
         for ii in range(32):
             l = nearest_int((x[32 * j + ii] + dm) / d)
-            L[32 * j + ii] = max(0, min(15, l))
+            L[32 * j + ii] = max(0, min(nmax, l))
+    return d_bits, dmin_bits, sc, L
+
+
+def quantize_q4_k(x):
+    d_bits, dmin_bits, sc, L = affine_k_super_block(x, 15, -1.0, 20)
     qs = bytearray()
     for j in range(0, QK_K, 64):
         for l in range(32):
             qs.append(L[j + l] | (L[j + l + 32] << 4))
     return bytes(u16(d_bits) + u16(dmin_bits) + bytes(sc) + qs)
+
+
+def quantize_q5_k(x):
+    """Q5_K: Q4_K's fit with codes 0..31, rmin -0.5, 15 steps; the fifth bits in qh[32]: for the
+    64-value chunk c, bit 2c of qh[j] for code j, bit 2c+1 for code j+32."""
+    d_bits, dmin_bits, sc, L = affine_k_super_block(x, 31, -0.5, 15)
+    qh = [0] * 32
+    qs = bytearray()
+    for c, j0 in enumerate(range(0, QK_K, 64)):
+        for l in range(32):
+            l1, l2 = L[j0 + l], L[j0 + l + 32]
+            if l1 > 15:
+                qh[l] |= 1 << (2 * c)
+            if l2 > 15:
+                qh[l] |= 2 << (2 * c)
+            qs.append((l1 & 0xF) | ((l2 & 0xF) << 4))
+    return bytes(u16(d_bits) + u16(dmin_bits) + bytes(sc) + bytes(qh) + qs)
+
+
+def dequantize_q5_k(b):
+    d = fp16_value(struct.unpack_from('<H', b, 0)[0])
+    dmin = fp16_value(struct.unpack_from('<H', b, 2)[0])
+    sc = b[4:16]
+    qh = b[16:48]
+    q = b[48:]
+    y = []
+    for n in range(4):
+        s1, m1 = scale_min_k4(2 * n, sc)
+        s2, m2 = scale_min_k4(2 * n + 1, sc)
+        d1, mm1 = d * F(s1), dmin * F(m1)
+        d2, mm2 = d * F(s2), dmin * F(m2)
+        block = q[32 * n:32 * n + 32]
+        y += [d1 * F((v & 0xF) + (16 if qh[l] >> (2 * n) & 1 else 0)) - mm1 for l, v in enumerate(block)]
+        y += [d2 * F((v >> 4) + (16 if qh[l] >> (2 * n + 1) & 1 else 0)) - mm2 for l, v in enumerate(block)]
+    return y
 
 
 def dequantize_q4_k(b):
@@ -463,6 +506,107 @@ def dequantize_q6_k(b):
     return y
 
 
+# --- 4-bit non-linear (IQ4_NL: 32 values, IQ4_XS: 256) ---------------------------------------
+
+# kvalues_iq4nl: the 16 levels a 4-bit code stands for (times the block's scale).
+KVALUES_IQ4NL = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
+KV = [F(v) for v in KVALUES_IQ4NL]
+
+
+def iq4nl_index(v):
+    """best_index_int8: the nearest level. Below the first / above the last level: the end.
+    Otherwise the first level above v (hi) and the one before it (lo); lo only when
+    v - lo < hi - v in float32, so a midpoint goes to hi."""
+    if v <= KV[0]:
+        return 0
+    if v >= KV[15]:
+        return 15
+    hi = next(i for i in range(1, 16) if v < KV[i])
+    return hi - 1 if v - KV[hi - 1] < KV[hi] - v else hi
+
+
+def iq4nl_fit(xb, inv):
+    """Codes for the reciprocal scale `inv`, and the weighted sums of the least-squares refit
+    (weights x^2, as quantize_row_iq4_nl_impl takes them with no quant_weights)."""
+    sumqx, sumq2 = F(0), F(0)
+    for v in xb:
+        q = KV[iq4nl_index(inv * v)]
+        w = v * v
+        sumqx = sumqx + w * q * v
+        sumq2 = sumq2 + w * q * q
+    return sumqx, sumq2
+
+
+def iq4nl_scale(xb, ntry=7):
+    """quantize_row_iq4_nl_impl's search for one group of 32 (ntry 7, what quantize_iq4_nl and
+    quantize_iq4_xs pass): start from the scale mapping the signed absmax onto -levels[0], refit,
+    then try the reciprocals (itry + levels[0]) / max, keeping a refit when sumqx^2 > best*sumq2."""
+    amax, mx = F(0), F(0)
+    for v in xb:
+        if abs(v) > amax:
+            amax, mx = abs(v), v
+    if amax < GROUP_MAX_EPS:
+        return F(0)
+    d = -mx / KV[0]
+    sumqx, sumq2 = iq4nl_fit(xb, F(1) / d)
+    d = sumqx / sumq2 if sumq2 > 0 else F(0)
+    best = d * sumqx
+    for itry in range(-ntry, ntry + 1):
+        sumqx, sumq2 = iq4nl_fit(xb, F(itry + KVALUES_IQ4NL[0]) / mx)
+        if sumq2 > 0 and sumqx * sumqx > best * sumq2:
+            d = sumqx / sumq2
+            best = d * sumqx
+    return d
+
+
+def iq4nl_pack(xb, inv):
+    codes = [iq4nl_index(inv * v) for v in xb]
+    return bytes(codes[j] | (codes[16 + j] << 4) for j in range(16))
+
+
+def quantize_iq4_nl(x):
+    d = iq4nl_scale(x)
+    # C's `d ? 1/d : 0`: only a zero scale gives 0
+    return u16(fp16_bits(d)) + iq4nl_pack(x, F(1) / d if d != 0 else F(0))
+
+
+def dequantize_iq4_nl(b):
+    d = fp16_value(struct.unpack_from('<H', b, 0)[0])
+    qs = b[2:18]
+    return [d * KV[q & 0xF] for q in qs] + [d * KV[q >> 4] for q in qs]
+
+
+def quantize_iq4_xs(x):
+    scales = [iq4nl_scale(x[32 * ib:32 * ib + 32]) for ib in range(8)]
+    max_scale, amax_scale = F(0), F(0)
+    for s in scales:
+        if abs(s) > amax_scale:
+            amax_scale, max_scale = abs(s), s
+    d = -max_scale / F(32)
+    inv = F(1) / d if d != 0 else F(0)
+    scales_h, scales_l, qs = 0, [0] * 4, b''
+    for ib in range(8):
+        l = max(-32, min(31, nearest_int(inv * scales[ib])))
+        dl = d * F(l)
+        qs += iq4nl_pack(x[32 * ib:32 * ib + 32], F(1) / dl if dl != 0 else F(0))
+        u = l + 32
+        scales_l[ib // 2] |= (u & 0xF) << (4 * (ib % 2))
+        scales_h |= (u >> 4) << (2 * ib)
+    return u16(fp16_bits(d)) + u16(scales_h) + bytes(scales_l) + qs
+
+
+def dequantize_iq4_xs(b):
+    d = fp16_value(struct.unpack_from('<H', b, 0)[0])
+    scales_h = struct.unpack_from('<H', b, 2)[0]
+    y = []
+    for ib in range(8):
+        ls = ((b[4 + ib // 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4)
+        dl = d * F(ls - 32)
+        qs = b[8 + 16 * ib:24 + 16 * ib]
+        y += [dl * KV[q & 0xF] for q in qs] + [dl * KV[q >> 4] for q in qs]
+    return y
+
+
 # --- the cases -------------------------------------------------------------------------------
 
 TYPES = {
@@ -473,7 +617,10 @@ TYPES = {
     'Q5_0': (32, 22, quantize_q5_0, dequantize_q5_0),
     'Q5_1': (32, 24, quantize_q5_1, dequantize_q5_1),
     'Q4_K': (256, 144, quantize_q4_k, dequantize_q4_k),
+    'Q5_K': (256, 176, quantize_q5_k, dequantize_q5_k),
     'Q6_K': (256, 210, quantize_q6_k, dequantize_q6_k),
+    'IQ4_NL': (32, 18, quantize_iq4_nl, dequantize_iq4_nl),
+    'IQ4_XS': (256, 136, quantize_iq4_xs, dequantize_iq4_xs),
 }
 
 rng = np.random.default_rng(20240607)
@@ -649,7 +796,118 @@ def k_cases(t):
     return out
 
 
+def iq4_nl_cases():
+    # Hand: all zeros. Scale 0 (amax < GROUP_MAX_EPS) -> d = fp16(0) = 00 00, reciprocal 0, every
+    # code the level nearest 0: 0 - (-10) < 1 - 0 is false -> level 1, index 8 -> bytes 88.
+    zeros = '0000' + '88' * 16
+    # Hand: the levels themselves, then reversed. max = -127, the trial itry = 0 has reciprocal
+    # -127/-127 = 1: codes equal the values, sumqx and sumq2 are the same sums -> d = 1 exactly,
+    # and no trial can beat a zero-error fit. fp16(1) = 00 3c; code j then 15 - j:
+    # byte j = j | (15 - j) << 4.
+    grid = [float(v) for v in KVALUES_IQ4NL] + [float(v) for v in reversed(KVALUES_IQ4NL)]
+    grid_hex = '003c' + ''.join(f'{j | ((15 - j) << 4):02x}' for j in range(16))
+    # midpoints between neighbouring levels (and the grid's ends) at scale 1: the refit moves d
+    # slightly, so which way each lands is the search's, not hand-worked
+    mids = [(KVALUES_IQ4NL[i] + KVALUES_IQ4NL[i + 1]) / 2 for i in range(15)]
+    ties = mids + [-127.0] + [-m for m in mids] + [113.0]
+    return [
+        case('IQ4_NL', 'all zeros', ZEROS, 'scale 0: d = 0, codes index 8 (level 1)', 'hand', zeros),
+        case('IQ4_NL', 'the levels, then reversed', grid, 'd = 1: codes are the levels\' indices',
+             'hand', grid_hex),
+        case('IQ4_NL', 'midpoint ties', ties, 'values between levels: best_index_int8 ties go up'),
+        case('IQ4_NL', 'positive extreme', [100.0] + ramp(31, -1.0, 0.05),
+             'max > 0: the first trial scale is negative'),
+        case('IQ4_NL', 'weights (4 blocks)', weights_like(128, outliers=2), 'bf16-rounded N(0, 0.02)'),
+    ]
+
+
+def iq4_xs_cases():
+    # Hand: all zeros. Every sub-block scale 0 -> max_scale = 0, d = -0/32 = -0.0 -> fp16 80 00
+    # (bytes 00 80); reciprocal 0, each l = nearest_int(0) = 0 -> stored l + 32 = 32: low 4 bits 0
+    # (scales_l 00 00 00 00), high 2 bits 2 per sub-block (scales_h 0b1010... = 0xaaaa, aa aa);
+    # codes index 8 as in IQ4_NL (88).
+    zeros = '0080' + 'aaaa' + '00' * 4 + '88' * 128
+    mixed = list(weights_like(128)) + [0.0] * 64 + list(weights_like(64, std=0.5))
+    return [
+        case('IQ4_XS', 'all zeros', [0.0] * 256, 'd = -0.0, scales 32, codes index 8', 'hand', zeros),
+        case('IQ4_XS', 'weights (2 super-blocks)', weights_like(512, outliers=3),
+             'bf16-rounded N(0, 0.02)'),
+        case('IQ4_XS', 'tiny values', [float(v) * 1e-12 for v in weights_like(256)],
+             'magnitudes near 1e-14: the fp16 d underflows'),
+        case('IQ4_XS', 'mixed sub-blocks', mixed,
+             'a zero sub-block (scale 0) and a wide one beside narrow ones: 6-bit scales clamp'),
+        case('IQ4_XS', 'ramp', ramp(256, -1.0, 2.0 / 255), 'evenly spaced values'),
+    ]
+
+
+# What llama-quantize runs for the IQ4 types without an importance matrix. (IQ4_NL's
+# quantize_row_iq4_nl_ref skips the scale search; quantize_iq4_nl runs it.)
+SOURCES = {
+    'IQ4_NL': 'ggml-quants.c quantize_iq4_nl (no quant_weights) / dequantize_row_iq4_nl',
+    'IQ4_XS': 'ggml-quants.c quantize_row_iq4_xs_ref = quantize_iq4_xs (no quant_weights) / '
+              'dequantize_row_iq4_xs',
+}
+
+
+GGML_IDS = {'Q2_K': 10, 'Q3_K': 11, 'Q4_0': 2, 'Q4_1': 3, 'Q5_0': 6, 'Q5_1': 7, 'Q8_0': 8, 'Q4_K': 12, 'Q5_K': 13, 'Q6_K': 14,
+             'IQ4_NL': 20, 'IQ4_XS': 23}
+
+
+def libggml():
+    """ggml's own quantizer, when node-llama-cpp's prebuilt libggml-base is installed (npm ci):
+    ggml_quantize_chunk with no importance matrix, what llama-quantize runs."""
+    import ctypes
+    import glob
+    root = os.path.join(HERE, '..', '..', '..', 'node_modules', '@node-llama-cpp', 'linux-x64', 'bins', 'linux-x64')
+    libs = glob.glob(os.path.join(root, 'libggml-base.so'))
+    if not libs:
+        return None
+    lib = ctypes.CDLL(libs[0])
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+
+    def quantize(type_name, x):
+        src = np.asarray(x, dtype=np.float32)
+        n, size = LIBGGML_BLOCKS.get(type_name) or TYPES[type_name][:2]
+        dst = ctypes.create_string_buffer(len(x) // n * size)
+        lib.ggml_quantize_chunk(GGML_IDS[type_name], src.ctypes.data, dst, 0, 1, len(x), None)
+        return dst.raw
+
+    def dequantize(type_name, b):
+        n, size = LIBGGML_BLOCKS[type_name]
+        out = np.zeros(len(b) // size * n, dtype=np.float32)
+        fn = getattr(lib, 'dequantize_row_' + type_name[0].lower() + type_name[1:])
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int64]
+        fn(bytes(b), out.ctypes.data, len(out))
+        return [F(v) for v in out]
+    quantize.dequantize = dequantize
+    return quantize
+
+
+# Types whose vectors come from libggml itself (node-llama-cpp's build of ggml-quants.c) rather
+# than from a transcription here: llama.cpp's real quantizer is the reference.
+LIBGGML_BLOCKS = {'Q2_K': (256, 84), 'Q3_K': (256, 110)}
+_LIBGGML = None
+
+
+def libggml_codec(type_name):
+    def quantize(x):
+        global _LIBGGML
+        _LIBGGML = _LIBGGML or libggml()
+        if _LIBGGML is None:
+            raise SystemExit('Q2_K / Q3_K vectors need node-llama-cpp installed (npm ci)')
+        return _LIBGGML(type_name, x)
+
+    def dequantize(b):
+        return _LIBGGML.dequantize(type_name, b)
+    return quantize, dequantize
+
+
 def main():
+    ggml = libggml()
+    for t in LIBGGML_BLOCKS:
+        TYPES[t] = (*LIBGGML_BLOCKS[t], *libggml_codec(t))
     derivation = {
         'hand': 'worked by hand (see the comments in gguf_reference.py); the re-computation agrees',
         'reference': 'gguf_reference.py: scalar numpy float32 re-computation of the ggml reference '
@@ -658,6 +916,10 @@ def main():
     builders = {
         'Q8_0': q8_0_cases, 'Q4_0': q4_0_cases, 'Q4_1': q4_1_cases, 'Q5_0': q5_0_cases,
         'Q5_1': q5_1_cases, 'Q4_K': lambda: k_cases('Q4_K'), 'Q6_K': lambda: k_cases('Q6_K'),
+        'IQ4_NL': iq4_nl_cases, 'IQ4_XS': iq4_xs_cases,
+        'Q5_K': lambda: k_cases('Q5_K'),  # last: the random inputs of the others stay as they were
+        'Q2_K': lambda: k_cases('Q2_K'),
+        'Q3_K': lambda: k_cases('Q3_K'),
     }
     for t, build in builders.items():
         n, size, _, _ = TYPES[t]
@@ -665,10 +927,20 @@ def main():
             'type': t,
             'block_elements': n,
             'block_bytes': size,
-            'source': 'ggml-quants.c quantize_row_%s_ref / dequantize_row_%s' % (t.lower(), t.lower()),
+            'source': SOURCES.get(t, 'ggml-quants.c quantize_row_%s_ref / dequantize_row_%s'
+                                  % (t.lower(), t.lower())),
             'derivation': derivation,
             'cases': build(),
         }
+        if t in LIBGGML_BLOCKS:
+            doc['derivation'] = {'reference': 'libggml (node-llama-cpp 3.22.1): ggml_quantize_chunk with no '
+                                               'importance matrix and dequantize_row_*, called through ctypes'}
+        if ggml is not None:
+            # the transcription against the real thing (not a source of the vectors: a check)
+            for c in doc['cases']:
+                got = ggml(t, [F(v) for v in c['input']]).hex()
+                assert got == c['expected'], f'{t} {c["name"]}: libggml {got} != {c["expected"]}'
+            print(t, 'libggml agrees on', len(doc['cases']), 'cases')
         path = os.path.join(HERE, 'gguf-%s.json' % t.lower())
         with open(path, 'w') as fh:
             json.dump(doc, fh, indent=1)

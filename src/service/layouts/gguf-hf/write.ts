@@ -8,15 +8,20 @@
 import { basename } from 'node:path';
 
 import { floatDTypeOfSt, numelOf } from '../../../core/dtypes.js';
+import { summarizeQuality } from '../../../core/quality.js';
+import type { QualityStats } from '../../../core/quality-stats.js';
 import { toFloat32 } from '../../../core/tensor.js';
 import { ggmlTensorBytes, ggmlTypeByName, isQuantType, QUANT_TYPES } from '../../../core/interop/ggml.js';
 import type { GgmlWriteType } from '../../../core/interop/ggml.js';
 import { QuantdError, shapeText } from '../../../errors/index.js';
-import { GgufFileWriter } from '../../../format/gguf-file.js';
+import { sizeLabel } from '../../../core/interop/size-label.js';
+import { GgufOutput } from '../../../format/gguf-split.js';
 import type { GgufKv } from '../../../format/gguf.js';
 import { SafetensorsFileReader } from '../../../format/safetensors-file.js';
 import type { TensorEntry } from '../../../format/safetensors.js';
-import { ALIGNMENT, LLAMA_FTYPE, QUANTIZATION_VERSION, ggufTensorType } from '../gguf-types.js';
+import { MIXTURE_OPTIONS, mixtureOptions, planMixture, type GgufMixture } from '../gguf-mixture.js';
+import { ALIGNMENT, LLAMA_FTYPE, QUANTIZATION_VERSION, ggufTensorType, splitMaxSize } from '../gguf-types.js';
+import { inLayout } from '../linear-common.js';
 import { runEncodeJobs, type EncodeJob, type JobSource, type LayoutHooks } from '../run-jobs.js';
 import type { LayoutOptions, LayoutWriteResult } from '../types.js';
 import { architectureOf, type Architecture } from './architectures.js';
@@ -31,18 +36,32 @@ type FolderType = keyof typeof LLAMA_FTYPE | keyof typeof FLOAT_FTYPE;
 
 /** Options that config.json decides for a model folder (given anyway: refused, not ignored). */
 const FROM_CONFIG = ['arch', 'names', 'heads', 'kv_heads'];
+const FOLDER_OPTIONS = ['type', 'name', 'split_max_size', ...Object.keys(MIXTURE_OPTIONS)];
 
-function folderOptions(options: LayoutOptions): { type: FolderType; name: string | undefined } {
-  for (const key of FROM_CONFIG) {
-    const value = options[key];
-    if (value !== undefined) {
-      throw new QuantdError('OPTION_INVALID', {
-        option: key,
-        detail: 'does not apply to a model folder: config.json gives the architecture, names and heads',
-        value,
-      });
-    }
+interface FolderOptions {
+  readonly type: FolderType;
+  /** ftype=…: llama-quantize's mixture, which decides each tensor's type instead of `type`. */
+  readonly mixture: GgufMixture | undefined;
+  readonly name: string | undefined;
+  readonly splitMaxSize: number | undefined;
+}
+
+/** The gguf layout's options for a model folder (checked before anything is read). */
+export const ggufFolderOptions = (options: LayoutOptions): FolderOptions =>
+  inLayout('gguf', () => folderOptions(options));
+
+function folderOptions(options: LayoutOptions): FolderOptions {
+  for (const [key, value] of Object.entries(options)) {
+    if (value === undefined || FOLDER_OPTIONS.includes(key)) continue;
+    throw new QuantdError('OPTION_INVALID', {
+      option: key,
+      detail: FROM_CONFIG.includes(key)
+        ? 'does not apply to a model folder: config.json gives the architecture, names and heads'
+        : `is not an option of the gguf layout for a model folder (its options: ${FOLDER_OPTIONS.join(', ')})`,
+      value,
+    });
   }
+  const mixture = mixtureOptions(options);
   const text = options['type'] ?? 'Q8_0';
   const type = text.toUpperCase();
   if (type !== 'F32' && type !== 'F16' && !isQuantType(type)) {
@@ -52,7 +71,7 @@ function folderOptions(options: LayoutOptions): { type: FolderType; name: string
       value: text,
     });
   }
-  return { type, name: options['name'] };
+  return { type, mixture, name: options['name'], splitMaxSize: splitMaxSize(options['split_max_size']) };
 }
 
 function tensorType(name: string, shape: readonly number[], type: FolderType) {
@@ -76,6 +95,8 @@ interface Planned {
   readonly dims: number[];
   readonly type: GgmlWriteType;
   readonly permute: number | undefined;
+  /** The importance matrix's column weights for this tensor (ftype=…,imatrix=…). */
+  readonly imatrix?: Float32Array;
 }
 
 const LAYER = /^blk\.(\d+)\./;
@@ -98,6 +119,38 @@ function checkComplete(
   }
 }
 
+/**
+ * Gives each planned tensor its type in llama-quantize's mixture (and its importance weights),
+ * says why in the report, and returns the metadata recording the importance matrix.
+ */
+async function applyMixture(
+  planned: Planned[],
+  report: Array<LayoutWriteResult['tensors'][number]>,
+  arch: Architecture,
+  h: Hyperparameters,
+  mixture: GgufMixture,
+  dir: string,
+): Promise<GgufKv[]> {
+  const model = { arch: arch.gguf, layers: h.layers, heads: h.heads, kvHeads: h.kvHeads, experts: 0 };
+  const tensors = planned.map((p) => ({ name: p.name, ne: p.dims }));
+  const plan = await planMixture(tensors, model, mixture, dir);
+  const rows = new Map(report.map((r, i) => [r.name, i]));
+  for (const [i, p] of planned.entries()) {
+    const t = plan.types.get(p.name)!;
+    const imatrix = plan.weights.get(p.name);
+    planned[i] = { ...p, type: t.type, ...(imatrix !== undefined && { imatrix }) };
+    const note = [t.note, imatrix !== undefined ? 'importance matrix' : undefined].filter(
+      (n) => n !== undefined,
+    );
+    report[rows.get(p.name)!] = {
+      name: p.name,
+      type: t.type,
+      ...(note.length > 0 && { note: note.join('; ') }),
+    };
+  }
+  return [...plan.kvs];
+}
+
 /** A (small) checkpoint tensor read now, as float32 plus one. */
 async function plusOne(name: string, t: ShardTensor): Promise<GeneratedTensor> {
   const data = toFloat32(await t.reader.read(t.entry, false), floatDTypeOfSt(t.entry.dtype)!);
@@ -111,7 +164,7 @@ export async function writeGgufFromFolder(
   options: LayoutOptions,
   hooks: LayoutHooks = {},
 ): Promise<LayoutWriteResult> {
-  const o = folderOptions(options);
+  const o = ggufFolderOptions(options);
   const folder = await readHfFolder(dir);
   const configPath = `${dir}/config.json`;
   const arch = architectureOf(folder.config, configPath);
@@ -166,6 +219,8 @@ export async function writeGgufFromFolder(
       }
     }
     checkComplete(names, arch, h, dir);
+    const mixtureKvs =
+      o.mixture !== undefined ? await applyMixture(planned, report, arch, h, o.mixture, dir) : [];
     for (const [i, p] of planned.entries()) {
       if (arch.plusOne?.(p.source.entry.name) !== true) continue;
       planned[i] = { ...p, type: 'F32', plusOne: await plusOne(p.name, p.source) };
@@ -176,25 +231,41 @@ export async function writeGgufFromFolder(
       report.push({ name: g.name, type: 'F32', note: 'computed from config.json' });
     }
     const modelName = o.name ?? basename(dir);
+    const parameters =
+      planned.reduce((n, p) => n + numelOf(p.dims), 0) + generated.reduce((n, g) => n + g.data.length, 0);
     const kvs: GgufKv[] = [
       str('general.architecture', arch.gguf),
+      str('general.type', 'model'),
       str('general.name', modelName),
       str('general.basename', modelName),
-      u32('general.file_type', isQuantType(o.type) ? LLAMA_FTYPE[o.type] : FLOAT_FTYPE[o.type]),
+      str('general.size_label', sizeLabel(parameters)),
+      u32(
+        'general.file_type',
+        o.mixture?.fileType.ftype ?? (isQuantType(o.type) ? LLAMA_FTYPE[o.type] : FLOAT_FTYPE[o.type]),
+      ),
       u32('general.quantization_version', QUANTIZATION_VERSION),
       u32('general.alignment', ALIGNMENT),
+      ...mixtureKvs,
       ...arch.metadata(h, folder.config, configPath),
       ...tokenizer,
     ];
-    const writer = await GgufFileWriter.create(output, kvs, [
-      ...planned.map((p) => ({ name: p.name, dims: p.dims, type: p.type })),
-      ...generated.map((g) => ({ name: g.name, dims: [g.data.length], type: 'F32' })),
-    ]);
+    const writer = await GgufOutput.create(
+      output,
+      kvs,
+      [
+        ...planned.map((p) => ({ name: p.name, dims: p.dims, type: p.type })),
+        ...generated.map((g) => ({ name: g.name, dims: [g.data.length], type: 'F32' })),
+      ],
+      o.splitMaxSize,
+    );
     const copies = generated.map((g): EncodeJob<JobInput> => ({
       inputs: [g],
       outputs: [{ name: g.name, bytes: g.data.byteLength }],
       label: g.name,
     }));
+    // a mixture's report measures each quantized tensor, as llama-quantize users compare files
+    const measured = new Map<string, QualityStats>();
+    const measure = (p: Planned): boolean => o.mixture !== undefined && isQuantType(p.type);
     const encodeJob = (p: Planned): EncodeJob<JobInput> => ({
       inputs: [p.source],
       outputs: [
@@ -207,7 +278,10 @@ export async function writeGgufFromFolder(
         type: p.type,
         ne0: p.dims[0]!,
         ...(p.permute !== undefined && { permute: { rows: p.source.entry.shape[0]!, heads: p.permute } }),
+        ...(p.imatrix !== undefined && { imatrix: p.imatrix }),
+        ...(measure(p) && { quality: true }),
       },
+      ...(measure(p) && { onQuality: (q: QualityStats) => measured.set(p.name, q) }),
       label: p.name,
     });
     const jobs = planned.map((p): EncodeJob<JobInput> =>
@@ -227,7 +301,19 @@ export async function writeGgufFromFolder(
       size: (t) => ('data' in t ? t.data.byteLength : t.entry.end - t.entry.begin),
     };
     await runEncodeJobs(source, [...jobs, ...copies], writer, hooks);
-    return { files: [output], tensors: report };
+    const computed = generated.reduce((n, g) => n + g.data.length, 0); // F32, from config.json
+    const size = { weights: computed, bits: 32 * computed };
+    for (const p of planned) {
+      size.weights += numelOf(p.dims);
+      size.bits += 8 * ggmlTensorBytes(ggmlTypeByName(p.type)!, p.dims[0]!, numelOf(p.dims));
+    }
+    const tensors = report.map((r) => {
+      const q = measured.get(r.name);
+      if (q === undefined) return r;
+      const t = ggmlTypeByName(r.type)!;
+      return { ...r, bits_per_weight: (8 * t.typeSize) / t.blockSize, quality: summarizeQuality(q) };
+    });
+    return { files: writer.files, tensors, size };
   } finally {
     for (const r of readers) await r.close();
   }
