@@ -45,11 +45,33 @@ export function fakeQuantize(
   spec: QuantSpec,
   qp: QParams,
 ): FakeQuantized {
+  const grid = {
+    quantMin: spec.quantMin,
+    quantMax: spec.quantMax,
+    floatZeroPoint: spec.mode === 'float_qparams',
+  };
+  return fakeQuantizeOnGrid(tensor, x, layout, grid, qp);
+}
+
+/** The integer grid fake-quantize rounds to (an observer's range, or a spec's). */
+export interface FakeQuantGrid {
+  readonly quantMin: number;
+  readonly quantMax: number;
+  /** round(x · inv + zp) with a float zero point, instead of round(x · inv) + zp */
+  readonly floatZeroPoint: boolean;
+}
+
+export function fakeQuantizeOnGrid(
+  tensor: string,
+  x: Float32Array,
+  layout: Pick<Layout, 'numel' | 'outer' | 'channels' | 'inner'>,
+  grid: FakeQuantGrid,
+  qp: QParams,
+): FakeQuantized {
   const out = new Float32Array(layout.numel);
   const mask = new Uint8Array(layout.numel);
   const { outer, channels, inner } = layout;
-  const { quantMin: qmin, quantMax: qmax } = spec;
-  const floatZp = spec.mode === 'float_qparams';
+  const { quantMin: qmin, quantMax: qmax, floatZeroPoint: floatZp } = grid;
   let i = 0;
   for (let o = 0; o < outer; o++) {
     for (let c = 0; c < channels; c++) {

@@ -286,6 +286,9 @@ export const catalogue = {
   ARCHIVE_INVALID: bad('Invalid folder archive', 'folder upload (application/x-tar): {detail}'),
   // llama.cpp's importance matrix (--imatrix): its file, or its fit to the model
   IMATRIX_INVALID: bad('Invalid importance matrix', '{source}: {detail}'),
+  // calibration observers (docs/observers.md)
+  OBSERVER_INVALID: bad('Invalid observer', 'observer {observer}: {detail}'),
+  OBSERVED_RANGE_INVALID: bad('Observed range unusable', 'observer {observer}: {detail}'),
   QUOTA_EXCEEDED: {
     http: 429,
     grpc: 'RESOURCE_EXHAUSTED',
