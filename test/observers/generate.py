@@ -23,7 +23,7 @@ import warnings
 
 import numpy as np
 import torch
-from torch.ao.quantization.fake_quantize import FakeQuantize, FixedQParamsFakeQuantize
+from torch.ao.quantization.fake_quantize import FakeQuantize, FixedQParamsFakeQuantize, FusedMovingAvgObsFakeQuantize
 from torch.ao.quantization.observer import (
     FixedQParamsObserver,
     HistogramObserver,
@@ -130,9 +130,11 @@ def decode(b: dict) -> torch.Tensor:
     return torch.from_numpy(np.frombuffer(raw, dtype='<f4').copy()).reshape(b['shape'])
 
 
-def fake_quantize_case(name: str, options: dict, steps_in: list, fixed: bool = False) -> dict:
+def fake_quantize_case(name: str, options: dict, steps_in: list, fixed: bool = False, fused: bool = False) -> dict:
     """steps_in: (observer_on, fake_quant_on, x)."""
-    if fixed:
+    if fused:
+        fq = FusedMovingAvgObsFakeQuantize(observer=KINDS[options['kind']], **torch_kwargs(options))
+    elif fixed:
         fq = FixedQParamsFakeQuantize(observer=FixedQParamsObserver.with_args(**torch_kwargs(options)))
     else:
         fq = FakeQuantize(observer=KINDS[options['kind']], **torch_kwargs(options))
@@ -152,7 +154,32 @@ def fake_quantize_case(name: str, options: dict, steps_in: list, fixed: bool = F
                 else [int(v) for v in fq.zero_point.reshape(-1).tolist()],
             'state': state_of(fq.activation_post_process),
         })
-    return {'id': name, 'fake_quantize': options, 'fixed': fixed, 'steps': steps}
+    return {'id': name, 'fake_quantize': options, 'fixed': fixed, 'fused': fused, 'steps': steps}
+
+
+def fused_qparams(lo: float, hi: float, qmin: int, qmax: int, symmetric: bool):
+    """ATen's ChooseQuantizationParams, read back through the fused op on a fresh range."""
+    scale = torch.tensor([1.0])
+    zp = torch.tensor([0], dtype=torch.int)
+    torch.fused_moving_avg_obs_fake_quant(
+        torch.tensor([lo, hi]), torch.tensor([1]), torch.tensor([1]), torch.tensor(float('inf')),
+        torch.tensor(float('-inf')), scale, zp, 0.01, qmin, qmax, 0, False, symmetric)
+    return float(scale[0]), int(zp[0])
+
+
+def choose_qparams_cases(g) -> list:
+    """Ranges from 1e-7 to 1e3 wide (the small-scale cut-off, the empty range), affine and symmetric."""
+    cases = []
+    ranges = [(0, 255), (-128, 127), (0, 15), (-8, 7), (0, 127)]
+    for i in range(200):
+        qmin, qmax = ranges[i % len(ranges)]
+        a, b = sorted((float(v) for v in (torch.randn(2, generator=g) * 10 ** float(torch.randint(-7, 3, (1,), generator=g)))))
+        a, b = float(np.float32(a)), float(np.float32(b))
+        for symmetric in (False, True):
+            scale, zp = fused_qparams(a, b, qmin, qmax, symmetric)
+            cases.append({'min': a, 'max': b, 'qmin': qmin, 'qmax': qmax, 'symmetric': symmetric,
+                          'scale': scale, 'zero_point': zp})
+    return cases
 
 
 def main() -> None:
@@ -296,6 +323,26 @@ def main() -> None:
         'kind': 'fixed_qparams', 'scale': 1.0 / 256.0, 'zero_point': 0, 'quant_min': 0, 'quant_max': 255},
         [(True, True, torch.rand(20, generator=g) * 1.2 - 0.1), (False, True, randn(5))], fixed=True))
 
+    # FusedMovingAvgObsFakeQuantize: torch.fused_moving_avg_obs_fake_quant (ChooseQuantizationParams)
+    fused_steps = fq_steps + [(True, True, randn(40, scale=1e-4)), (True, True, torch.full((3, 3), 0.0)),
+                              (False, True, randn(4, 16, scale=2))]
+    cases.append(fake_quantize_case('fused_default', {'kind': 'moving_average_min_max', 'quant_min': 0,
+                                                      'quant_max': 255}, fused_steps, fused=True))
+    cases.append(fake_quantize_case('fused_tiny_first', {'kind': 'moving_average_min_max', 'quant_min': 0,
+                                                         'quant_max': 255, 'averaging_constant': 0.5},
+                                    [(True, True, randn(40, scale=1e-6)), (True, True, relu(30, scale=1e-5)),
+                                     (True, True, -relu(30, scale=1e-5)), (True, True, randn(8))], fused=True))
+    cases.append(fake_quantize_case('fused_qint8_symmetric', {
+        'kind': 'moving_average_min_max', 'quant_min': -128, 'quant_max': 127, 'dtype': 'qint8',
+        'qscheme': 'per_tensor_symmetric'}, fused_steps + [(True, True, relu(16))], fused=True))
+    fused_ch = ch_steps + [(True, True, randn(6, 3, scale=1e-6)), (False, True, randn(6, 2, 3))]
+    cases.append(fake_quantize_case('fused_per_channel_symmetric', {
+        'kind': 'moving_average_per_channel_min_max', 'quant_min': -128, 'quant_max': 127, 'dtype': 'qint8',
+        'qscheme': 'per_channel_symmetric', 'ch_axis': 0}, fused_ch, fused=True))
+    cases.append(fake_quantize_case('fused_per_channel_affine', {
+        'kind': 'moving_average_per_channel_min_max', 'quant_min': 0, 'quant_max': 255,
+        'qscheme': 'per_channel_affine', 'ch_axis': 0, 'averaging_constant': 0.2}, fused_ch, fused=True))
+
     # the float32 primitives the observers are built on, pinned on their own
     sums = []
     for n in [1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511,
@@ -313,7 +360,8 @@ def main() -> None:
                               (randn(777, scale=1e4), 333, -20000, 9000)]:
         histc.append({'x': f32(x), 'bins': bins, 'min': lo, 'max': hi,
                       'histogram': f32(torch.histc(x, bins, min=lo, max=hi))})
-    primitives = {'sums': sums, 'floor_divide': floor_divide, 'histc': histc}
+    primitives = {'sums': sums, 'floor_divide': floor_divide, 'histc': histc,
+                  'choose_qparams': choose_qparams_cases(g)}
 
     out = {'torch_version': torch.__version__, 'cases': cases, 'primitives': primitives}
     with open(os.path.join(HERE, 'observers.json'), 'w') as f:

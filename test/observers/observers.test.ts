@@ -7,8 +7,10 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 
 import {
+  chooseQuantizationParams,
   fakeQuantizeStep,
   floorDivide,
+  fusedFakeQuantizeStep,
   histc,
   torchSum,
   newFakeQuantizeState,
@@ -45,6 +47,7 @@ interface Case {
   observer?: ObserverOptions;
   fake_quantize?: ObserverOptions;
   fixed?: boolean;
+  fused?: boolean;
   steps: (ObserverStep & FakeQuantizeStepCase)[];
 }
 
@@ -55,6 +58,15 @@ const golden = JSON.parse(readFileSync(new URL('./observers.json', import.meta.u
     sums: { x: string; sum: string }[];
     floor_divide: { a: string; b: string; q: string };
     histc: { x: string; bins: number; min: number; max: number; histogram: string }[];
+    choose_qparams: {
+      min: number;
+      max: number;
+      qmin: number;
+      qmax: number;
+      symmetric: boolean;
+      scale: number;
+      zero_point: number;
+    }[];
   };
 };
 
@@ -145,7 +157,10 @@ describe(`observers match torch ${golden.torch_version}`, () => {
   }
 });
 
-describe(`FakeQuantize matches torch ${golden.torch_version}`, () => {
+describe(`FakeQuantize and FusedMovingAvgObsFakeQuantize match torch ${golden.torch_version}`, () => {
+  it('covers the fused module', () => {
+    expect(golden.cases.filter((k) => k.fused).length).toBeGreaterThanOrEqual(4);
+  });
   for (const c of golden.cases.filter((k) => k.fake_quantize)) {
     it(c.id, () => {
       const config = observerConfig(c.fake_quantize!);
@@ -153,7 +168,8 @@ describe(`FakeQuantize matches torch ${golden.torch_version}`, () => {
       c.steps.forEach((step, i) => {
         state.observerEnabled = step.observer_enabled;
         state.fakeQuantEnabled = step.fake_quant_enabled;
-        const y = fakeQuantizeStep(config, state, f32(step.x.data), step.x.shape);
+        const forward = c.fused ? fusedFakeQuantizeStep : fakeQuantizeStep;
+        const y = forward(config, state, f32(step.x.data), step.x.shape);
         expect(bits(y), `step ${i} output`).toEqual(bits(f32(step.y)));
         expect(bits(state.scale), `step ${i} scale`).toEqual(bits(f32(step.scale)));
         if (step.zero_point_float !== undefined) {
@@ -191,5 +207,14 @@ describe(`the float32 primitives match torch ${golden.torch_version}`, () => {
       histc(f32(h.x), h.bins, h.min, h.max, out);
       expect(bits(out), `${h.bins} bins [${h.min}, ${h.max}]`).toEqual(bits(f32(h.histogram)));
     }
+  });
+});
+
+describe(`ATen ChooseQuantizationParams matches torch ${golden.torch_version}`, () => {
+  it('over ranges 1e-7 to 1e3 wide, affine and symmetric', () => {
+    const cases = golden.primitives.choose_qparams;
+    expect(cases.length).toBeGreaterThan(300);
+    const got = cases.map((c) => chooseQuantizationParams(c.min, c.max, c.qmin, c.qmax, c.symmetric));
+    expect(got).toEqual(cases.map((c) => ({ scale: c.scale, zeroPoint: c.zero_point })));
   });
 });
