@@ -19,6 +19,7 @@ import {
   type QuantizeOutput,
   type QuantizedInput,
 } from './index.js';
+import { observeBatch, type ObserverConfig, type ObserverState } from './observers/index.js';
 
 export interface QuantizeOptions {
   /** Also measure how well the codes represent the input (QuantizeOutput.quality). */
@@ -33,6 +34,14 @@ export function withReferenceQuality(
   options: QuantizeOptions = {},
 ): QuantizeOutput {
   return options.quality ? { ...output, quality: tensorQuality(input, spec, output) } : output;
+}
+
+/** One activation batch for an observer (calibration). */
+export interface ObserveCall {
+  readonly config: ObserverConfig;
+  readonly state: ObserverState;
+  readonly x: Float32Array;
+  readonly shape: readonly number[];
 }
 
 export interface Compute {
@@ -56,6 +65,8 @@ export interface Compute {
     signal?: AbortSignal,
   ): Promise<FakeQuantizeOutput>;
   dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array>;
+  /** The observer's state after `call.x` (a new state; off the event loop where the Compute has threads). */
+  observe?(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState>;
   /** Hands back an output once its bytes are written out, so later outputs can reuse its memory. */
   release?(data: ArrayBufferView): void;
   /** A buffer for input bytes (recycled like outputs; hand it back with release). */
@@ -70,4 +81,5 @@ export const referenceCompute: Compute = {
   chooseQParams: async (input, spec, given) => chooseTensorQParams(input, spec, given),
   fakeQuantize: async (input, spec, outDType, given) => fakeQuantizeTensor(input, spec, outDType, given),
   dequantize: async (input, outDType) => dequantizeTensor(input, outDType),
+  observe: async ({ config, state, x, shape }) => observeBatch(config, state, x, shape),
 };

@@ -289,6 +289,18 @@ export const catalogue = {
   // calibration observers (docs/observers.md)
   OBSERVER_INVALID: bad('Invalid observer', 'observer {observer}: {detail}'),
   OBSERVED_RANGE_INVALID: bad('Observed range unusable', 'observer {observer}: {detail}'),
+  CALIBRATION_NOT_FOUND: {
+    http: 404,
+    grpc: 'NOT_FOUND',
+    title: 'Calibration session not found',
+    message: 'there is no calibration session {id} (expired, deleted, or never created)',
+  },
+  CALIBRATION_FULL: {
+    http: 413,
+    grpc: 'RESOURCE_EXHAUSTED',
+    title: 'Calibration limit reached',
+    message: '{detail}',
+  },
   QUOTA_EXCEEDED: {
     http: 429,
     grpc: 'RESOURCE_EXHAUSTED',

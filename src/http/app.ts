@@ -20,6 +20,8 @@ import { answerExpectation, clientErrorHandler } from './client-error.js';
 import { createMetrics, type HttpMetrics } from './metrics.js';
 import { registerOpRoutes, OCTET_TYPE, SAFETENSORS_TYPE } from './op-routes.js';
 import { registerJobRoutes } from './job-routes.js';
+import { registerCalibrationRoutes } from './calibration-routes.js';
+import type { CalibrationStore } from '../service/calibration/store.js';
 import { registerOipRoutes } from './oip-routes.js';
 import type { JobManager } from '../jobs/manager.js';
 import { registerDocs } from './openapi.js';
@@ -36,6 +38,8 @@ export interface AppOptions {
   readonly admission?: Admission;
   /** The job manager: /v1/jobs is served when given. */
   readonly jobs?: JobManager;
+  /** Calibration sessions: /v1/calibrations is served when given. */
+  readonly calibrations?: CalibrationStore;
   /** /metrics' registry, shared with the gRPC server (default: one of this app's own). */
   readonly metrics?: HttpMetrics;
 }
@@ -196,6 +200,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     inlineLimit: config.inlineLimit,
   });
   if (options.jobs) await registerJobRoutes(app, { jobs: options.jobs, uploadLimit: config.uploadLimit });
+  if (options.calibrations) await registerCalibrationRoutes(app, { calibrations: options.calibrations });
   // Open Inference Protocol (KServe v2 / Triton) under /v2: its own auth, admission and error
   // format (oip-routes.ts; health open, metadata and inference behind the token).
   await registerOipRoutes(app, {

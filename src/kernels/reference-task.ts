@@ -16,6 +16,7 @@ import {
   type QuantizeOutput,
   type QuantizedInput,
 } from '../core/index.js';
+import { observeBatch, type ObserverConfig, type ObserverState } from '../core/observers/index.js';
 
 export type ReferenceCall =
   | {
@@ -37,7 +38,14 @@ export type ReferenceCall =
       readonly outDType: FloatDType;
       readonly given?: QParams;
     }
-  | { readonly kind: 'dequantize'; readonly input: QuantizedInput; readonly outDType: FloatDType };
+  | { readonly kind: 'dequantize'; readonly input: QuantizedInput; readonly outDType: FloatDType }
+  | {
+      readonly kind: 'observe';
+      readonly config: ObserverConfig;
+      readonly state: ObserverState;
+      readonly x: Float32Array;
+      readonly shape: readonly number[];
+    };
 
 /** What each call returns. */
 export interface ReferenceResults {
@@ -45,6 +53,7 @@ export interface ReferenceResults {
   chooseQParams: QParams;
   fakeQuantize: FakeQuantizeOutput;
   dequantize: Uint8Array;
+  observe: ObserverState;
 }
 
 export interface ReferenceTask {
@@ -62,5 +71,7 @@ export function runReferenceTask(call: ReferenceCall): ReferenceResults[Referenc
       return fakeQuantizeTensor(call.input, call.spec, call.outDType, call.given);
     case 'dequantize':
       return dequantizeTensor(call.input, call.outDType);
+    case 'observe':
+      return observeBatch(call.config, call.state, call.x, call.shape);
   }
 }

@@ -44,7 +44,13 @@ import {
   mergeQuality,
 } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
-import { withReferenceQuality, type Compute, type QuantizeOptions } from '../core/compute.js';
+import {
+  withReferenceQuality,
+  type Compute,
+  type ObserveCall,
+  type QuantizeOptions,
+} from '../core/compute.js';
+import type { ObserverState } from '../core/observers/index.js';
 import { CHOOSE_MODE, CODES, CONVERT, type ChooseArgs, type LayoutArgs, type QuantArgs } from './module.js';
 import { BufferArena } from './arena.js';
 import { runReferenceTask, type ReferenceCall, type ReferenceResults } from './reference-task.js';
@@ -658,6 +664,11 @@ export class KernelCompute implements Compute {
       }
       return { data: await this.toDtype(out, outDType, scratch, input.name, signal), mask, qparams };
     });
+  }
+
+  /** Observers run their TypeScript reference (torch's float32 order), on a worker in a pool. */
+  observe(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState> {
+    return this.reference({ kind: 'observe', ...call }, signal);
   }
 
   async dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array> {

@@ -18,7 +18,8 @@ import { InlineExecutor } from '../kernels/executors.js';
 import type { LoadedKernels } from '../kernels/loader.js';
 import type { KernelModule } from '../kernels/module.js';
 import { KernelCompute, type KernelComputeOptions } from '../kernels/tensor-ops.js';
-import type { Compute, QuantizeOptions } from '../core/compute.js';
+import type { Compute, ObserveCall, QuantizeOptions } from '../core/compute.js';
+import type { ObserverState } from '../core/observers/index.js';
 import { KernelPool, type PoolOptions } from './pool.js';
 
 /** Below this many elements an op runs in the calling thread (see `npm run bench`: pool overhead). */
@@ -111,6 +112,11 @@ export class PoolCompute implements Compute {
 
   dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array> {
     return this.on(input.layout.numel, (c) => c.dequantize(input, outDType, signal));
+  }
+
+  /** An observer's batch: TypeScript (torch's exact order), on a worker when the batch is large. */
+  observe(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState> {
+    return this.on(call.x.length, (c) => c.observe(call, signal));
   }
 
   /** Layout encode tasks, on the pool whatever the tensor's size (see KernelPool.encoding). */

@@ -17,6 +17,7 @@ import { Admission } from '../service/index.js';
 
 export { packageVersion };
 import { JobManager } from '../jobs/manager.js';
+import { CalibrationStore } from '../service/calibration/store.js';
 
 export interface RunningServer {
   readonly config: Config;
@@ -77,13 +78,26 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
     retentionMs: config.jobRetentionMs,
     ...(config.jobStoreLimit !== null && { storeLimit: config.jobStoreLimit }),
   });
+  // Calibration sessions (/v1/calibrations): persisted beside the jobs, resumed on start
+  const calibrations = new CalibrationStore({ dataDir: config.dataDir, compute: handle.compute });
   try {
     handle.pool?.workers(); // start the workers now, so that ready means warm
     // one registry for both transports: /metrics counts HTTP requests, gRPC calls and jobs
     const metrics = createMetrics(handle, jobs);
-    http = await buildApp({ config, handle, version: packageVersion(), isReady, admission, jobs, metrics });
+    http = await buildApp({
+      config,
+      handle,
+      version: packageVersion(),
+      isReady,
+      admission,
+      jobs,
+      calibrations,
+      metrics,
+    });
     jobs.log = http.log;
+    calibrations.log = http.log;
     await jobs.start(); // resumes what the previous process left
+    await calibrations.start();
     try {
       await http.listen({ host: config.host, port: config.httpPort });
     } catch (err) {
@@ -106,6 +120,7 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
     // whatever started goes down again: the listener, and the pool's worker threads
     await http?.close().catch(() => {});
     await jobs.stop().catch(() => {});
+    await calibrations.stop().catch(() => {});
     await handle.close().catch(() => {});
     throw err;
   }
@@ -136,6 +151,7 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
         app.server.closeAllConnections();
       }
       await jobsStopped;
+      await calibrations.stop();
       await handle.close();
       app.log.info('shut down');
     })();

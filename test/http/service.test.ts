@@ -225,8 +225,10 @@ describe('/docs', () => {
     };
     expect(doc.openapi).toMatch(/^3\./);
     expect(doc.info).toMatchObject({ title: 'quantd', version: VERSION });
-    // the operations; /v1/jobs* is documented too (test/jobs checks those)
-    const ops = Object.keys(doc.paths).filter((p) => p.startsWith('/v1/') && !p.startsWith('/v1/jobs'));
+    // the operations; /v1/jobs* and /v1/calibrations* are documented too (test/jobs, test/calibration)
+    const ops = Object.keys(doc.paths).filter(
+      (p) => p.startsWith('/v1/') && !p.startsWith('/v1/jobs') && !p.startsWith('/v1/calibrations'),
+    );
     expect(ops.sort()).toEqual(['/v1/dequantize', '/v1/fake-quantize', '/v1/qparams', '/v1/quantize']);
     for (const path of ops) {
       const post = doc.paths[path]!['post'] as {

@@ -81,3 +81,20 @@ export function observerQParams(config: ObserverConfig, state: ObserverState): O
       return calculateQParams(config, state.lo, state.hi);
   }
 }
+
+/** `state` after folding one batch in, as a new state (`state` itself is left as it was). */
+export function observeBatch(
+  config: ObserverConfig,
+  state: ObserverState,
+  x: ArrayLike<number>,
+  shape: readonly number[],
+): ObserverState {
+  const next: ObserverState = {
+    lo: state.lo.slice(),
+    hi: state.hi.slice(),
+    histogram: state.histogram,
+    observed: state.observed,
+  };
+  observe(config, next, x, shape);
+  return next;
+}

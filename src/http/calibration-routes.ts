@@ -1,0 +1,157 @@
+/**
+ * Calibration sessions over HTTP (docs/observers.md): observers held by the server, fed with
+ * activation batches, read out as qparams.
+ *
+ *   POST   /v1/calibrations               {"recipe": …} or {"state": EXPORT} (+ "ttl_seconds") → 201 session
+ *   GET    /v1/calibrations               {"calibrations": [session, …]} newest first
+ *   GET    /v1/calibrations/ID            the session: its observers and how much each has seen
+ *   POST   /v1/calibrations/ID/batches    body: a safetensors of activations → what it observed
+ *   GET    /v1/calibrations/ID/qparams    a safetensors of NAME.scale / NAME.zero_point
+ *   GET    /v1/calibrations/ID/state      the export form (quantd.calibration/1), to import elsewhere
+ *   DELETE /v1/calibrations/ID            204
+ *
+ * A batch body is read whole (QUANTD_BODY_LIMIT), like the op routes' tensors; batches into one
+ * session are folded one at a time and acknowledged once on disk (src/service/calibration/).
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { QuantdError } from '../errors/index.js';
+import type { CalibrationStore, CreateRequest } from '../service/calibration/store.js';
+
+export interface CalibrationRouteDeps {
+  readonly calibrations: CalibrationStore;
+}
+
+const tags = ['calibration'];
+const idParam = {
+  type: 'object',
+  properties: { id: { type: 'string', description: 'the session id' } },
+  required: ['id'],
+};
+
+function abortOnClose(request: FastifyRequest): AbortSignal {
+  const controller = new AbortController();
+  request.raw.once('close', () => {
+    if (!request.raw.complete) controller.abort();
+  });
+  return controller.signal;
+}
+
+const sendJson = (reply: FastifyReply, status: number, value: unknown): FastifyReply =>
+  reply.code(status).type('application/json').send(JSON.stringify(value));
+
+export async function registerCalibrationRoutes(
+  app: FastifyInstance,
+  deps: CalibrationRouteDeps,
+): Promise<void> {
+  const store = deps.calibrations;
+  const idOf = (request: FastifyRequest): string => (request.params as { id: string }).id;
+
+  app.post(
+    '/v1/calibrations',
+    {
+      schema: {
+        tags,
+        summary: 'Create a calibration session from a recipe, or continue an exported one',
+        body: {
+          type: 'object',
+          properties: {
+            recipe: {
+              type: 'object',
+              description: '{"observers": [{"match": GLOB | "regex": RE, "observer": {"kind": …, …}}]}',
+            },
+            state: {
+              type: 'object',
+              description: 'an export (quantd.calibration/1) to continue under a new id',
+            },
+            ttl_seconds: {
+              type: 'number',
+              description: 'idle time before the session expires (default 86400)',
+            },
+          },
+        },
+      },
+    },
+    async (request, reply) => {
+      if (request.body === null || typeof request.body !== 'object' || ArrayBuffer.isView(request.body)) {
+        throw new QuantdError('USAGE', {
+          detail:
+            'a calibration session is created from an application/json body {"recipe": …} or {"state": …}',
+        });
+      }
+      const session = await store.create(request.body as CreateRequest);
+      return sendJson(reply, 201, session.summary());
+    },
+  );
+
+  app.get(
+    '/v1/calibrations',
+    { schema: { tags, summary: 'The calibration sessions, newest first' } },
+    async (_r, reply) => sendJson(reply, 200, { calibrations: store.list().map((s) => s.summary()) }),
+  );
+
+  app.get(
+    '/v1/calibrations/:id',
+    { schema: { tags, summary: 'A calibration session and what its observers have seen', params: idParam } },
+    async (request, reply) => sendJson(reply, 200, store.get(idOf(request)).summary()),
+  );
+
+  app.post(
+    '/v1/calibrations/:id/batches',
+    {
+      schema: {
+        tags,
+        summary: 'Fold a batch of activations (application/x-safetensors) into the observers',
+        params: idParam,
+      },
+    },
+    async (request, reply) => {
+      const body = request.body;
+      if (!(body instanceof Uint8Array)) {
+        throw new QuantdError('UNSUPPORTED_MEDIA_TYPE', {
+          type: String(request.headers['content-type'] ?? '(none)'),
+          detail: 'send the batch as application/x-safetensors (or application/octet-stream)',
+        });
+      }
+      const result = await store.fold(idOf(request), body, abortOnClose(request));
+      return sendJson(reply, 200, result);
+    },
+  );
+
+  app.get(
+    '/v1/calibrations/:id/qparams',
+    {
+      schema: {
+        tags,
+        summary: "Every observer's qparams as NAME.scale / NAME.zero_point (safetensors)",
+        params: idParam,
+      },
+    },
+    async (request, reply) => {
+      const session = store.get(idOf(request));
+      const file = await session.serialized(async () => session.qparamsFile());
+      return reply
+        .code(200)
+        .type('application/x-safetensors')
+        .header('Content-Disposition', `attachment; filename="calibration-${session.id}.safetensors"`)
+        .send(Buffer.from(file.buffer, file.byteOffset, file.byteLength));
+    },
+  );
+
+  app.get(
+    '/v1/calibrations/:id/state',
+    { schema: { tags, summary: 'The session in its export form (quantd.calibration/1)', params: idParam } },
+    async (request, reply) => {
+      const session = store.get(idOf(request));
+      return sendJson(reply, 200, await session.serialized(async () => session.exported()));
+    },
+  );
+
+  app.delete(
+    '/v1/calibrations/:id',
+    { schema: { tags, summary: 'Delete a calibration session', params: idParam } },
+    async (request, reply) => {
+      await store.remove(idOf(request));
+      return reply.code(204).send();
+    },
+  );
+}

@@ -1,0 +1,192 @@
+/**
+ * The server's calibration sessions, persisted under DATA_DIR/calibrations: one file per
+ * session (`ID.json`, the session's export form), rewritten atomically after each batch before
+ * the batch is acknowledged, so a restart resumes every session where its last acknowledged
+ * batch left it. A session expires `ttl_seconds` after its last batch (default a day); expired
+ * sessions are removed, on access and by a sweep every minute.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, readdir, readFile, rename, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Compute } from '../../core/compute.js';
+import { toFloat32, typedView } from '../../core/index.js';
+import { QuantdError } from '../../errors/index.js';
+import { writeFileAtomic } from '../../format/file-io.js';
+import { parseSafetensors } from '../../format/safetensors.js';
+import { parseCalibrationRecipe } from './recipe.js';
+import { CalibrationSession, type BatchTensor, type CalibrationExport, type FoldResult } from './session.js';
+
+export const DEFAULT_TTL_SECONDS = 24 * 3600;
+export const MAX_TTL_SECONDS = 30 * 24 * 3600;
+export const MAX_SESSIONS = 1000;
+const SWEEP_MS = 60_000;
+const ID = /^[0-9a-f]{24}$/;
+
+export interface CalibrationLog {
+  warn(obj: object, msg: string): void;
+}
+
+export interface CalibrationStoreOptions {
+  readonly dataDir: string;
+  readonly compute: Compute;
+  /** default MAX_SESSIONS */
+  readonly maxSessions?: number;
+}
+
+export interface CreateRequest {
+  readonly recipe?: unknown;
+  /** an export (GET …/state) to continue from, under a new id */
+  readonly state?: unknown;
+  readonly ttl_seconds?: unknown;
+}
+
+export class CalibrationStore {
+  private readonly dir: string;
+  private readonly sessions = new Map<string, CalibrationSession>();
+  private sweeper: NodeJS.Timeout | undefined;
+  /** Where set-aside files are reported (the server's logger, once it has one). */
+  log: CalibrationLog | undefined;
+
+  constructor(private readonly options: CalibrationStoreOptions) {
+    this.dir = join(options.dataDir, 'calibrations');
+  }
+
+  /** Loads the sessions a previous process left; a damaged file is set aside as ID.json.damaged. */
+  async start(): Promise<void> {
+    await mkdir(this.dir, { recursive: true });
+    for (const file of await readdir(this.dir)) {
+      const id = file.endsWith('.json') ? file.slice(0, -5) : '';
+      if (!ID.test(id)) continue;
+      const path = join(this.dir, file);
+      try {
+        const session = CalibrationSession.restore(JSON.parse(await readFile(path, 'utf8')));
+        if (session.id !== id) throw new Error(`it records id ${session.id}`);
+        this.sessions.set(id, session);
+      } catch (err) {
+        this.log?.warn({ err, path }, 'calibration session unreadable: set aside');
+        await rename(path, `${path}.damaged`).catch(() => {});
+      }
+    }
+    await this.sweep();
+    this.sweeper = setInterval(() => void this.sweep().catch(() => {}), SWEEP_MS);
+    this.sweeper.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.sweeper);
+    // let every batch in flight reach the disk
+    await Promise.all([...this.sessions.values()].map((s) => s.serialized(async () => {})));
+  }
+
+  async create(request: CreateRequest): Promise<CalibrationSession> {
+    if (request === null || typeof request !== 'object') {
+      throw new QuantdError('RECIPE_INVALID', {
+        where: '(request)',
+        detail: 'send {"recipe": …} or {"state": …}',
+      });
+    }
+    const ttl = ttlOf(request.ttl_seconds);
+    if ((request.recipe === undefined) === (request.state === undefined)) {
+      throw new QuantdError('RECIPE_INVALID', {
+        where: '(request)',
+        detail: 'send exactly one of "recipe" (a new session) and "state" (an exported one, continued)',
+      });
+    }
+    await this.sweep();
+    const limit = this.options.maxSessions ?? MAX_SESSIONS;
+    if (this.sessions.size >= limit) {
+      throw new QuantdError('CALIBRATION_FULL', {
+        detail: `the server holds ${limit} calibration sessions; delete one or let it expire`,
+      });
+    }
+    const id = randomBytes(12).toString('hex');
+    const session =
+      request.state !== undefined
+        ? CalibrationSession.restore(request.state, id, ttl ?? undefined)
+        : new CalibrationSession(
+            id,
+            parseCalibrationRecipe(request.recipe),
+            ttl ?? DEFAULT_TTL_SECONDS,
+            new Date(),
+          );
+    await this.persist(session.exported());
+    this.sessions.set(id, session);
+    return session;
+  }
+
+  get(id: string): CalibrationSession {
+    const session = ID.test(id) ? this.sessions.get(id) : undefined;
+    if (!session || session.expires.getTime() <= Date.now()) {
+      throw new QuantdError('CALIBRATION_NOT_FOUND', { id: id.slice(0, 100) });
+    }
+    return session;
+  }
+
+  list(): CalibrationSession[] {
+    const now = Date.now();
+    return [...this.sessions.values()]
+      .filter((s) => s.expires.getTime() > now)
+      .sort((a, b) => b.created.getTime() - a.created.getTime());
+  }
+
+  async remove(id: string): Promise<void> {
+    const session = this.get(id);
+    await session.serialized(async () => {
+      this.sessions.delete(id);
+      await rm(this.fileOf(id), { force: true });
+    });
+  }
+
+  /** Folds a safetensors batch into session `id`; acknowledged once it is on disk. */
+  fold(id: string, body: Uint8Array, signal?: AbortSignal): Promise<FoldResult> {
+    const session = this.get(id);
+    const tensors = batchTensors(body);
+    return session.serialized(async () => {
+      if (this.sessions.get(id) !== session) throw new QuantdError('CALIBRATION_NOT_FOUND', { id });
+      return session.fold(tensors, this.options.compute, (next) => this.persist(next), signal);
+    });
+  }
+
+  private fileOf(id: string): string {
+    return join(this.dir, `${id}.json`);
+  }
+
+  private async persist(exported: CalibrationExport): Promise<void> {
+    await writeFileAtomic(this.fileOf(exported.id), JSON.stringify(exported));
+  }
+
+  private async sweep(): Promise<void> {
+    const now = Date.now();
+    for (const [id, session] of this.sessions) {
+      if (session.expires.getTime() > now) continue;
+      this.sessions.delete(id);
+      await rm(this.fileOf(id), { force: true });
+    }
+  }
+}
+
+function ttlOf(value: unknown): number | null {
+  if (value === undefined) return null;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0 || value > MAX_TTL_SECONDS) {
+    throw new QuantdError('OPTION_INVALID', {
+      option: 'ttl_seconds',
+      detail: `must be a number of seconds in (0, ${MAX_TTL_SECONDS}]`,
+      value: String(value),
+    });
+  }
+  return value;
+}
+
+/** A batch's float tensors (F32 in place, F16 / BF16 widened). */
+export function batchTensors(body: Uint8Array): BatchTensor[] {
+  const { header, tensorBytes } = parseSafetensors(body, 'calibration batch');
+  return header.entries.map((entry) => {
+    const data = tensorBytes(entry);
+    let x: Float32Array;
+    if (entry.dtype === 'F32') x = typedView(Float32Array, data);
+    else if (entry.dtype === 'F16') x = toFloat32(data, 'float16');
+    else if (entry.dtype === 'BF16') x = toFloat32(data, 'bfloat16');
+    else throw new QuantdError('INPUT_DTYPE_UNSUPPORTED', { tensor: entry.name, dtype: entry.dtype });
+    return { name: entry.name, shape: entry.shape, x };
+  });
+}
