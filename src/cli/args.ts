@@ -51,6 +51,14 @@ export const COMMAND_OPTIONS: Record<string, Record<string, OptionConfig>> = {
   'fake-quantize': { ...TRANSFORM_OPTIONS, ...DTYPE_OPTION },
   dequantize: { ...OUTPUT_OPTIONS, ...DTYPE_OPTION },
   inspect: { json: { type: 'boolean' }, verify: { type: 'boolean' } },
+  calibrate: {
+    output: { type: 'string', short: 'o' },
+    observers: { type: 'string' },
+    resume: { type: 'string' },
+    'save-state': { type: 'string' },
+    force: { type: 'boolean' },
+    quiet: { type: 'boolean', short: 'q' },
+  },
   serve: {},
 };
 

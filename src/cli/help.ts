@@ -55,6 +55,10 @@ const USAGE_LINES: ReadonlyArray<readonly [string, string]> = [
     'IN.safetensors -o OUT.safetensors [spec options]               (writes NAME.scale, NAME.zero_point)',
   ],
   ['inspect', 'FILE|FOLDER [--json] [--verify]   (--verify: check the data SHA-256 the file records)'],
+  [
+    'calibrate',
+    'BATCH... --observers recipe.json -o QPARAMS.safetensors   (BATCH: activations, a file or a folder)',
+  ],
   ['serve', '(HTTP + gRPC server)'],
 ];
 
@@ -89,6 +93,23 @@ const SECTIONS: ReadonlyArray<readonly [string, readonly OptionHelp[]]> = [
         '  --keep-job            with --remote: keep the job on the server (default: deleted once downloaded)',
       ),
       line('quiet', '  -q, --quiet           no summary line'),
+    ],
+  ],
+  [
+    'calibrate options (observers of torch.ao.quantization; writes NAME.scale, NAME.zero_point):',
+    [
+      line(
+        'observers',
+        '  --observers FILE      the calibration recipe: {"observers": [{"match": GLOB, "observer": {…}}]}',
+      ),
+      line(
+        'resume',
+        "  --resume FILE         continue from a saved state instead (--save-state, or a server's /state)",
+      ),
+      line(
+        'save-state',
+        "  --save-state FILE     also write the session's state (quantd.calibration/1), to resume later",
+      ),
     ],
   ],
   [

@@ -2,6 +2,7 @@
  * The quantd command line. Works offline: every command runs in this process on the kernels
  * the service uses; `--remote URL` sends the same command to a quantd server instead.
  */
+import { calibrate } from './calibrate-command.js';
 import { readFileSync } from 'node:fs';
 import { access, constants, stat } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
@@ -305,6 +306,8 @@ async function dispatch(argv: readonly string[], io: Io): Promise<number | void>
       return inspect(parsed, io);
     case 'serve':
       return serveUntilSignalled(io);
+    case 'calibrate':
+      return calibrate(parsed, io);
     default:
       return transform(parsed, io);
   }
