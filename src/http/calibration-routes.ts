@@ -16,6 +16,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { QuantdError } from '../errors/index.js';
 import type { CalibrationStore, CreateRequest } from '../service/calibration/store.js';
+import { callerOf } from './caller.js';
 
 export interface CalibrationRouteDeps {
   readonly calibrations: CalibrationStore;
@@ -78,7 +79,7 @@ export async function registerCalibrationRoutes(
             'a calibration session is created from an application/json body {"recipe": …} or {"state": …}',
         });
       }
-      const session = await store.create(request.body as CreateRequest);
+      const session = await store.create(request.body as CreateRequest, callerOf(request));
       return sendJson(reply, 201, session.summary());
     },
   );
@@ -86,13 +87,14 @@ export async function registerCalibrationRoutes(
   app.get(
     '/v1/calibrations',
     { schema: { tags, summary: 'The calibration sessions, newest first' } },
-    async (_r, reply) => sendJson(reply, 200, { calibrations: store.list().map((s) => s.summary()) }),
+    async (request, reply) =>
+      sendJson(reply, 200, { calibrations: store.list(callerOf(request)).map((s) => s.summary()) }),
   );
 
   app.get(
     '/v1/calibrations/:id',
     { schema: { tags, summary: 'A calibration session and what its observers have seen', params: idParam } },
-    async (request, reply) => sendJson(reply, 200, store.get(idOf(request)).summary()),
+    async (request, reply) => sendJson(reply, 200, store.get(idOf(request), callerOf(request)).summary()),
   );
 
   app.post(
@@ -112,7 +114,7 @@ export async function registerCalibrationRoutes(
           detail: 'send the batch as application/x-safetensors (or application/octet-stream)',
         });
       }
-      const result = await store.fold(idOf(request), body, abortOnClose(request));
+      const result = await store.fold(idOf(request), body, callerOf(request), abortOnClose(request));
       return sendJson(reply, 200, result);
     },
   );
@@ -127,7 +129,7 @@ export async function registerCalibrationRoutes(
       },
     },
     async (request, reply) => {
-      const session = store.get(idOf(request));
+      const session = store.get(idOf(request), callerOf(request));
       const file = await session.serialized(async () => session.qparamsFile());
       return reply
         .code(200)
@@ -141,7 +143,7 @@ export async function registerCalibrationRoutes(
     '/v1/calibrations/:id/state',
     { schema: { tags, summary: 'The session in its export form (quantd.calibration/1)', params: idParam } },
     async (request, reply) => {
-      const session = store.get(idOf(request));
+      const session = store.get(idOf(request), callerOf(request));
       return sendJson(reply, 200, await session.serialized(async () => session.exported()));
     },
   );
@@ -150,7 +152,7 @@ export async function registerCalibrationRoutes(
     '/v1/calibrations/:id',
     { schema: { tags, summary: 'Delete a calibration session', params: idParam } },
     async (request, reply) => {
-      await store.remove(idOf(request));
+      await store.remove(idOf(request), callerOf(request));
       return reply.code(204).send();
     },
   );

@@ -292,3 +292,45 @@ describe('a calibration session survives the server being killed', () => {
     }
   });
 });
+
+describe('calibration sessions belong to the API key that created them', () => {
+  const KEY_A = 'calibration-key-aaaaaaaaaaaa';
+  const KEY_B = 'calibration-key-bbbbbbbbbbbb';
+  const ADMIN = 'calibration-admin-cccccccccccc';
+  let dir: string;
+  let server: TestServer;
+  beforeAll(async () => {
+    dir = tempDir('calibration-auth');
+    server = await startJobServer(dir, { QUANTD_API_KEYS: `${KEY_A},${KEY_B}`, QUANTD_ADMIN_KEYS: ADMIN });
+  });
+  afterAll(async () => {
+    await server?.server.shutdown('test done');
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const as = (key: string, path: string, options: { method?: string; body?: string } = {}) =>
+    send(server.port, path, {
+      ...options,
+      headers: {
+        authorization: `Bearer ${key}`,
+        ...(options.body !== undefined && { 'content-type': 'application/json' }),
+      },
+    });
+
+  it("another key's session is not found, nor listed; an admin key sees every session", async () => {
+    const created = await as(KEY_A, '/v1/calibrations', { body: JSON.stringify({ recipe: RECIPE }) });
+    expect(created.status).toBe(201);
+    const { id } = json<Summary>(created);
+    expect((await as(KEY_A, `/v1/calibrations/${id}`)).status).toBe(200);
+    const other = await as(KEY_B, `/v1/calibrations/${id}/state`);
+    expect([other.status, json<{ code: string }>(other).code]).toEqual([404, 'CALIBRATION_NOT_FOUND']);
+    expect((await as(KEY_B, `/v1/calibrations/${id}`, { method: 'DELETE' })).status).toBe(404);
+    const listed = (key: string) =>
+      as(key, '/v1/calibrations').then((r) =>
+        json<{ calibrations: Summary[] }>(r).calibrations.map((s) => s.id),
+      );
+    expect(await listed(KEY_B)).toEqual([]);
+    expect(await listed(KEY_A)).toEqual([id]);
+    expect(await listed(ADMIN)).toEqual([id]);
+    expect((await send(server.port, `/v1/calibrations/${id}`)).status).toBe(401);
+  });
+});

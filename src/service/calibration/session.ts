@@ -53,6 +53,8 @@ interface Watched {
 
 export class CalibrationSession {
   readonly observers = new Map<string, Watched>();
+  /** The API key's owner id that created it (null with auth off): others do not see it. */
+  owner: string | null = null;
   batches = 0;
   updated: Date;
   private tail: Promise<unknown> = Promise.resolve();

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import type { Compute } from '../../core/compute.js';
 import { toFloat32, typedView } from '../../core/index.js';
 import { QuantdError } from '../../errors/index.js';
+import { EVERYONE, type Caller } from '../auth.js';
 import { writeFileAtomic } from '../../format/file-io.js';
 import { parseSafetensors } from '../../format/safetensors.js';
 import { parseCalibrationRecipe } from './recipe.js';
@@ -59,8 +60,10 @@ export class CalibrationStore {
       if (!ID.test(id)) continue;
       const path = join(this.dir, file);
       try {
-        const session = CalibrationSession.restore(JSON.parse(await readFile(path, 'utf8')));
+        const saved = JSON.parse(await readFile(path, 'utf8')) as { owner?: unknown };
+        const session = CalibrationSession.restore(saved);
         if (session.id !== id) throw new Error(`it records id ${session.id}`);
+        session.owner = typeof saved.owner === 'string' ? saved.owner : null;
         this.sessions.set(id, session);
       } catch (err) {
         this.log?.warn({ err, path }, 'calibration session unreadable: set aside');
@@ -78,7 +81,7 @@ export class CalibrationStore {
     await Promise.all([...this.sessions.values()].map((s) => s.serialized(async () => {})));
   }
 
-  async create(request: CreateRequest): Promise<CalibrationSession> {
+  async create(request: CreateRequest, caller: Caller = EVERYONE): Promise<CalibrationSession> {
     if (request === null || typeof request !== 'object') {
       throw new QuantdError('RECIPE_INVALID', {
         where: '(request)',
@@ -94,9 +97,10 @@ export class CalibrationStore {
     }
     await this.sweep();
     const limit = this.options.maxSessions ?? MAX_SESSIONS;
-    if (this.sessions.size >= limit) {
+    const held = [...this.sessions.values()].filter((s) => s.owner === caller.owner).length;
+    if (held >= limit) {
       throw new QuantdError('CALIBRATION_FULL', {
-        detail: `the server holds ${limit} calibration sessions; delete one or let it expire`,
+        detail: `${caller.owner === null ? 'the server holds' : 'this API key holds'} ${limit} calibration sessions; delete one or let it expire`,
       });
     }
     const id = randomBytes(12).toString('hex');
@@ -109,28 +113,31 @@ export class CalibrationStore {
             ttl ?? DEFAULT_TTL_SECONDS,
             new Date(),
           );
-    await this.persist(session.exported());
+    session.owner = caller.owner;
+    await this.persist(session, session.exported());
     this.sessions.set(id, session);
     return session;
   }
 
-  get(id: string): CalibrationSession {
+  /** Session `id` as `caller` may see it: another key's session is not found, like a missing one. */
+  get(id: string, caller: Caller = EVERYONE): CalibrationSession {
     const session = ID.test(id) ? this.sessions.get(id) : undefined;
-    if (!session || session.expires.getTime() <= Date.now()) {
+    const visible = session !== undefined && (caller.admin || session.owner === caller.owner);
+    if (!visible || session.expires.getTime() <= Date.now()) {
       throw new QuantdError('CALIBRATION_NOT_FOUND', { id: id.slice(0, 100) });
     }
     return session;
   }
 
-  list(): CalibrationSession[] {
+  list(caller: Caller = EVERYONE): CalibrationSession[] {
     const now = Date.now();
     return [...this.sessions.values()]
-      .filter((s) => s.expires.getTime() > now)
+      .filter((s) => s.expires.getTime() > now && (caller.admin || s.owner === caller.owner))
       .sort((a, b) => b.created.getTime() - a.created.getTime());
   }
 
-  async remove(id: string): Promise<void> {
-    const session = this.get(id);
+  async remove(id: string, caller: Caller = EVERYONE): Promise<void> {
+    const session = this.get(id, caller);
     await session.serialized(async () => {
       this.sessions.delete(id);
       await rm(this.fileOf(id), { force: true });
@@ -138,12 +145,12 @@ export class CalibrationStore {
   }
 
   /** Folds a safetensors batch into session `id`; acknowledged once it is on disk. */
-  fold(id: string, body: Uint8Array, signal?: AbortSignal): Promise<FoldResult> {
-    const session = this.get(id);
+  fold(id: string, body: Uint8Array, caller: Caller = EVERYONE, signal?: AbortSignal): Promise<FoldResult> {
+    const session = this.get(id, caller);
     const tensors = batchTensors(body);
     return session.serialized(async () => {
       if (this.sessions.get(id) !== session) throw new QuantdError('CALIBRATION_NOT_FOUND', { id });
-      return session.fold(tensors, this.options.compute, (next) => this.persist(next), signal);
+      return session.fold(tensors, this.options.compute, (next) => this.persist(session, next), signal);
     });
   }
 
@@ -151,8 +158,9 @@ export class CalibrationStore {
     return join(this.dir, `${id}.json`);
   }
 
-  private async persist(exported: CalibrationExport): Promise<void> {
-    await writeFileAtomic(this.fileOf(exported.id), JSON.stringify(exported));
+  /** The session file: its export form, and the owner (never part of an export). */
+  private async persist(session: CalibrationSession, exported: CalibrationExport): Promise<void> {
+    await writeFileAtomic(this.fileOf(exported.id), JSON.stringify({ ...exported, owner: session.owner }));
   }
 
   private async sweep(): Promise<void> {
