@@ -25,6 +25,8 @@ import { makeMetadataAuthenticator } from './auth.js';
 import { EVERYONE } from '../service/auth.js';
 import { handleStream } from './stream.js';
 import { JOBS_PROTO_FILE, JOBS_SERVICE_NAME, addJobsService } from './jobs.js';
+import { CALIBRATION_PROTO_FILE, CALIBRATIONS_SERVICE_NAME, addCalibrationsService } from './calibrations.js';
+import type { CalibrationStore } from '../service/calibration/store.js';
 import { OIP_PROTO_FILE, addOipService } from './oip.js';
 import { runUnary, type UnaryRequest, type UnaryResponse } from './unary.js';
 import { packageRoot } from '../package-info.js';
@@ -53,6 +55,8 @@ export interface GrpcServerOptions {
   readonly isReady: () => boolean;
   /** The job manager HTTP's /v1/jobs uses: quantd.v1.Jobs is served on it when given. */
   readonly jobs?: JobManager;
+  /** The calibration sessions of /v1/calibrations: quantd.v1.Calibrations is served when given. */
+  readonly calibrations?: CalibrationStore;
   readonly log: { info(obj: object, msg: string): void; error(obj: object, msg: string): void };
   /** Told every call's method, status and duration (the HTTP app's /metrics). */
   readonly observe?: CallObserver;
@@ -76,9 +80,18 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
   const { config, handle, admission } = options;
   // quantd.v1 (Quantizer, Jobs) and the Open Inference Protocol's inference.GRPCInferenceService
   // (reflection lists them all)
-  const definition = protoLoader.loadSync([PROTO_FILE, JOBS_PROTO_FILE, OIP_PROTO_FILE], LOADER_OPTIONS);
+  const definition = protoLoader.loadSync(
+    [PROTO_FILE, JOBS_PROTO_FILE, CALIBRATION_PROTO_FILE, OIP_PROTO_FILE],
+    LOADER_OPTIONS,
+  );
   const proto = grpc.loadPackageDefinition(definition) as unknown as {
-    quantd: { v1: { Quantizer: grpc.ServiceClientConstructor; Jobs: grpc.ServiceClientConstructor } };
+    quantd: {
+      v1: {
+        Quantizer: grpc.ServiceClientConstructor;
+        Jobs: grpc.ServiceClientConstructor;
+        Calibrations: grpc.ServiceClientConstructor;
+      };
+    };
   };
   const limit = Math.min(config.bodyLimit, MAX_MESSAGE);
   // every error this server sends names the server's files relative to its data directory
@@ -176,7 +189,20 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     });
   }
 
-  const served = options.jobs ? [SERVICE_NAME, JOBS_SERVICE_NAME] : [SERVICE_NAME];
+  if (options.calibrations) {
+    addCalibrationsService(server, proto.quantd.v1.Calibrations.service, {
+      calibrations: options.calibrations,
+      admit,
+      identify: (metadata) => authenticate?.(metadata) ?? EVERYONE,
+      report: (err, rpc) => report(err, rpc),
+    });
+  }
+
+  const served = [
+    SERVICE_NAME,
+    ...(options.jobs ? [JOBS_SERVICE_NAME] : []),
+    ...(options.calibrations ? [CALIBRATIONS_SERVICE_NAME] : []),
+  ];
   const health = new HealthImplementation({
     '': 'SERVING',
     ...Object.fromEntries(served.map((name) => [name, 'SERVING' as const])),

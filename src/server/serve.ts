@@ -110,6 +110,7 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
         admission,
         isReady,
         jobs,
+        calibrations,
         log: http.log,
         observe: metrics.observeGrpc,
       });

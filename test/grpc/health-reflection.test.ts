@@ -188,9 +188,12 @@ afterAll(async () => {
 });
 
 describe('grpc.health.v1.Health', () => {
-  it.each(['', 'quantd.v1.Quantizer', 'quantd.v1.Jobs'])('Check(%j) is SERVING', async (service) => {
-    expect(await check(health, service)).toBe('SERVING');
-  });
+  it.each(['', 'quantd.v1.Quantizer', 'quantd.v1.Jobs', 'quantd.v1.Calibrations'])(
+    'Check(%j) is SERVING',
+    async (service) => {
+      expect(await check(health, service)).toBe('SERVING');
+    },
+  );
 
   it('Check of an unknown service: NOT_FOUND', async () => {
     const err = await check(health, 'quantd.v1.Nope').then(
@@ -254,8 +257,12 @@ describe.each(['v1', 'v1alpha'] as const)('server reflection %s', (version) => {
     const name = fd.find((f) => f.package === 'quantd.v1')!.name;
     const byName = await reflect(Ctor, t.target, { file_by_filename: name });
     const again = byName.file_descriptor_response?.file_descriptor_proto.map(decodeFileDescriptor) ?? [];
-    // one file per package: quantd.proto's Quantizer and jobs.proto's Jobs
-    expect(again.find((f) => f.name === name)?.services.map((s) => s.name)).toEqual(['Quantizer', 'Jobs']);
+    // one file per package: quantd.proto's Quantizer, jobs.proto's Jobs, calibration.proto's Calibrations
+    expect(again.find((f) => f.name === name)?.services.map((s) => s.name)).toEqual([
+      'Quantizer',
+      'Jobs',
+      'Calibrations',
+    ]);
   });
 
   it('an unknown symbol is NOT_FOUND in error_response', async () => {

@@ -1,0 +1,144 @@
+/**
+ * quantd.v1.Calibrations against a real server: a session created over gRPC is fed by a client
+ * stream of batches, read over HTTP too (one store), and gives the same qparams file both ways;
+ * a refused batch fails the stream and keeps the batches before it; bad streams are refused.
+ */
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { rmSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { grpcServerModule, rejection, startTestServer, type TestServer } from '../grpc/helpers.js';
+import { modelBytes, tempDir, type Tensor } from '../jobs/helpers.js';
+
+type Callback = (err: grpc.ServiceError | null, response: Record<string, unknown>) => void;
+type Client = grpc.Client & {
+  Create(request: object, callback: Callback): void;
+  Get(request: object, callback: Callback): void;
+  List(request: object, callback: Callback): void;
+  QParams(request: object, callback: Callback): void;
+  Export(request: object, callback: Callback): void;
+  Delete(request: object, callback: Callback): void;
+  Observe(callback: Callback): grpc.ClientWritableStream<object>;
+};
+
+const RECIPE = { observers: [{ match: '*.input', observer: { kind: 'histogram', bins: 64 } }] };
+
+const tensor = (name: string, values: number[]): Tensor => ({
+  name,
+  dtype: 'F32',
+  shape: [values.length],
+  data: new Uint8Array(Float32Array.from(values).buffer),
+});
+
+const batch = (i: number): Uint8Array =>
+  modelBytes([
+    tensor('a.input', [i, -2 * i, 0.5, 3 + i]),
+    tensor('b.input', [1, 2, i]),
+    tensor('c.other', [7]),
+  ]);
+
+describe('quantd.v1.Calibrations', () => {
+  let dir: string;
+  let server: TestServer;
+  let client: Client;
+  beforeAll(async () => {
+    dir = tempDir('calibration-grpc');
+    server = await startTestServer({ QUANTD_DATA_DIR: dir });
+    const { LOADER_OPTIONS } = await grpcServerModule();
+    const definition = protoLoader.loadSync('quantd/v1/calibration.proto', LOADER_OPTIONS);
+    const proto = grpc.loadPackageDefinition(definition) as unknown as {
+      quantd: { v1: { Calibrations: grpc.ServiceClientConstructor } };
+    };
+    client = new proto.quantd.v1.Calibrations(
+      server.target,
+      grpc.credentials.createInsecure(),
+    ) as unknown as Client;
+  });
+  afterAll(async () => {
+    client?.close();
+    await server?.server.shutdown('test done');
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const call = <K extends 'Create' | 'Get' | 'List' | 'QParams' | 'Export' | 'Delete'>(
+    rpc: K,
+    request: object,
+  ) =>
+    new Promise<Record<string, unknown>>((resolve, reject) =>
+      client[rpc](request, (err, response) => (err ? reject(err) : resolve(response))),
+    );
+  const observe = (messages: object[]) =>
+    new Promise<Record<string, unknown>>((resolve, reject) => {
+      const stream = client.Observe((err, response) => (err ? reject(err) : resolve(response)));
+      for (const m of messages) stream.write(m);
+      stream.end();
+    });
+
+  it('creates, streams batches, and gives the qparams HTTP gives', async () => {
+    const created = await call('Create', { recipe_json: JSON.stringify(RECIPE) });
+    const id = created['id'] as string;
+    expect(created['batches']).toBe(0);
+    const reply = await observe([
+      { id, safetensors: batch(1) },
+      { safetensors: batch(2) },
+      { id, safetensors: batch(3) },
+    ]);
+    expect(reply).toMatchObject({
+      batches: 3,
+      folded: 3,
+      observed: ['a.input', 'b.input'],
+      ignored: ['c.other'],
+    });
+    const got = await call('Get', { id });
+    expect(got).toMatchObject({ id, batches: 3, observed: 21 });
+    const viaGrpc = (await call('QParams', { id }))['safetensors'] as Buffer;
+    const viaHttp = Buffer.from(
+      await (await fetch(`${server.base}/v1/calibrations/${id}/qparams`)).arrayBuffer(),
+    );
+    expect(viaGrpc.equals(viaHttp)).toBe(true);
+    const state = JSON.parse((await call('Export', { id }))['json'] as string) as {
+      format: string;
+      batches: number;
+    };
+    expect([state.format, state.batches]).toEqual(['quantd.calibration/1', 3]);
+    const listed = (await call('List', {}))['calibrations'] as { id: string }[];
+    expect(listed.map((s) => s.id)).toContain(id);
+    await call('Delete', { id });
+    const gone = await rejection(call('Get', { id }));
+    expect([gone.code, gone.metadata.get('quantd-code')[0]]).toEqual([
+      grpc.status.NOT_FOUND,
+      'CALIBRATION_NOT_FOUND',
+    ]);
+  });
+
+  it('a refused batch fails the stream and keeps the batches before it', async () => {
+    const id = (await call('Create', { recipe_json: JSON.stringify(RECIPE) }))['id'] as string;
+    const bad = modelBytes([tensor('a.input', [1, NaN])]);
+    const err = await rejection(
+      observe([{ id, safetensors: batch(1) }, { safetensors: bad }, { safetensors: batch(2) }]),
+    );
+    expect([err.code, err.metadata.get('quantd-code')[0]]).toEqual([
+      grpc.status.INVALID_ARGUMENT,
+      'INPUT_NOT_FINITE',
+    ]);
+    expect((await call('Get', { id }))['batches']).toBe(1);
+  });
+
+  it('refuses streams without a session, naming two sessions, or empty, and bad recipes', async () => {
+    const noId = await rejection(observe([{ safetensors: batch(1) }]));
+    expect(noId.details).toContain('the first CalibrationBatch needs id');
+    const id = (await call('Create', { recipe_json: JSON.stringify(RECIPE) }))['id'] as string;
+    const two = await rejection(
+      observe([
+        { id, safetensors: batch(1) },
+        { id: 'f'.repeat(24), safetensors: batch(2) },
+      ]),
+    );
+    expect(two.details).toContain("names session ffffffffffffffffffffffff; the stream's first named");
+    const empty = await rejection(observe([]));
+    expect(empty.details).toContain('Observe needs at least one CalibrationBatch');
+    const recipe = await rejection(call('Create', { recipe_json: '{"observers": [' }));
+    expect(recipe.metadata.get('quantd-code')[0]).toBe('RECIPE_INVALID');
+  });
+});
