@@ -20,6 +20,7 @@ import {
   type QuantizedInput,
 } from './index.js';
 import { observeBatch, type ObserverConfig, type ObserverState } from './observers/index.js';
+import { linearErrorReport, type LinearErrorReport, type LinearLayer } from './linear-eval.js';
 
 export interface QuantizeOptions {
   /** Also measure how well the codes represent the input (QuantizeOutput.quality). */
@@ -67,6 +68,8 @@ export interface Compute {
   dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array>;
   /** The observer's state after `call.x` (a new state; off the event loop where the Compute has threads). */
   observe?(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState>;
+  /** A linear layer's output error under quantization (off the event loop where the Compute has threads). */
+  linearError?(layer: LinearLayer, spec: QuantSpec, signal?: AbortSignal): Promise<LinearErrorReport>;
   /** Hands back an output once its bytes are written out, so later outputs can reuse its memory. */
   release?(data: ArrayBufferView): void;
   /** A buffer for input bytes (recycled like outputs; hand it back with release). */
@@ -82,4 +85,5 @@ export const referenceCompute: Compute = {
   fakeQuantize: async (input, spec, outDType, given) => fakeQuantizeTensor(input, spec, outDType, given),
   dequantize: async (input, outDType) => dequantizeTensor(input, outDType),
   observe: async ({ config, state, x, shape }) => observeBatch(config, state, x, shape),
+  linearError: async (layer, spec) => linearErrorReport(layer, spec),
 };

@@ -21,6 +21,7 @@ import { createMetrics, type HttpMetrics } from './metrics.js';
 import { registerOpRoutes, OCTET_TYPE, SAFETENSORS_TYPE } from './op-routes.js';
 import { registerJobRoutes } from './job-routes.js';
 import { registerCalibrationRoutes } from './calibration-routes.js';
+import { registerLinearErrorRoute } from './linear-error-route.js';
 import type { CalibrationStore } from '../service/calibration/store.js';
 import { registerOipRoutes } from './oip-routes.js';
 import type { JobManager } from '../jobs/manager.js';
@@ -199,6 +200,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     bodyLimit: config.bodyLimit,
     inlineLimit: config.inlineLimit,
   });
+  await registerLinearErrorRoute(app, { compute: handle.compute });
   if (options.jobs) await registerJobRoutes(app, { jobs: options.jobs, uploadLimit: config.uploadLimit });
   if (options.calibrations) await registerCalibrationRoutes(app, { calibrations: options.calibrations });
   // Open Inference Protocol (KServe v2 / Triton) under /v2: its own auth, admission and error

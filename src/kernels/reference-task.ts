@@ -17,6 +17,7 @@ import {
   type QuantizedInput,
 } from '../core/index.js';
 import { observeBatch, type ObserverConfig, type ObserverState } from '../core/observers/index.js';
+import { linearErrorReport, type LinearErrorReport, type LinearLayer } from '../core/linear-eval.js';
 
 export type ReferenceCall =
   | {
@@ -45,7 +46,8 @@ export type ReferenceCall =
       readonly state: ObserverState;
       readonly x: Float32Array;
       readonly shape: readonly number[];
-    };
+    }
+  | { readonly kind: 'linearError'; readonly layer: LinearLayer; readonly spec: QuantSpec };
 
 /** What each call returns. */
 export interface ReferenceResults {
@@ -54,6 +56,7 @@ export interface ReferenceResults {
   fakeQuantize: FakeQuantizeOutput;
   dequantize: Uint8Array;
   observe: ObserverState;
+  linearError: LinearErrorReport;
 }
 
 export interface ReferenceTask {
@@ -73,5 +76,7 @@ export function runReferenceTask(call: ReferenceCall): ReferenceResults[Referenc
       return dequantizeTensor(call.input, call.outDType);
     case 'observe':
       return observeBatch(call.config, call.state, call.x, call.shape);
+    case 'linearError':
+      return linearErrorReport(call.layer, call.spec);
   }
 }

@@ -51,6 +51,7 @@ import {
   type QuantizeOptions,
 } from '../core/compute.js';
 import type { ObserverState } from '../core/observers/index.js';
+import type { LinearErrorReport, LinearLayer } from '../core/linear-eval.js';
 import { CHOOSE_MODE, CODES, CONVERT, type ChooseArgs, type LayoutArgs, type QuantArgs } from './module.js';
 import { BufferArena } from './arena.js';
 import { runReferenceTask, type ReferenceCall, type ReferenceResults } from './reference-task.js';
@@ -664,6 +665,11 @@ export class KernelCompute implements Compute {
       }
       return { data: await this.toDtype(out, outDType, scratch, input.name, signal), mask, qparams };
     });
+  }
+
+  /** A linear layer's output error: TypeScript, on a worker in a pool. */
+  linearError(layer: LinearLayer, spec: QuantSpec, signal?: AbortSignal): Promise<LinearErrorReport> {
+    return this.reference({ kind: 'linearError', layer, spec }, signal);
   }
 
   /** Observers run their TypeScript reference (torch's float32 order), on a worker in a pool. */

@@ -20,6 +20,7 @@ import type { KernelModule } from '../kernels/module.js';
 import { KernelCompute, type KernelComputeOptions } from '../kernels/tensor-ops.js';
 import type { Compute, ObserveCall, QuantizeOptions } from '../core/compute.js';
 import type { ObserverState } from '../core/observers/index.js';
+import type { LinearErrorReport, LinearLayer } from '../core/linear-eval.js';
 import { KernelPool, type PoolOptions } from './pool.js';
 
 /** Below this many elements an op runs in the calling thread (see `npm run bench`: pool overhead). */
@@ -117,6 +118,11 @@ export class PoolCompute implements Compute {
   /** An observer's batch: TypeScript (torch's exact order), on a worker when the batch is large. */
   observe(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState> {
     return this.on(call.x.length, (c) => c.observe(call, signal));
+  }
+
+  /** A linear layer's output error: on a worker unless the layer is tiny. */
+  linearError(layer: LinearLayer, spec: QuantSpec, signal?: AbortSignal): Promise<LinearErrorReport> {
+    return this.on(layer.n * layer.inFeatures * layer.outFeatures, (c) => c.linearError(layer, spec, signal));
   }
 
   /** Layout encode tasks, on the pool whatever the tensor's size (see KernelPool.encoding). */

@@ -149,7 +149,7 @@ export class KernelPool implements Executor {
     try {
       reply = (await this.piscina.run({ op: 'reference', call }, signal ? { signal } : {})) as typeof reply;
     } catch (err) {
-      throw this.failure(err, 'input' in call ? call.input.name : call.config.kind, signal);
+      throw this.failure(err, 'input' in call ? call.input.name : call.kind, signal);
     }
     if (reply.ok) return reply.value as ReferenceResults[K['kind']];
     throw failed(reply);
