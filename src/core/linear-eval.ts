@@ -100,7 +100,11 @@ export function qlinearOutput(layer: LinearLayer, reference: ArrayLike<number>):
   const ys = yq.scale[0]!;
   const yz = yq.zeroPoint[0]!;
   // weights: qint8 per output channel, symmetric
-  const wConfig = observerConfig({ kind: 'per_channel_min_max', dtype: 'qint8', qscheme: 'per_channel_symmetric' });
+  const wConfig = observerConfig({
+    kind: 'per_channel_min_max',
+    dtype: 'qint8',
+    qscheme: 'per_channel_symmetric',
+  });
   const wLo = new Float32Array(out);
   const wHi = new Float32Array(out);
   for (let o = 0; o < out; o++) {
