@@ -11,6 +11,8 @@ import * as grpc from '@grpc/grpc-js';
 import { QuantdError } from '../errors/index.js';
 import type { Caller } from '../service/auth.js';
 import type { CalibrationStore, CreateRequest } from '../service/calibration/store.js';
+import type { Compute } from '../core/compute.js';
+import { runLinearError } from '../service/linear-error.js';
 import type { GrpcError } from './errors.js';
 
 export const CALIBRATION_PROTO_FILE = 'quantd/v1/calibration.proto';
@@ -18,6 +20,8 @@ export const CALIBRATIONS_SERVICE_NAME = 'quantd.v1.Calibrations';
 
 export interface CalibrationsServiceDeps {
   readonly calibrations: CalibrationStore;
+  /** LinearError runs on it (the server's pool) */
+  readonly compute: Compute;
   readonly admit: (metadata: grpc.Metadata) => () => void;
   readonly identify: (metadata: grpc.Metadata) => Caller;
   readonly report: (err: unknown, rpc: string) => GrpcError;
@@ -30,6 +34,10 @@ interface CreateMessage {
 }
 interface IdMessage {
   readonly id?: string;
+}
+interface LinearErrorMessage {
+  readonly safetensors?: Buffer;
+  readonly weight_spec?: Record<string, string>;
 }
 interface BatchMessage {
   readonly id?: string;
@@ -185,6 +193,16 @@ export function addCalibrationsService(
     Delete: unary<IdMessage>('Delete', async (m, caller) => {
       await store.remove(m.id ?? '', caller);
       return {};
+    }),
+    LinearError: unary<LinearErrorMessage>('LinearError', async (m) => {
+      const body = m.safetensors ?? Buffer.alloc(0);
+      const bytes = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+      const { weight_spec: _spec, ...report } = await runLinearError(
+        deps.compute,
+        bytes,
+        m.weight_spec ?? {},
+      );
+      return report;
     }),
   });
 }

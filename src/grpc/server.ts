@@ -192,6 +192,7 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
   if (options.calibrations) {
     addCalibrationsService(server, proto.quantd.v1.Calibrations.service, {
       calibrations: options.calibrations,
+      compute: handle.compute,
       admit,
       identify: (metadata) => authenticate?.(metadata) ?? EVERYONE,
       report: (err, rpc) => report(err, rpc),

@@ -19,6 +19,7 @@ type Client = grpc.Client & {
   QParams(request: object, callback: Callback): void;
   Export(request: object, callback: Callback): void;
   Delete(request: object, callback: Callback): void;
+  LinearError(request: object, callback: Callback): void;
   Observe(callback: Callback): grpc.ClientWritableStream<object>;
 };
 
@@ -61,7 +62,7 @@ describe('quantd.v1.Calibrations', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const call = <K extends 'Create' | 'Get' | 'List' | 'QParams' | 'Export' | 'Delete'>(
+  const call = <K extends 'Create' | 'Get' | 'List' | 'QParams' | 'Export' | 'Delete' | 'LinearError'>(
     rpc: K,
     request: object,
   ) =>
@@ -123,6 +124,32 @@ describe('quantd.v1.Calibrations', () => {
       'INPUT_NOT_FINITE',
     ]);
     expect((await call('Get', { id }))['batches']).toBe(1);
+  });
+
+  it("LinearError gives HTTP's /v1/linear-error report", async () => {
+    const x = Float32Array.from({ length: 8 * 32 }, (_, i) => Math.sin(i) * (i % 32 === 3 ? 20 : 1));
+    const w = Float32Array.from({ length: 16 * 32 }, (_, i) => Math.cos(i * 0.7) * 0.1);
+    const body = modelBytes([
+      { name: 'x', dtype: 'F32', shape: [8, 32], data: new Uint8Array(x.buffer) },
+      { name: 'weight', dtype: 'F32', shape: [16, 32], data: new Uint8Array(w.buffer) },
+    ]);
+    const spec = { qdtype: 'int4', scheme: 'per_group', group_size: '16' };
+    const viaGrpc = await call('LinearError', { safetensors: body, weight_spec: spec });
+    const reply = await fetch(`${server.base}/v1/linear-error?qdtype=int4&scheme=per_group&group_size=16`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-safetensors' },
+      body,
+    });
+    const viaHttp = (await reply.json()) as Record<string, unknown>;
+    expect(viaGrpc).toEqual({
+      n: viaHttp['n'],
+      in_features: viaHttp['in_features'],
+      out_features: viaHttp['out_features'],
+      weight_only: viaHttp['weight_only'],
+      qlinear_int8: viaHttp['qlinear_int8'],
+    });
+    const bad = await rejection(call('LinearError', { safetensors: body, weight_spec: { colour: 'red' } }));
+    expect(bad.metadata.get('quantd-code')[0]).toBe('OPTION_INVALID');
   });
 
   it('refuses streams without a session, naming two sessions, or empty, and bad recipes', async () => {
