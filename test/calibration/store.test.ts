@@ -44,6 +44,28 @@ describe('the calibration store', () => {
     }
   });
 
+  it('starts on a data directory it cannot write; creating a session is then OUTPUT_UNWRITABLE', async () => {
+    mkdirSync(join(dir, 'blocked'));
+    writeFileSync(join(dir, 'blocked', 'file'), 'not a directory');
+    const store = new CalibrationStore({
+      dataDir: join(dir, 'blocked', 'file', 'data'),
+      compute: referenceCompute,
+    });
+    await store.start();
+    try {
+      let code: string | undefined;
+      try {
+        await store.create({ recipe });
+      } catch (err) {
+        code = isQuantdError(err) ? err.code : String(err);
+      }
+      expect(code).toBe('OUTPUT_UNWRITABLE');
+      expect(store.list()).toEqual([]);
+    } finally {
+      await store.stop();
+    }
+  });
+
   it('sets a damaged session file aside at start and serves the others', async () => {
     const data = join(dir, 'b');
     const first = new CalibrationStore({ dataDir: data, compute: referenceCompute });

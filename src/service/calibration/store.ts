@@ -12,7 +12,7 @@ import type { Compute } from '../../core/compute.js';
 import { toFloat32, typedView } from '../../core/index.js';
 import { QuantdError } from '../../errors/index.js';
 import { EVERYONE, type Caller } from '../auth.js';
-import { writeFileAtomic } from '../../format/file-io.js';
+import { errorCode, writeError, writeFileAtomic } from '../../format/file-io.js';
 import { parseSafetensors } from '../../format/safetensors.js';
 import { parseCalibrationRecipe } from './recipe.js';
 import { CalibrationSession, type BatchTensor, type CalibrationExport, type FoldResult } from './session.js';
@@ -52,10 +52,20 @@ export class CalibrationStore {
     this.dir = join(options.dataDir, 'calibrations');
   }
 
-  /** Loads the sessions a previous process left; a damaged file is set aside as ID.json.damaged. */
+  /**
+   * Loads the sessions a previous process left; a damaged file is set aside as ID.json.damaged.
+   * A data directory that cannot be read does not stop the server (as for jobs): creating a
+   * session then fails with the catalogued write error.
+   */
   async start(): Promise<void> {
-    await mkdir(this.dir, { recursive: true });
-    for (const file of await readdir(this.dir)) {
+    let files: string[] = [];
+    try {
+      files = await readdir(this.dir);
+    } catch (err) {
+      if (errorCode(err) !== 'ENOENT')
+        this.log?.warn({ err, dir: this.dir }, 'calibration sessions unreadable');
+    }
+    for (const file of files) {
       const id = file.endsWith('.json') ? file.slice(0, -5) : '';
       if (!ID.test(id)) continue;
       const path = join(this.dir, file);
@@ -160,6 +170,11 @@ export class CalibrationStore {
 
   /** The session file: its export form, and the owner (never part of an export). */
   private async persist(session: CalibrationSession, exported: CalibrationExport): Promise<void> {
+    try {
+      await mkdir(this.dir, { recursive: true });
+    } catch (err) {
+      throw writeError(this.dir, err);
+    }
     await writeFileAtomic(this.fileOf(exported.id), JSON.stringify({ ...exported, owner: session.owner }));
   }
 
