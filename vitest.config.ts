@@ -9,5 +9,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    // the default output, then the files that did not pass named at the end (what CI logs keep)
+    reporters: ['default', './test/setup/unfinished-reporter.ts'],
   },
 });
