@@ -91,7 +91,7 @@ export class CalibrationSession {
   ): Promise<FoldResult> {
     const observed: string[] = [];
     const ignored: string[] = [];
-    const work: Promise<[string, Watched, ObserverState]>[] = [];
+    const planned: [BatchTensor, Watched][] = [];
     let added = 0;
     for (const t of tensors) {
       let watched = this.observers.get(t.name);
@@ -105,19 +105,9 @@ export class CalibrationSession {
         added++;
       }
       observed.push(t.name);
-      const w = watched;
-      const call = { config: w.config, state: w.state, x: t.x, shape: t.shape };
-      work.push(
-        (compute.observe
-          ? compute.observe(call, signal)
-          : Promise.resolve(observeBatch(w.config, w.state, t.x, t.shape))
-        )
-          .then((state): [string, Watched, ObserverState] => [t.name, w, state])
-          .catch((err: unknown) => {
-            throw named(t.name, err);
-          }),
-      );
+      planned.push([t, watched]);
     }
+    // every refusal that needs no computing comes before any computing starts
     if (observed.length === 0) {
       throw new QuantdError('NO_TENSOR_SELECTED', {
         detail: `no tensor of the batch matches a rule of calibration ${this.id} (${ignored.length} tensors: ${ignored.slice(0, 3).join(', ')}${ignored.length > 3 ? ', …' : ''})`,
@@ -128,6 +118,19 @@ export class CalibrationSession {
         detail: `calibration ${this.id} would watch ${this.observers.size + added} tensors; a session watches at most ${MAX_OBSERVERS}`,
       });
     }
+    // Promise.all handles every rejection (the first one is the batch's error)
+    const work = planned.map(([t, w]) => {
+      const call = { config: w.config, state: w.state, x: t.x, shape: t.shape };
+      const next = compute.observe
+        ? compute.observe(call, signal)
+        : Promise.resolve().then(() => observeBatch(w.config, w.state, t.x, t.shape));
+      return next.then(
+        (state): [string, Watched, ObserverState] => [t.name, w, state],
+        (err: unknown) => {
+          throw named(t.name, err);
+        },
+      );
+    });
     const results = await Promise.all(work);
     const next = new Map(this.observers);
     for (const [name, w, state] of results) next.set(name, { config: w.config, state });
