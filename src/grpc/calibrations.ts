@@ -9,22 +9,18 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { QuantdError } from '../errors/index.js';
-import type { Caller } from '../service/auth.js';
 import type { CalibrationStore, CreateRequest } from '../service/calibration/store.js';
 import type { Compute } from '../core/compute.js';
 import { runLinearError } from '../service/linear-error.js';
-import type { GrpcError } from './errors.js';
+import { admittedUnary, type AdmissionDeps } from './admitted.js';
 
 export const CALIBRATION_PROTO_FILE = 'quantd/v1/calibration.proto';
 export const CALIBRATIONS_SERVICE_NAME = 'quantd.v1.Calibrations';
 
-export interface CalibrationsServiceDeps {
+export interface CalibrationsServiceDeps extends AdmissionDeps {
   readonly calibrations: CalibrationStore;
   /** LinearError runs on it (the server's pool) */
   readonly compute: Compute;
-  readonly admit: (metadata: grpc.Metadata) => () => void;
-  readonly identify: (metadata: grpc.Metadata) => Caller;
-  readonly report: (err: unknown, rpc: string) => GrpcError;
 }
 
 interface CreateMessage {
@@ -43,8 +39,6 @@ interface BatchMessage {
   readonly id?: string;
   readonly safetensors?: Buffer;
 }
-
-type Unary<Req> = (call: grpc.ServerUnaryCall<Req, unknown>, callback: grpc.sendUnaryData<unknown>) => void;
 
 function parseJsonField(field: string, text: string): unknown {
   try {
@@ -71,21 +65,7 @@ export function addCalibrationsService(
 ): void {
   const { calibrations: store, admit, identify, report } = deps;
 
-  const unary =
-    <Req>(rpc: string, run: (request: Req, caller: Caller) => unknown): Unary<Req> =>
-    (call, callback) => {
-      let release: (() => void) | undefined;
-      return Promise.resolve()
-        .then(() => {
-          release = admit(call.metadata);
-          return run(call.request, identify(call.metadata));
-        })
-        .then(
-          (response) => callback(null, response),
-          (err: unknown) => callback(report(err, rpc)),
-        )
-        .finally(() => release?.());
-    };
+  const unary = admittedUnary(deps);
 
   const observe = (
     call: grpc.ServerReadableStream<BatchMessage, unknown>,

@@ -18,9 +18,9 @@ import * as grpc from '@grpc/grpc-js';
 import { QuantdError } from '../errors/index.js';
 import type { JobManager } from '../jobs/manager.js';
 import type { ResultFile } from '../jobs/store.js';
-import type { GrpcError } from './errors.js';
 import { jobMessage, submissionOf, type SubmitJobMessage } from './job-messages.js';
 import { verifyResultFile } from '../jobs/verify.js';
+import { admittedUnary, type AdmissionDeps } from './admitted.js';
 
 export const JOBS_PROTO_FILE = 'quantd/v1/jobs.proto';
 export const JOBS_SERVICE_NAME = 'quantd.v1.Jobs';
@@ -28,17 +28,10 @@ export const JOBS_SERVICE_NAME = 'quantd.v1.Jobs';
 /** Data bytes per ResultChunk: under every gRPC client's default 4 MiB receive limit. */
 export const RESULT_CHUNK_BYTES = 1024 * 1024;
 
-export interface JobsServiceDeps {
+export interface JobsServiceDeps extends AdmissionDeps {
   readonly jobs: JobManager;
-  /** Auth, readiness and admission for one call; returns the release of its slot. */
-  readonly admit: (metadata: grpc.Metadata) => () => void;
-  /** Who calls (src/service/auth.ts): their jobs only, or all for an admin key. */
-  readonly identify: (metadata: grpc.Metadata) => Caller;
-  /** The gRPC error for a failure (logged). */
-  readonly report: (err: unknown, rpc: string) => GrpcError;
 }
 
-type Unary<Req> = (call: grpc.ServerUnaryCall<Req, unknown>, callback: grpc.sendUnaryData<unknown>) => void;
 type Streaming<Req> = (call: grpc.ServerWritableStream<Req, unknown>) => void;
 
 /** A file to stream: where it is, the name it is sent under, its size and data hash. */
@@ -54,22 +47,7 @@ export function addJobsService(
 ): void {
   const { jobs, admit, identify, report } = deps;
 
-  const unary =
-    <Req>(rpc: string, run: (request: Req, caller: Caller) => unknown): Unary<Req> =>
-    (call, callback) => {
-      let release: (() => void) | undefined;
-      // returned, as the streaming one is: whatever escapes reaches the server's guard (guard.ts)
-      return Promise.resolve()
-        .then(() => {
-          release = admit(call.metadata);
-          return run(call.request, identify(call.metadata));
-        })
-        .then(
-          (response) => callback(null, response),
-          (err: unknown) => callback(report(err, rpc)),
-        )
-        .finally(() => release?.());
-    };
+  const unary = admittedUnary(deps);
 
   const streaming =
     <Req>(rpc: string, files: (request: Req, caller: Caller) => Promise<Outgoing[]>): Streaming<Req> =>
