@@ -50,7 +50,7 @@ import {
   type ObserveCall,
   type QuantizeOptions,
 } from '../core/compute.js';
-import type { ObserverState } from '../core/observers/index.js';
+import { minMaxLayout, observeReduced, type ObserverState } from '../core/observers/index.js';
 import type { LinearErrorReport, LinearLayer } from '../core/linear-eval.js';
 import { CHOOSE_MODE, CODES, CONVERT, type ChooseArgs, type LayoutArgs, type QuantArgs } from './module.js';
 import { BufferArena } from './arena.js';
@@ -672,9 +672,27 @@ export class KernelCompute implements Compute {
     return this.reference({ kind: 'linearError', layer, spec }, signal);
   }
 
-  /** Observers run their TypeScript reference (torch's float32 order), on a worker in a pool. */
-  observe(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState> {
-    return this.reference({ kind: 'observe', ...call }, signal);
+  /**
+   * An observer's batch. Min/max observers reduce it with the kernels' minmax (the same values:
+   * min and max are exact) and fold the result in TypeScript; a batch a kernel rejects (NaN,
+   * whose torch semantics the reference keeps) and every other kind run the TypeScript reference,
+   * on a worker in a pool.
+   */
+  async observe(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState> {
+    const { config, state, x, shape } = call;
+    const layout = minMaxLayout(config, shape, x.length);
+    if (!layout) return this.reference({ kind: 'observe', ...call }, signal);
+    const input: FloatInput = {
+      name: config.kind,
+      dtype: 'float32',
+      data: new Uint8Array(x.buffer, x.byteOffset, x.byteLength),
+      layout,
+    };
+    const range = await this.withScratch((scratch) =>
+      this.minmax(this.windowsOf(input, scratch, ALIGN), layout, input.name, signal),
+    );
+    if (!range) return this.reference({ kind: 'observe', ...call }, signal);
+    return observeReduced(config, state, range.mins, range.maxs, x.length);
   }
 
   async dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array> {

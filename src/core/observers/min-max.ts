@@ -11,6 +11,7 @@
  */
 import { QuantdError, shapeText } from '../../errors/index.js';
 import { fround } from '../rounding.js';
+import type { Layout } from '../layout.js';
 import type { ObserverConfig } from './config.js';
 
 export interface RunningRange {
@@ -72,6 +73,58 @@ export function channelMinMax(
   return [lo, hi];
 }
 
+/** Whether `kind` keeps only a running min and max (its batches reduce to their min and max). */
+export const isMinMaxKind = (kind: ObserverConfig['kind']): boolean =>
+  kind === 'min_max' ||
+  kind === 'moving_average_min_max' ||
+  kind === 'per_channel_min_max' ||
+  kind === 'moving_average_per_channel_min_max';
+
+/**
+ * Folds a batch's own min and max (one per tensor, or per channel) into `range` (mutated): what
+ * every min/max observer does with a batch once it is reduced — by aminmax here, or by the kernels.
+ */
+export function foldMinMax(
+  config: ObserverConfig,
+  range: RunningRange,
+  batchLo: Float32Array,
+  batchHi: Float32Array,
+): void {
+  const c = config.averagingConstant;
+  const moving =
+    config.kind === 'moving_average_min_max' || config.kind === 'moving_average_per_channel_min_max';
+  const perTensor = config.kind === 'min_max' || config.kind === 'moving_average_min_max';
+  if (perTensor) {
+    const [a, b] = [batchLo[0]!, batchHi[0]!];
+    if (!moving) {
+      range.lo[0] = nanMin(a, range.lo[0]!);
+      range.hi[0] = nanMax(b, range.hi[0]!);
+    } else if (range.lo[0] === Infinity && range.hi[0] === -Infinity) {
+      range.lo[0] = a;
+      range.hi[0] = b;
+    } else {
+      range.lo[0] = average(range.lo[0]!, a, c);
+      range.hi[0] = average(range.hi[0]!, b, c);
+    }
+    return;
+  }
+  if (range.lo.length === 0) {
+    range.lo = batchLo;
+    range.hi = batchHi;
+    return;
+  }
+  if (batchLo.length !== range.lo.length) {
+    throw new QuantdError('OBSERVER_INVALID', {
+      observer: config.kind,
+      detail: `the batch has ${batchLo.length} channels on axis ${config.chAxis}; the observer has seen ${range.lo.length}`,
+    });
+  }
+  for (let k = 0; k < batchLo.length; k++) {
+    range.lo[k] = moving ? average(range.lo[k]!, batchLo[k]!, c) : nanMin(batchLo[k]!, range.lo[k]!);
+    range.hi[k] = moving ? average(range.hi[k]!, batchHi[k]!, c) : nanMax(batchHi[k]!, range.hi[k]!);
+  }
+}
+
 /** Folds one batch into `range` (mutated). `x` is float32 data of shape `shape`. */
 export function observeMinMax(
   config: ObserverConfig,
@@ -80,47 +133,46 @@ export function observeMinMax(
   shape: readonly number[],
 ): void {
   if (x.length === 0) return;
-  const c = config.averagingConstant;
-  switch (config.kind) {
-    case 'min_max': {
-      const [a, b] = aminmax(x);
-      range.lo[0] = nanMin(a, range.lo[0]!);
-      range.hi[0] = nanMax(b, range.hi[0]!);
-      return;
-    }
-    case 'moving_average_min_max': {
-      const [a, b] = aminmax(x);
-      if (range.lo[0] === Infinity && range.hi[0] === -Infinity) {
-        range.lo[0] = a;
-        range.hi[0] = b;
-      } else {
-        range.lo[0] = average(range.lo[0]!, a, c);
-        range.hi[0] = average(range.hi[0]!, b, c);
-      }
-      return;
-    }
-    case 'per_channel_min_max':
-    case 'moving_average_per_channel_min_max': {
-      const [a, b] = channelMinMax(config.kind, x, shape, config.chAxis);
-      if (range.lo.length === 0) {
-        range.lo = a;
-        range.hi = b;
-        return;
-      }
-      if (a.length !== range.lo.length) {
-        throw new QuantdError('OBSERVER_INVALID', {
-          observer: config.kind,
-          detail: `the batch has ${a.length} channels on axis ${config.chAxis}; the observer has seen ${range.lo.length}`,
-        });
-      }
-      const moving = config.kind === 'moving_average_per_channel_min_max';
-      for (let k = 0; k < a.length; k++) {
-        range.lo[k] = moving ? average(range.lo[k]!, a[k]!, c) : nanMin(a[k]!, range.lo[k]!);
-        range.hi[k] = moving ? average(range.hi[k]!, b[k]!, c) : nanMax(b[k]!, range.hi[k]!);
-      }
-      return;
-    }
-    default:
-      throw new Error(`observeMinMax: ${config.kind} is not a min/max observer`);
+  if (!isMinMaxKind(config.kind)) throw new Error(`observeMinMax: ${config.kind} is not a min/max observer`);
+  if (config.kind === 'min_max' || config.kind === 'moving_average_min_max') {
+    const [a, b] = aminmax(x);
+    foldMinMax(config, range, Float32Array.of(a), Float32Array.of(b));
+  } else {
+    const [a, b] = channelMinMax(config.kind, x, shape, config.chAxis);
+    foldMinMax(config, range, a, b);
   }
+}
+
+/**
+ * The layout a min/max observer reduces a batch by (one unit per tensor, or per channel of
+ * ch_axis), for reducing it elsewhere (the kernels); null where the batch does not fit it (the
+ * observer itself then says why).
+ */
+export function minMaxLayout(config: ObserverConfig, shape: readonly number[], numel: number): Layout | null {
+  let count = 1;
+  for (const d of shape) count *= Number.isInteger(d) && d >= 0 ? d : NaN;
+  if (count !== numel || numel === 0 || !isMinMaxKind(config.kind)) return null;
+  if (config.kind === 'min_max' || config.kind === 'moving_average_min_max') {
+    const base = { scheme: 'per_tensor', shape, numel, axis: null, groupSize: null } as const;
+    return { ...base, outer: 1, channels: 1, inner: numel, qparamShape: [1] };
+  }
+  const rank = shape.length;
+  const axis = config.chAxis < 0 ? config.chAxis + rank : config.chAxis;
+  if (axis < 0 || axis >= rank) return null;
+  let outer = 1;
+  let inner = 1;
+  for (let d = 0; d < axis; d++) outer *= shape[d]!;
+  for (let d = axis + 1; d < rank; d++) inner *= shape[d]!;
+  const channels = shape[axis]!;
+  return {
+    scheme: 'per_channel',
+    shape,
+    numel,
+    outer,
+    channels,
+    inner,
+    qparamShape: [channels],
+    axis,
+    groupSize: null,
+  };
 }

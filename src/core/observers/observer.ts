@@ -5,7 +5,7 @@
 import { QuantdError } from '../../errors/index.js';
 import type { ObserverConfig } from './config.js';
 import { histogramQParams, observeHistogram } from './histogram.js';
-import { observeMinMax } from './min-max.js';
+import { foldMinMax, observeMinMax } from './min-max.js';
 import { calculateQParams, type ObserverQParams } from './qparams.js';
 
 export interface ObserverState {
@@ -96,5 +96,27 @@ export function observeBatch(
     observed: state.observed,
   };
   observe(config, next, x, shape);
+  return next;
+}
+
+/**
+ * `state` after a batch of `count` elements whose min and max (per tensor, or per channel of
+ * ch_axis) were reduced elsewhere — by the kernels — as a new state. Min/max kinds only.
+ */
+export function observeReduced(
+  config: ObserverConfig,
+  state: ObserverState,
+  batchLo: Float32Array,
+  batchHi: Float32Array,
+  count: number,
+): ObserverState {
+  const next: ObserverState = {
+    lo: state.lo.slice(),
+    hi: state.hi.slice(),
+    histogram: null,
+    observed: state.observed,
+  };
+  foldMinMax(config, next, batchLo, batchHi);
+  next.observed += count;
   return next;
 }
