@@ -34,22 +34,22 @@ const dstBins = (config: ObserverConfig): number => (config.dtype === 'qint32' ?
 
 export function observeHistogram(config: ObserverConfig, state: HistogramState, x: ArrayLike<number>): void {
   if (x.length === 0) return;
-  for (let i = 0; i < x.length; i++) {
-    const v = x[i]!;
-    if (!Number.isFinite(v)) throw notFinite(config.kind, v, i, 'the histogram observer');
+  // one pass for the range; a NaN or an infinity shows in it, and only then is it looked for
+  const [a, b] = aminmax(x);
+  if (!Number.isFinite(a) || !Number.isFinite(b)) {
+    const i = Array.prototype.findIndex.call(x, (v: number) => !Number.isFinite(v));
+    throw notFinite(config.kind, x[i]!, i, 'the histogram observer');
   }
   const bins = config.bins;
   const lo = state.lo[0]!;
   const hi = state.hi[0]!;
   if ((lo === Infinity && hi === -Infinity) || lo === hi) {
-    const [a, b] = aminmax(x);
     state.lo[0] = a;
     state.hi[0] = b;
     state.histogram = new Float32Array(bins);
     histc(x, bins, Math.trunc(a), Math.trunc(b), state.histogram);
     return;
   }
-  const [a, b] = aminmax(x);
   const combinedMin = Math.min(a, lo);
   let combinedMax = Math.max(b, hi);
   // _adjust_min_max: a common grid of cell width (hi - lo) / (bins · upsample_rate)
