@@ -6,6 +6,7 @@
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { grpcServerModule, rejection, startTestServer, type TestServer } from '../grpc/helpers.js';
@@ -124,6 +125,47 @@ describe('quantd.v1.Calibrations', () => {
       'INPUT_NOT_FINITE',
     ]);
     expect((await call('Get', { id }))['batches']).toBe(1);
+  });
+
+  it('a cancelled stream keeps the batches folded before it and frees its admission slot', async () => {
+    // a server admitting 3 calls at once (pool 2 + queue 1): a leaked slot would show after 3
+    const small = await startTestServer({ QUANTD_DATA_DIR: join(dir, 'small'), QUANTD_QUEUE_LIMIT: '1' });
+    const { LOADER_OPTIONS } = await grpcServerModule();
+    const proto = grpc.loadPackageDefinition(
+      protoLoader.loadSync('quantd/v1/calibration.proto', LOADER_OPTIONS),
+    ) as unknown as {
+      quantd: { v1: { Calibrations: grpc.ServiceClientConstructor } };
+    };
+    const c = new proto.quantd.v1.Calibrations(
+      small.target,
+      grpc.credentials.createInsecure(),
+    ) as unknown as Client;
+    const get = (id: string) =>
+      new Promise<Record<string, unknown>>((resolve, reject) =>
+        c.Get({ id }, (err, r) => (err ? reject(err) : resolve(r))),
+      );
+    try {
+      const id = await new Promise<string>((resolve, reject) =>
+        c.Create({ recipe_json: JSON.stringify(RECIPE) }, (err, r) =>
+          err ? reject(err) : resolve(r['id'] as string),
+        ),
+      );
+      for (let i = 1; i <= 4; i++) {
+        const stream = c.Observe(() => {});
+        stream.write({ id, safetensors: batch(i) });
+        const deadline = Date.now() + 5000;
+        while (((await get(id))['batches'] as number) < i && Date.now() < deadline) {
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        stream.cancel();
+      }
+      await new Promise((r) => setTimeout(r, 50));
+      // every batch folded before its stream was cancelled is kept, and calls are still admitted
+      expect((await get(id))['batches']).toBe(4);
+    } finally {
+      c.close();
+      await small.server.shutdown('test done');
+    }
   });
 
   it("LinearError gives HTTP's /v1/linear-error report", async () => {
