@@ -7,6 +7,8 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 
+import { bits, f32 } from './helpers.js';
+
 import type { ObserverState } from '../../src/core/observers/index.js';
 import {
   newObserverState,
@@ -22,17 +24,6 @@ const golden = JSON.parse(readFileSync(new URL('./observers.json', import.meta.u
   cases: { id: string; observer?: ObserverOptions; steps: { x: { shape: number[]; data: string } }[] }[];
 };
 
-const f32 = (b64: string): Float32Array => {
-  const raw = Buffer.from(b64, 'base64');
-  const out = new Float32Array(raw.length / 4);
-  new Uint8Array(out.buffer).set(raw);
-  return out;
-};
-/** Bit patterns, NaN alike and ±0 alike (torch's own reductions may return either zero). */
-const bits = (a: Float32Array): string[] =>
-  Array.from(a, (v) =>
-    Number.isNaN(v) ? 'NaN' : v === 0 ? '0' : Buffer.from(Float32Array.of(v).buffer).toString('hex'),
-  );
 const outcome = (run: () => unknown): unknown => {
   try {
     return run();

@@ -6,6 +6,8 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 
+import { bits, f32 } from './helpers.js';
+
 import {
   chooseQuantizationParams,
   fakeQuantizeStep,
@@ -69,18 +71,6 @@ const golden = JSON.parse(readFileSync(new URL('./observers.json', import.meta.u
     }[];
   };
 };
-
-const f32 = (b64: string): Float32Array => {
-  const raw = Buffer.from(b64, 'base64');
-  const out = new Float32Array(raw.length / 4);
-  new Uint8Array(out.buffer).set(raw);
-  return out;
-};
-/** Bit patterns, with every NaN alike and -0 equal to +0 (torch's aminmax may pick either zero). */
-const bits = (a: Float32Array): string[] =>
-  Array.from(a, (v) =>
-    Number.isNaN(v) ? 'NaN' : v === 0 ? '0' : Buffer.from(Float32Array.of(v).buffer).toString('hex'),
-  );
 
 function codeOf(run: () => unknown): string | undefined {
   try {
