@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // npm run bench:observers: GB/s of float32 activations folded into each observer kind, one
 // thread — the TypeScript observers, and the kernels' Compute (min/max kinds reduce with the
-// native kernels; the histogram is TypeScript either way) — beside memcpy measured in the same
-// run, and the time to compute qparams from the state.
+// native kernels' minmax; the histogram counts with their histc) — beside memcpy measured in the
+// same run, and the time to compute qparams from the state.
 // Usage: node bench/observers.js [--mib 64] [--reps 3]
 import { parseArgs } from 'node:util';
 import {

@@ -278,6 +278,17 @@ static napi_value js_determine(napi_env env, napi_callback_info info) {
   return status_of(env, qd_determine(mins.data, maxs.data, n, &c, scale.data, zp.data, &bad), bad);
 }
 
+/* histc(x, left, right, hist): torch.histc's counting into hist (its length is the bins) */
+static napi_value js_histc(napi_env env, napi_callback_info info) {
+  ARGS(4);
+  view x, hist;
+  float left, right;
+  if (!get_view(env, argv[0], &x) || !get_f32(env, argv[1], &left) || !get_f32(env, argv[2], &right) ||
+      !get_view(env, argv[3], &hist) || hist.bytes < 4 || hist.bytes / 4 > 0xffffffffu)
+    return throw_error(env, "quantd addon: histc arguments");
+  return status_of(env, qd_histc(x.data, x.bytes / 4, left, right, (uint32_t)(hist.bytes / 4), hist.data), 0);
+}
+
 /* convert(kind, in, out): 0 f16→f32, 1 bf16→f32, 2 f32→f16, 3 f32→bf16; n from the input */
 static napi_value js_convert(napi_env env, napi_callback_info info) {
   ARGS(3);
@@ -352,7 +363,7 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
     js_fn fn;
   } fns[] = {
       {"minmax", js_minmax},       {"quantize", js_quantize},     {"dequantize", js_dequantize},
-      {"fakeQuantize", js_fake_quantize}, {"chooseQuantize", js_choose_quantize}, {"determine", js_determine},
+      {"fakeQuantize", js_fake_quantize}, {"chooseQuantize", js_choose_quantize}, {"determine", js_determine}, {"histc", js_histc},
       {"convert", js_convert}, {"quality", js_quality}, {"quantizeMeasured", js_quantize_measured},
       {"chooseQuantizeMeasured", js_choose_quantize_measured}, {"ggmlQuantize", js_ggml_quantize},
   };

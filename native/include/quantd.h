@@ -155,6 +155,12 @@ typedef struct {
 qd_status qd_determine(const float *mins, const float *maxs, uint64_t n, const qd_choose *c, float *scale,
                        double *zero_point, uint64_t *bad);
 
+/* torch.histc's counting (the histogram observer): each x in [left, right] adds 1.0f to bin
+ * trunc((x - left) · bins / (right - left)), every step in float32, the last bin closed on the
+ * right; values outside (NaN included) and those whose bin overflows float32 are not counted.
+ * Sequential, so the float32 counts round as the TypeScript reference rounds them. */
+qd_status qd_histc(const float *x, uint64_t count, float left, float right, uint32_t bins, float *hist);
+
 /* quantize / choose_quantize on `k`'s kernels, adding the codes' quality statistics to `stats`
  * chunk by chunk, while the chunk is in cache (measured.c). */
 qd_status qd_quantize_measured(const qd_kernels *k, const float *x, uint64_t start, uint64_t count,

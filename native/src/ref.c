@@ -160,6 +160,23 @@ qd_status qd_determine_unit(float lo, float hi, const qd_choose *c, float *scale
   return QD_OK;
 }
 
+qd_status qd_histc(const float *x, uint64_t count, float left, float right, uint32_t bins, float *hist) {
+  if (bins == 0) return QD_BAD_ARGUMENT;
+  const float width = right - left;
+  const float nb = (float)bins;
+  for (uint64_t i = 0; i < count; i++) {
+    const float v = x[i];
+    if (!(v >= left && v <= right)) continue;
+    const float scaled = (v - left) * nb; /* rounded to float32 before the division, as torch */
+    const float t = scaled / width;
+    if (!(t < nb + 1.0f)) continue; /* an overflowed (infinite) bin: not counted */
+    uint64_t pos = (uint64_t)t;
+    if (pos == bins) pos -= 1;
+    hist[pos] += 1.0f;
+  }
+  return QD_OK;
+}
+
 qd_status qd_determine(const float *mins, const float *maxs, uint64_t n, const qd_choose *c, float *scale,
                        double *zero_point, uint64_t *bad) {
   if (c->mode < QD_AFFINE || c->mode > QD_TOKEN_AFFINE) return QD_BAD_ARGUMENT;

@@ -119,6 +119,11 @@ int32_t qdw_determine(const float *mins, const float *maxs, double n, int32_t mo
   return qd_determine(mins, maxs, (uint64_t)n, &c, scale, zero_point, &bad);
 }
 
+EXPORT("histc")
+int32_t qdw_histc(const float *x, double count, float left, float right, int32_t bins, float *hist) {
+  return qd_histc(x, (uint64_t)count, left, right, (uint32_t)bins, hist);
+}
+
 /* 0 f16→f32, 1 bf16→f32, 2 f32→f16, 3 f32→bf16 */
 EXPORT("convert") void qdw_convert(int32_t kind, const void *in, double n, void *out) {
   qd_convert_fn fns[4] = {kernels->f16_to_f32, kernels->bf16_to_f32, kernels->f32_to_f16, kernels->f32_to_bf16};

@@ -164,6 +164,8 @@ export interface KernelModule {
     zeroPoint: Float64Array,
   ): number;
   convert(kind: number, input: Uint16Array | Float32Array, out: Float32Array | Uint16Array): void;
+  /** torch.histc's counting of x into `hist` (float32 counts, added to; its length is the bins). */
+  histc(x: Float32Array, left: number, right: number, hist: Float32Array): number;
   /** Adds the error statistics of `codes` (of x) to stats: [Σerr², Σx², max|err|, clipped, count]. */
   quality(
     x: Float32Array,

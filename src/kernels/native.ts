@@ -22,6 +22,7 @@ interface BoundKernels {
   fakeQuantize(...args: unknown[]): number;
   chooseQuantize(...args: unknown[]): number;
   determine(...args: unknown[]): number;
+  histc(...args: unknown[]): number;
   convert(...args: unknown[]): number;
   quality(...args: unknown[]): number;
   quantizeMeasured(...args: unknown[]): number;
@@ -100,6 +101,7 @@ export function loadNative(isa = ''): KernelModule {
     determine: (mins, maxs, c, scale, zp) =>
       k.determine(mins, maxs, c.mode, c.qmin, c.qmax, c.eps, c.symmetricZeroPoint, scale, zp),
     convert: (kind, input, out) => void k.convert(kind, input, out),
+    histc: (x, left, right, hist) => k.histc(x, left, right, hist),
     quality: (x, codes, start, l, scale, zp, q, stats) =>
       k.quality(
         x,

@@ -38,6 +38,14 @@ export type KernelTask =
       readonly layout: LayoutArgs;
     }
   | {
+      /** torch.histc's counting over the whole input, in one task (its float32 counts are sequential) */
+      readonly op: 'histc';
+      readonly x: Float32Array;
+      readonly left: number;
+      readonly right: number;
+      readonly bins: number;
+    }
+  | {
       readonly op: 'determine';
       readonly mins: Float32Array;
       readonly maxs: Float32Array;
@@ -119,6 +127,8 @@ export interface TaskResult {
   readonly zeroPoint?: Float64Array;
   /** quality, and measured quantize / chooseQuantize: [Σerr², Σx², max|err|, clipped, count] of the range. */
   readonly stats?: Float64Array;
+  /** histc: the counts */
+  readonly hist?: Float32Array;
 }
 
 const ok: TaskResult = { status: 0, bad: -1 };
@@ -178,6 +188,10 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
         k.minmax(x, task.start + at, task.layout, mins, maxs),
       );
       return { ...done(status), mins, maxs };
+    }
+    case 'histc': {
+      const hist = new Float32Array(task.bins);
+      return { ...done(k.histc(task.x, task.left, task.right, hist)), hist };
     }
     case 'determine': {
       const scale = new Float32Array(task.mins.length);

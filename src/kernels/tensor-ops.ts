@@ -50,7 +50,13 @@ import {
   type ObserveCall,
   type QuantizeOptions,
 } from '../core/compute.js';
-import { minMaxLayout, observeReduced, type ObserverState } from '../core/observers/index.js';
+import {
+  finishHistogram,
+  minMaxLayout,
+  observeReduced,
+  planHistogram,
+  type ObserverState,
+} from '../core/observers/index.js';
 import type { LinearErrorReport, LinearLayer } from '../core/linear-eval.js';
 import { CHOOSE_MODE, CODES, CONVERT, type ChooseArgs, type LayoutArgs, type QuantArgs } from './module.js';
 import { BufferArena } from './arena.js';
@@ -674,25 +680,50 @@ export class KernelCompute implements Compute {
 
   /**
    * An observer's batch. Min/max observers reduce it with the kernels' minmax (the same values:
-   * min and max are exact) and fold the result in TypeScript; a batch a kernel rejects (NaN,
-   * whose torch semantics the reference keeps) and every other kind run the TypeScript reference,
-   * on a worker in a pool.
+   * min and max are exact) and fold the result in TypeScript; histogram observers take the
+   * batch's range from minmax too and count it with the kernels' histc (one task: its float32
+   * counts are sequential, as the reference's), the merge staying TypeScript. A batch a kernel
+   * rejects (NaN, whose torch semantics the reference keeps) and fixed_qparams run the
+   * TypeScript reference, on a worker in a pool.
    */
   async observe(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState> {
     const { config, state, x, shape } = call;
-    const layout = minMaxLayout(config, shape, x.length);
-    if (!layout) return this.reference({ kind: 'observe', ...call }, signal);
+    const reference = (): Promise<ObserverState> => this.reference({ kind: 'observe', ...call }, signal);
+    const histogram = config.kind === 'histogram';
+    const layout = histogram
+      ? minMaxLayout({ ...config, kind: 'min_max' }, shape, x.length)
+      : minMaxLayout(config, shape, x.length);
+    if (!layout) return reference();
     const input: FloatInput = {
       name: config.kind,
       dtype: 'float32',
       data: new Uint8Array(x.buffer, x.byteOffset, x.byteLength),
       layout,
     };
-    const range = await this.withScratch((scratch) =>
-      this.minmax(this.windowsOf(input, scratch, ALIGN), layout, input.name, signal),
-    );
-    if (!range) return this.reference({ kind: 'observe', ...call }, signal);
-    return observeReduced(config, state, range.mins, range.maxs, x.length);
+    const next = await this.withScratch(async (scratch) => {
+      const range = await this.minmax(this.windowsOf(input, scratch, ALIGN), layout, input.name, signal);
+      if (!range) return null;
+      if (!histogram) return observeReduced(config, state, range.mins, range.maxs, x.length);
+      const folded = { lo: state.lo.slice(), hi: state.hi.slice(), histogram: state.histogram! };
+      const step = planHistogram(config, folded, range.mins[0]!, range.maxs[0]!);
+      const [counted] = await this.tasks(
+        [
+          {
+            op: 'histc',
+            x: this.sharable(x, scratch),
+            left: step.left,
+            right: step.right,
+            bins: config.bins,
+          },
+        ],
+        input.name,
+        signal,
+      );
+      if (counted!.status !== 0) return null;
+      finishHistogram(config, folded, step, counted!.hist!);
+      return { ...folded, observed: state.observed + x.length };
+    });
+    return next ?? reference();
   }
 
   async dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array> {

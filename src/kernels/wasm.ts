@@ -34,6 +34,7 @@ interface Exports {
   fake_quantize(...args: number[]): number;
   choose_quantize(...args: number[]): number;
   determine(...args: number[]): number;
+  histc(...args: number[]): number;
   convert(...args: number[]): void;
   quality(...args: number[]): number;
   ggml_quantize(type: number, x: number, blocks: number, out: number): number;
@@ -93,6 +94,20 @@ class WasmKernels implements KernelModule {
     const ptr = this.alloc(src.byteLength);
     this.put(ptr, src);
     return ptr;
+  }
+
+  histc(x: Float32Array, left: number, right: number, hist: Float32Array): number {
+    this.reset();
+    const pHist = this.copyIn(hist);
+    const pX = this.alloc(Math.min(CHUNK, x.length) * 4);
+    let s = 0;
+    for (let off = 0; off < x.length && s === 0; off += CHUNK) {
+      const part = x.subarray(off, off + CHUNK);
+      this.put(pX, part);
+      s = this.e.histc(pX, part.length, left, right, hist.length, pHist);
+    }
+    this.take(pHist, hist, 0, hist.length * 4);
+    return s;
   }
 
   minmax(x: Float32Array, start: number, l: LayoutArgs, mins: Float32Array, maxs: Float32Array): number {

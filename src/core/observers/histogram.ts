@@ -20,7 +20,7 @@ import { fround, rint } from '../rounding.js';
 import type { ObserverConfig } from './config.js';
 import { aminmax, type RunningRange } from './min-max.js';
 import { calculateQParams, UNOBSERVED_QPARAMS, type ObserverQParams } from './qparams.js';
-import { floorDivide, histc, torchSum } from './torch-float.js';
+import { floorDivide, histcCount, histcEdges, torchSum } from './torch-float.js';
 
 export interface HistogramState extends RunningRange {
   histogram: Float32Array;
@@ -32,23 +32,37 @@ function rangeInvalid(config: ObserverConfig, detail: string): QuantdError {
 
 const dstBins = (config: ObserverConfig): number => (config.dtype === 'qint32' ? 2 ** 32 : 256);
 
-export function observeHistogram(config: ObserverConfig, state: HistogramState, x: ArrayLike<number>): void {
-  if (x.length === 0) return;
-  // one pass for the range; a NaN or an infinity shows in it, and only then is it looked for
-  const [a, b] = aminmax(x);
-  if (!Number.isFinite(a) || !Number.isFinite(b)) {
-    const i = Array.prototype.findIndex.call(x, (v: number) => !Number.isFinite(v));
-    throw notFinite(config.kind, x[i]!, i, 'the histogram observer');
-  }
+/**
+ * One batch's step, planned from the batch's min `a` and max `b` alone: the edges its histc
+ * counts between, and how the counts combine with the state. The counting itself is histcCount
+ * here, or the kernels' qd_histc (src/kernels/tensor-ops.ts): the two are identical.
+ */
+export interface HistogramStep {
+  readonly fresh: boolean;
+  readonly a: number;
+  readonly b: number;
+  /** float32 edges of the batch's histc */
+  readonly left: number;
+  readonly right: number;
+  readonly combinedMin: number;
+  readonly combinedMax: number;
+  readonly downsample: number;
+  readonly startIdx: number;
+}
+
+/** The step for a batch of finite values with min `a` and max `b` (torch's forward, up to histc). */
+export function planHistogram(
+  config: ObserverConfig,
+  state: HistogramState,
+  a: number,
+  b: number,
+): HistogramStep {
   const bins = config.bins;
   const lo = state.lo[0]!;
   const hi = state.hi[0]!;
   if ((lo === Infinity && hi === -Infinity) || lo === hi) {
-    state.lo[0] = a;
-    state.hi[0] = b;
-    state.histogram = new Float32Array(bins);
-    histc(x, bins, Math.trunc(a), Math.trunc(b), state.histogram);
-    return;
+    const [left, right] = histcEdges(Math.trunc(a), Math.trunc(b), [a, b]);
+    return { fresh: true, a, b, left, right, combinedMin: a, combinedMax: b, downsample: 1, startIdx: 0 };
   }
   const combinedMin = Math.min(a, lo);
   let combinedMax = Math.max(b, hi);
@@ -63,20 +77,57 @@ export function observeHistogram(config: ObserverConfig, state: HistogramState, 
   const e = fround(fround(fround(downsample) * span) - fround(combinedMax - combinedMin));
   combinedMax = fround(combinedMax + e);
   const startIdx = rint(fround(fround(lo - combinedMin) / cell));
-
-  const merged = new Float32Array(bins);
-  histc(x, bins, Math.trunc(combinedMin), Math.trunc(combinedMax), merged);
-  if (combinedMin === lo && combinedMax === hi) {
-    for (let k = 0; k < bins; k++) merged[k] = fround(merged[k]! + state.histogram[k]!);
-  } else {
-    if (startIdx + bins * up > bins * downsample) {
-      throw rangeInvalid(config, `merging [${a}, ${b}] into [${lo}, ${hi}] leaves the grid (as torch)`);
-    }
-    addResampled(merged, state.histogram, up, downsample, startIdx);
+  const merging = !(combinedMin === lo && combinedMax === hi);
+  if (merging && startIdx + bins * up > bins * downsample) {
+    throw rangeInvalid(config, `merging [${a}, ${b}] into [${lo}, ${hi}] leaves the grid (as torch)`);
   }
-  state.histogram = merged;
-  state.lo[0] = combinedMin;
-  state.hi[0] = combinedMax;
+  const [left, right] = histcEdges(Math.trunc(combinedMin), Math.trunc(combinedMax), [a, b]);
+  return { fresh: false, a, b, left, right, combinedMin, combinedMax, downsample, startIdx };
+}
+
+/** Combines the batch's histc `counts` into `state` (mutated) as `step` planned. */
+export function finishHistogram(
+  config: ObserverConfig,
+  state: HistogramState,
+  step: HistogramStep,
+  counts: Float32Array,
+): void {
+  if (step.fresh) {
+    state.lo[0] = step.a;
+    state.hi[0] = step.b;
+    state.histogram = counts;
+    return;
+  }
+  if (step.combinedMin === state.lo[0] && step.combinedMax === state.hi[0]) {
+    for (let k = 0; k < counts.length; k++) counts[k] = fround(counts[k]! + state.histogram[k]!);
+  } else {
+    addResampled(counts, state.histogram, config.upsampleRate, step.downsample, step.startIdx);
+  }
+  state.histogram = counts;
+  state.lo[0] = step.combinedMin;
+  state.hi[0] = step.combinedMax;
+}
+
+/** The refusal of a batch holding NaN or an infinity (its range `a`..`b` shows one). */
+export function checkHistogramBatch(
+  config: ObserverConfig,
+  x: ArrayLike<number>,
+  a: number,
+  b: number,
+): void {
+  if (Number.isFinite(a) && Number.isFinite(b)) return;
+  const i = Array.prototype.findIndex.call(x, (v: number) => !Number.isFinite(v));
+  throw notFinite(config.kind, x[i]!, i, 'the histogram observer');
+}
+
+export function observeHistogram(config: ObserverConfig, state: HistogramState, x: ArrayLike<number>): void {
+  if (x.length === 0) return;
+  const [a, b] = aminmax(x);
+  checkHistogramBatch(config, x, a, b);
+  const step = planHistogram(config, state, a, b);
+  const counts = new Float32Array(config.bins);
+  histcCount(x, step.left, step.right, counts);
+  finishHistogram(config, state, step, counts);
 }
 
 /**

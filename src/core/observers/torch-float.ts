@@ -105,37 +105,55 @@ export function floorDivide(a: number, b: number): number {
 }
 
 /**
- * torch.histc(x, bins, min, max) into `out` (float32 counts, added to what `out` holds). As
- * torch: when min equals max the data's own extremes are used, and when those are equal too the
- * range widens by one each way; values outside [min, max] (and NaN) are not counted; the last
- * bin includes its right edge. The bin of v is trunc((v - lo) · bins / (hi - lo)) in float32,
- * lo and hi being the float32 edges.
+ * torch.histc's bin edges for histc(x, bins, min, max): min and max as float32, unless they are
+ * equal — then the data's own extremes `data` (absent for an empty input) — and, when those are
+ * equal too, widened by one each way.
  */
-export function histc(x: ArrayLike<number>, bins: number, min: number, max: number, out: Float32Array): void {
+export function histcEdges(min: number, max: number, data?: readonly [number, number]): [number, number] {
   let lo = min;
   let hi = max;
-  if (lo === hi && x.length > 0) {
-    lo = Infinity;
-    hi = -Infinity;
-    for (let i = 0; i < x.length; i++) {
-      const v = x[i]!;
-      if (v < lo) lo = v;
-      if (v > hi) hi = v;
-    }
+  if (lo === hi && data) {
+    [lo, hi] = data;
   }
   if (lo === hi) {
     lo -= 1;
     hi += 1;
   }
-  const left = fround(lo);
-  const right = fround(hi);
+  return [fround(lo), fround(hi)];
+}
+
+/**
+ * torch.histc's counting, added to `out` (float32 counts): v in [left, right] (NaN never) goes to
+ * bin trunc((v - left) · bins / (right - left)), each step in float32, the last bin closed on the
+ * right; a bin index that overflows float32 is not counted (torch's cast would be undefined).
+ * The reference of the kernels' qd_histc.
+ */
+export function histcCount(x: ArrayLike<number>, left: number, right: number, out: Float32Array): void {
+  const bins = out.length;
   const width = fround(right - left);
   const nb = fround(bins);
   for (let i = 0; i < x.length; i++) {
     const v = x[i]!;
     if (!(v >= left && v <= right)) continue;
-    let pos = Math.trunc(fround(fround(fround(v - left) * nb) / width));
+    const t = fround(fround(fround(v - left) * nb) / width);
+    if (!(t < nb + 1)) continue;
+    let pos = Math.trunc(t);
     if (pos === bins) pos -= 1;
-    out[pos] = fround(out[pos]! + 1);
+    out[pos] = out[pos]! + 1; // a Float32Array store rounds to float32
   }
+}
+
+/** torch.histc(x, bins, min, max) into `out` (float32 counts, added to what `out` holds). */
+export function histc(x: ArrayLike<number>, bins: number, min: number, max: number, out: Float32Array): void {
+  let data: [number, number] | undefined;
+  if (min === max && x.length > 0) {
+    data = [Infinity, -Infinity];
+    for (let i = 0; i < x.length; i++) {
+      const v = x[i]!;
+      if (v < data[0]) data[0] = v;
+      if (v > data[1]) data[1] = v;
+    }
+  }
+  const [left, right] = histcEdges(min, max, data);
+  histcCount(x, left, right, out.length === bins ? out : out.subarray(0, bins));
 }
