@@ -481,6 +481,18 @@ static void test_reference_values(void) {
   qd_kernels_ref.ggml_quantize(QD_GGML_Q4_0, block4, 1, q4);
   CHECK(q4[0] == 0x00 && q4[1] == 0x3c && q4[2] == 0x80 && q4[3] == 0x8f && q4[4] == 0x88 && q4[5] == 0x88,
         "Q4_0 truncates x·id + 8.5 and clamps at 15");
+  /* histc over [0, 4] in 4 bins: the right edge falls in the last bin; -1, 4.0000005 and NaN are
+   * outside; an empty-width range (both edges one float32) counts nothing and writes nothing */
+  float hx[9] = {0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 2.5f, -1.0f, 4.0000005f, NAN};
+  float hist[5] = {0, 0, 0, 0, -7.0f};
+  qd_histc(hx, 9, 0.0f, 4.0f, 4, hist);
+  CHECK(hist[0] == 1 && hist[1] == 1 && hist[2] == 2 && hist[3] == 2 && hist[4] == -7.0f,
+        "histc: [1, 1, 2, 2], the last bin closed, nothing past the bins");
+  float flat[2] = {0, 0};
+  float big = 1e20f;
+  qd_histc(&big, 1, big, big, 2, flat);
+  CHECK(flat[0] == 0 && flat[1] == 0, "histc with a zero-width range counts nothing");
+  CHECK(qd_histc(hx, 9, 0.0f, 4.0f, 0, hist) == QD_BAD_ARGUMENT, "histc with no bins");
 }
 
 int main(int argc, char **argv) {
