@@ -178,4 +178,20 @@ describe.skipIf(missing !== null && !process.env['CI'])('the Python examples', (
       stderr: expect.stringContaining('error GROUP_SIZE_INVALID:') as unknown,
     });
   });
+
+  it("calibrate_torch_model.py: a session's qparams equal torch's own observers on the same activations", async () => {
+    const { stdout } = await python('calibrate_torch_model.py', ['--batches', '4']);
+    const lines = stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { name: string; kind: string; scale: number; torch_equal: boolean });
+    expect(lines.map((l) => [l.name, l.kind])).toEqual([
+      ['fc1.input', 'histogram'],
+      ['fc2.input', 'moving_average_min_max'],
+    ]);
+    for (const l of lines) {
+      expect(l.torch_equal, l.name).toBe(true);
+      expect(l.scale, l.name).toBeGreaterThan(0);
+    }
+  });
 });
