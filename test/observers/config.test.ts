@@ -53,8 +53,18 @@ describe('observer options', () => {
     ['an unknown kind', { kind: 'percentile' }, /kind must be one of min_max/],
     [
       'an unknown option',
-      { kind: 'min_max', bins: 10, colour: 1 } as ObserverOptions,
-      /unknown option colour/,
+      { kind: 'min_max', colour: 1 } as ObserverOptions,
+      /min_max takes no option colour/,
+    ],
+    [
+      'an option of another kind',
+      { kind: 'min_max', bins: 10 },
+      /min_max takes no option bins \(it takes: kind, dtype/,
+    ],
+    [
+      'eps on fixed qparams',
+      { kind: 'fixed_qparams', scale: 0.1, zero_point: 0, eps: 1e-3 },
+      /fixed_qparams takes no option eps/,
     ],
     [
       'a per-channel qscheme on a per-tensor observer',

@@ -86,21 +86,16 @@ const DEFAULT_RANGE: Record<ObserverDtype, readonly [number, number, number, num
 export const MAX_HISTOGRAM_BINS = 1 << 20;
 const MAX_UPSAMPLE_RATE = 1 << 12;
 
-const KNOWN_OPTIONS = new Set([
-  'kind',
-  'dtype',
-  'qscheme',
-  'reduce_range',
-  'quant_min',
-  'quant_max',
-  'eps',
-  'averaging_constant',
-  'ch_axis',
-  'bins',
-  'upsample_rate',
-  'scale',
-  'zero_point',
-]);
+/** The options each kind takes: torch's constructor arguments of its class. */
+const COMMON_OPTIONS = ['kind', 'dtype', 'qscheme', 'reduce_range', 'quant_min', 'quant_max', 'eps'];
+const KIND_OPTIONS: Record<ObserverKind, ReadonlySet<string>> = {
+  min_max: new Set(COMMON_OPTIONS),
+  moving_average_min_max: new Set([...COMMON_OPTIONS, 'averaging_constant']),
+  per_channel_min_max: new Set([...COMMON_OPTIONS, 'ch_axis']),
+  moving_average_per_channel_min_max: new Set([...COMMON_OPTIONS, 'averaging_constant', 'ch_axis']),
+  histogram: new Set([...COMMON_OPTIONS, 'bins', 'upsample_rate']),
+  fixed_qparams: new Set(['kind', 'scale', 'zero_point', 'dtype', 'qscheme', 'quant_min', 'quant_max']),
+};
 
 export const isPerChannelKind = (kind: ObserverKind): boolean =>
   kind === 'per_channel_min_max' || kind === 'moving_average_per_channel_min_max';
@@ -136,8 +131,11 @@ function positive(observer: string, name: string, value: unknown, max = Infinity
 export function observerConfig(options: ObserverOptions): ObserverConfig {
   if (options === null || typeof options !== 'object') throw invalid('?', 'options must be a JSON object');
   const kind = oneOf('?', 'kind', options.kind, OBSERVER_KINDS);
+  const takes = KIND_OPTIONS[kind];
   for (const key of Object.keys(options)) {
-    if (!KNOWN_OPTIONS.has(key)) throw invalid(kind, `unknown option ${key}`);
+    if (!takes.has(key)) {
+      throw invalid(kind, `${kind} takes no option ${key} (it takes: ${[...takes].join(', ')})`);
+    }
   }
   const perChannel = isPerChannelKind(kind);
   const dtype = oneOf(kind, 'dtype', options.dtype ?? 'quint8', OBSERVER_DTYPES);
