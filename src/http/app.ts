@@ -200,7 +200,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     bodyLimit: config.bodyLimit,
     inlineLimit: config.inlineLimit,
   });
-  await registerLinearErrorRoute(app, { compute: handle.compute });
+  await registerLinearErrorRoute(app, { compute: handle.compute, requestTimeoutMs: config.requestTimeoutMs });
   if (options.jobs) await registerJobRoutes(app, { jobs: options.jobs, uploadLimit: config.uploadLimit });
   if (options.calibrations) await registerCalibrationRoutes(app, { calibrations: options.calibrations });
   // Open Inference Protocol (KServe v2 / Triton) under /v2: its own auth, admission and error

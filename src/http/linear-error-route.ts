@@ -11,9 +11,12 @@ import { SPEC_OPTION_NAMES } from '../core/index.js';
 import type { Compute } from '../core/compute.js';
 import { QuantdError } from '../errors/index.js';
 import { runLinearError } from '../service/linear-error.js';
+import { requestSignal } from './op-routes.js';
 
 export interface LinearErrorDeps {
   readonly compute: Compute;
+  /** QUANTD_REQUEST_TIMEOUT_MS: the evaluation is abandoned after it (504), or when the client goes */
+  readonly requestTimeoutMs: number;
 }
 
 export async function registerLinearErrorRoute(app: FastifyInstance, deps: LinearErrorDeps): Promise<void> {
@@ -39,6 +42,7 @@ export async function registerLinearErrorRoute(app: FastifyInstance, deps: Linea
         deps.compute,
         request.body,
         (request.query ?? {}) as Record<string, string>,
+        requestSignal(reply, deps.requestTimeoutMs),
       );
       // JSON has no Infinity: an exact output's SQNR is sent as the string "Infinity"
       const text = JSON.stringify(report, (_k, v: unknown) => (v === Infinity ? 'Infinity' : v));

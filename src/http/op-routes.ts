@@ -109,7 +109,7 @@ function asJson(result: BufferResult): string {
 }
 
 /** Aborts on client disconnect or timeout (the envelope's deadline); the reason says which. */
-function requestSignal(reply: FastifyReply, timeoutMs: number): AbortSignal {
+export function requestSignal(reply: FastifyReply, timeoutMs: number): AbortSignal {
   const deadline = requestDeadline(timeoutMs);
   reply.raw.once('close', () => {
     deadline.stop();
