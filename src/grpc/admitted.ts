@@ -21,16 +21,19 @@ export type Unary<Req> = (
   callback: grpc.sendUnaryData<unknown>,
 ) => Promise<void>;
 
-/** `run` as a unary handler named `rpc`. */
+/** `run` as a unary handler named `rpc` (`call` for a handler that watches it: deadlines). */
 export function admittedUnary(deps: AdmissionDeps) {
-  return <Req>(rpc: string, run: (request: Req, caller: Caller) => unknown): Unary<Req> =>
+  return <Req>(
+      rpc: string,
+      run: (request: Req, caller: Caller, call: grpc.ServerUnaryCall<Req, unknown>) => unknown,
+    ): Unary<Req> =>
     (call, callback) => {
       let release: (() => void) | undefined;
       // returned: whatever escapes reaches the server's guard (guard.ts)
       return Promise.resolve()
         .then(() => {
           release = deps.admit(call.metadata);
-          return run(call.request, deps.identify(call.metadata));
+          return run(call.request, deps.identify(call.metadata), call);
         })
         .then(
           (response) => callback(null, response),

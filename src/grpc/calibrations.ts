@@ -12,6 +12,7 @@ import { QuantdError } from '../errors/index.js';
 import type { CalibrationStore, CreateRequest } from '../service/calibration/store.js';
 import type { Compute } from '../core/compute.js';
 import { runLinearError } from '../service/linear-error.js';
+import { requestDeadline } from '../service/envelope.js';
 import { admittedUnary, type AdmissionDeps } from './admitted.js';
 
 export const CALIBRATION_PROTO_FILE = 'quantd/v1/calibration.proto';
@@ -21,6 +22,8 @@ export interface CalibrationsServiceDeps extends AdmissionDeps {
   readonly calibrations: CalibrationStore;
   /** LinearError runs on it (the server's pool) */
   readonly compute: Compute;
+  /** QUANTD_REQUEST_TIMEOUT_MS: LinearError is abandoned after it, or when the call ends */
+  readonly requestTimeoutMs: number;
 }
 
 interface CreateMessage {
@@ -174,15 +177,23 @@ export function addCalibrationsService(
       await store.remove(m.id ?? '', caller);
       return {};
     }),
-    LinearError: unary<LinearErrorMessage>('LinearError', async (m) => {
+    LinearError: unary<LinearErrorMessage>('LinearError', async (m, _caller, call) => {
       const body = m.safetensors ?? Buffer.alloc(0);
       const bytes = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
-      const { weight_spec: _spec, ...report } = await runLinearError(
-        deps.compute,
-        bytes,
-        m.weight_spec ?? {},
-      );
-      return report;
+      // abandoned after QUANTD_REQUEST_TIMEOUT_MS, or when the call ends, as HTTP's
+      const deadline = requestDeadline(deps.requestTimeoutMs);
+      call.once('cancelled', () => deadline.gone('the call ended (cancelled, or past its deadline)'));
+      try {
+        const { weight_spec: _spec, ...report } = await runLinearError(
+          deps.compute,
+          bytes,
+          m.weight_spec ?? {},
+          deadline.signal,
+        );
+        return report;
+      } finally {
+        deadline.stop();
+      }
     }),
   });
 }

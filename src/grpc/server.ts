@@ -193,6 +193,7 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     addCalibrationsService(server, proto.quantd.v1.Calibrations.service, {
       calibrations: options.calibrations,
       compute: handle.compute,
+      requestTimeoutMs: config.requestTimeoutMs,
       admit,
       identify: (metadata) => authenticate?.(metadata) ?? EVERYONE,
       report: (err, rpc) => report(err, rpc),
