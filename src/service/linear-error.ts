@@ -4,24 +4,18 @@
  * path's spec from the /v1/quantize spec options; the report, computed where the Compute runs
  * it (a worker of the pool).
  */
-import { SPEC_OPTION_NAMES, parseSpec, toFloat32, typedView, type SpecOptions } from '../core/index.js';
+import { SPEC_OPTION_NAMES, parseSpec, toFloat32, type SpecOptions } from '../core/index.js';
 import type { Compute } from '../core/compute.js';
 import { linearErrorReport, type LinearErrorReport, type LinearLayer } from '../core/linear-eval.js';
 import { QuantdError } from '../errors/index.js';
-import { parseSafetensors, type TensorEntry } from '../format/safetensors.js';
+import { parseSafetensors } from '../format/safetensors.js';
+import { floatDType } from './layouts/linear-common.js';
 
 /** The largest layer evaluated: n · in · out multiply-adds (a few seconds of one thread). */
 export const MAX_LINEAR_MACS = 2 ** 32;
 
 export interface LinearErrorDeps {
   readonly compute: Compute;
-}
-
-function floats(entry: TensorEntry, data: Uint8Array): Float32Array {
-  if (entry.dtype === 'F32') return typedView(Float32Array, data);
-  if (entry.dtype === 'F16') return toFloat32(data, 'float16');
-  if (entry.dtype === 'BF16') return toFloat32(data, 'bfloat16');
-  throw new QuantdError('INPUT_DTYPE_UNSUPPORTED', { tensor: entry.name, dtype: entry.dtype });
 }
 
 const usage = (detail: string): QuantdError =>
@@ -57,12 +51,12 @@ export function linearLayerOf(body: Uint8Array): LinearLayer {
   const extra = header.entries.find((e) => !['x', 'weight', 'bias'].includes(e.name));
   if (extra) throw usage(`unexpected tensor ${extra.name} (the body holds x, weight and bias)`);
   return {
-    x: floats(x, tensorBytes(x)),
+    x: toFloat32(tensorBytes(x), floatDType(x)),
     n,
     inFeatures: inF,
-    w: floats(w, tensorBytes(w)),
+    w: toFloat32(tensorBytes(w), floatDType(w)),
     outFeatures: out,
-    ...(b && { bias: floats(b, tensorBytes(b)) }),
+    ...(b && { bias: toFloat32(tensorBytes(b), floatDType(b)) }),
   };
 }
 

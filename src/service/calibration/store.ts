@@ -9,11 +9,12 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Compute } from '../../core/compute.js';
-import { toFloat32, typedView } from '../../core/index.js';
+import { toFloat32 } from '../../core/index.js';
 import { QuantdError } from '../../errors/index.js';
 import { EVERYONE, type Caller } from '../auth.js';
 import { errorCode, writeError, writeFileAtomic } from '../../format/file-io.js';
 import { parseSafetensors } from '../../format/safetensors.js';
+import { floatDType } from '../layouts/linear-common.js';
 import { parseCalibrationRecipe } from './recipe.js';
 import { CalibrationSession, type BatchTensor, type CalibrationExport, type FoldResult } from './session.js';
 
@@ -200,16 +201,12 @@ function ttlOf(value: unknown): number | null {
   return value;
 }
 
-/** A batch's float tensors (F32 in place, F16 / BF16 widened). */
+/** A batch's float tensors (F32 in place, F16 / BF16 widened; others INPUT_DTYPE_UNSUPPORTED). */
 export function batchTensors(body: Uint8Array): BatchTensor[] {
   const { header, tensorBytes } = parseSafetensors(body, 'calibration batch');
-  return header.entries.map((entry) => {
-    const data = tensorBytes(entry);
-    let x: Float32Array;
-    if (entry.dtype === 'F32') x = typedView(Float32Array, data);
-    else if (entry.dtype === 'F16') x = toFloat32(data, 'float16');
-    else if (entry.dtype === 'BF16') x = toFloat32(data, 'bfloat16');
-    else throw new QuantdError('INPUT_DTYPE_UNSUPPORTED', { tensor: entry.name, dtype: entry.dtype });
-    return { name: entry.name, shape: entry.shape, x };
-  });
+  return header.entries.map((entry) => ({
+    name: entry.name,
+    shape: entry.shape,
+    x: toFloat32(tensorBytes(entry), floatDType(entry)),
+  }));
 }
