@@ -5,6 +5,9 @@
 import { describe, expect, it } from 'vitest';
 
 import {
+  fakeQuantizeStep,
+  fusedFakeQuantizeStep,
+  newFakeQuantizeState,
   newObserverState,
   observe,
   observerConfig,
@@ -123,6 +126,17 @@ describe('observer options', () => {
       /ch_axis 1 is out of range/,
     );
     expect([Array.from(state.lo), Array.from(state.hi), state.observed]).toEqual(before);
+  });
+
+  it('FakeQuantize and its fused variant refuse a batch whose shape does not hold its values', () => {
+    const config = observerConfig({ kind: 'moving_average_per_channel_min_max' });
+    for (const step of [fakeQuantizeStep, fusedFakeQuantizeStep]) {
+      const state = newFakeQuantizeState(config);
+      state.observerEnabled = false; // the check comes first whatever the switches
+      expect(refusal(() => step(config, state, Float32Array.of(1, 2, 3), [2, 2]))).toMatch(
+        /OBSERVER_INVALID: .*the batch holds 3 values, its shape \[2, 2\] says 4/,
+      );
+    }
   });
 
   it('an infinite observed range is OBSERVED_RANGE_INVALID, not an infinite scale', () => {

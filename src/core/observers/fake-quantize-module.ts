@@ -12,7 +12,8 @@
 import { QuantdError, shapeText } from '../../errors/index.js';
 import { fakeQuantizeOnGrid } from '../fake-quantize.js';
 import { isPerChannelKind, type ObserverConfig } from './config.js';
-import { newObserverState, observe, observerQParams, type ObserverState } from './observer.js';
+import { channelUnits } from './min-max.js';
+import { checkBatch, newObserverState, observe, observerQParams, type ObserverState } from './observer.js';
 
 export interface FakeQuantizeState {
   observerEnabled: boolean;
@@ -43,6 +44,7 @@ export function fakeQuantizeStep(
   x: Float32Array,
   shape: readonly number[],
 ): Float32Array {
+  checkBatch(config, x, shape);
   if (state.observerEnabled) {
     observe(config, state.observer, x, shape);
     const qp = observerQParams(config, state.observer);
@@ -74,17 +76,12 @@ function channelLayout(
   shape: readonly number[],
   scales: number,
 ): { numel: number; outer: number; channels: number; inner: number } {
-  const rank = shape.length;
-  const axis = config.chAxis < 0 ? config.chAxis + rank : config.chAxis;
-  if (axis < 0 || axis >= rank || shape[axis] !== scales) {
+  const units = channelUnits(shape, config.chAxis);
+  if (!units || units.channels !== scales) {
     throw new QuantdError('OBSERVER_INVALID', {
       observer: config.kind,
       detail: `fake-quantize along ch_axis ${config.chAxis} of a batch of shape ${shapeText(shape)} needs ${scales} channels (one per scale)`,
     });
   }
-  let outer = 1;
-  let inner = 1;
-  for (let d = 0; d < axis; d++) outer *= shape[d]!;
-  for (let d = axis + 1; d < rank; d++) inner *= shape[d]!;
-  return { numel: outer * scales * inner, outer, channels: scales, inner };
+  return { numel: units.outer * scales * units.inner, ...units };
 }

@@ -19,6 +19,7 @@ import { fround, rint } from '../rounding.js';
 import { isSymmetric, type ObserverConfig } from './config.js';
 import type { FakeQuantizeState } from './fake-quantize-module.js';
 import { aminmax, channelMinMax } from './min-max.js';
+import { checkBatch } from './observer.js';
 
 const SMALL_SCALE_THRESHOLD = fround(6.1e-5);
 
@@ -103,6 +104,7 @@ export function fusedFakeQuantizeStep(
   shape: readonly number[],
 ): Float32Array {
   checkFusable(config);
+  checkBatch(config, x, shape);
   const perChannel = config.kind === 'moving_average_per_channel_min_max';
   const range = state.observer;
   const c = config.averagingConstant;

@@ -41,24 +41,40 @@ const nanMax = (a: number, b: number): number => (a !== a || b !== b ? NaN : Mat
 const average = (old: number, cur: number, c: number): number => fround(old + fround(c * fround(cur - old)));
 
 /** Per-channel min and max of `x` (shape `shape`) along `axis` (torch's permute + flatten + aminmax). */
+/** A batch's elements along ch_axis: `outer` runs of `channels` runs of `inner` elements. */
+export interface ChannelUnits {
+  readonly axis: number;
+  readonly outer: number;
+  readonly channels: number;
+  readonly inner: number;
+}
+
+/** The channel geometry of `shape` along `chAxis` (negative counts from the end); null when out of range. */
+export function channelUnits(shape: readonly number[], chAxis: number): ChannelUnits | null {
+  const rank = shape.length;
+  const axis = chAxis < 0 ? chAxis + rank : chAxis;
+  if (axis < 0 || axis >= rank) return null;
+  let outer = 1;
+  let inner = 1;
+  for (let d = 0; d < axis; d++) outer *= shape[d]!;
+  for (let d = axis + 1; d < rank; d++) inner *= shape[d]!;
+  return { axis, outer, channels: shape[axis]!, inner };
+}
+
 export function channelMinMax(
   observer: string,
   x: ArrayLike<number>,
   shape: readonly number[],
   chAxis: number,
 ): [Float32Array, Float32Array] {
-  const rank = shape.length;
-  const axis = chAxis < 0 ? chAxis + rank : chAxis;
-  if (rank === 0 || axis < 0 || axis >= rank) {
+  const units = channelUnits(shape, chAxis);
+  if (!units) {
     throw new QuantdError('OBSERVER_INVALID', {
       observer,
       detail: `ch_axis ${chAxis} is out of range for a batch of shape ${shapeText(shape)}`,
     });
   }
-  const channels = shape[axis]!;
-  let inner = 1;
-  for (let d = axis + 1; d < rank; d++) inner *= shape[d]!;
-  const outer = channels === 0 || inner === 0 ? 0 : x.length / (channels * inner);
+  const { outer, channels, inner } = units;
   const lo = new Float32Array(channels).fill(Infinity);
   const hi = new Float32Array(channels).fill(-Infinity);
   let i = 0;
@@ -156,14 +172,9 @@ export function minMaxLayout(config: ObserverConfig, shape: readonly number[], n
     const base = { scheme: 'per_tensor', shape, numel, axis: null, groupSize: null } as const;
     return { ...base, outer: 1, channels: 1, inner: numel, qparamShape: [1] };
   }
-  const rank = shape.length;
-  const axis = config.chAxis < 0 ? config.chAxis + rank : config.chAxis;
-  if (axis < 0 || axis >= rank) return null;
-  let outer = 1;
-  let inner = 1;
-  for (let d = 0; d < axis; d++) outer *= shape[d]!;
-  for (let d = axis + 1; d < rank; d++) inner *= shape[d]!;
-  const channels = shape[axis]!;
+  const units = channelUnits(shape, config.chAxis);
+  if (!units) return null;
+  const { axis, outer, channels, inner } = units;
   return {
     scheme: 'per_channel',
     shape,

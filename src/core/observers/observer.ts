@@ -28,7 +28,8 @@ export function newObserverState(config: ObserverConfig): ObserverState {
   };
 }
 
-function checkBatch(config: ObserverConfig, x: ArrayLike<number>, shape: readonly number[]): void {
+/** Refuses a batch whose shape is not dimensions, or does not hold its values (OBSERVER_INVALID). */
+export function checkBatch(config: ObserverConfig, x: ArrayLike<number>, shape: readonly number[]): void {
   let numel = 1;
   for (const d of shape) {
     if (!Number.isInteger(d) || d < 0) {
