@@ -126,35 +126,42 @@ export function determineQParams(
   const scale = new Float32Array(n);
   const floatZp = hasFloatZeroPoint(spec);
   const zeroPoint = floatZp ? new Float32Array(n) : new Int32Array(n);
-  const levels = fround(qmax - qmin);
-  const halfLevels = fround((qmax - qmin) / 2);
   const symZp = symmetricZeroPoint(spec);
   for (let c = 0; c < n; c++) {
-    const lo = min[c]!;
-    const hi = max[c]!;
-    const minNeg = Math.min(lo, 0);
-    const maxPos = Math.max(hi, 0);
-    let s: number;
-    let zp: number;
-    if (spec.mode === 'float_qparams') {
-      s = fround(fround(hi - lo) / levels);
-      s = s > eps ? s : 1;
-      zp = fround(-lo / s);
-    } else if (spec.mode === 'symmetric') {
-      s = fround(Math.max(-minNeg, maxPos) / halfLevels);
-      s = Math.max(s, eps);
-      zp = symZp;
-    } else {
-      s = fround(fround(maxPos - minNeg) / levels);
-      s = Math.max(s, eps);
-      zp = qmin - rint(fround(minNeg / s));
-      zp = Math.min(Math.max(zp, qmin), qmax);
-    }
-    if (!Number.isFinite(s) || !Number.isFinite(zp)) throw rangeOverflow(tensor, lo, hi, s);
+    const [s, zp] = unitQParams(min[c]!, max[c]!, spec.mode, qmin, qmax, eps, symZp);
+    if (!Number.isFinite(s) || !Number.isFinite(zp)) throw rangeOverflow(tensor, min[c]!, max[c]!, s);
     scale[c] = s;
     zeroPoint[c] = zp;
   }
   return { scale, zeroPoint };
+}
+
+/**
+ * torch's determine_qparams for one unit with range [lo, hi]: its scale and zero point, in
+ * float32 arithmetic (shared with the observers' _calculate_qparams, which is the same formula).
+ * A non-finite result is the caller's to refuse.
+ */
+export function unitQParams(
+  lo: number,
+  hi: number,
+  mode: 'affine' | 'symmetric' | 'float_qparams',
+  qmin: number,
+  qmax: number,
+  eps: number,
+  symmetricZp: number,
+): [number, number] {
+  const minNeg = Math.min(lo, 0);
+  const maxPos = Math.max(hi, 0);
+  if (mode === 'float_qparams') {
+    let s = fround(fround(hi - lo) / fround(qmax - qmin));
+    s = s > eps ? s : 1;
+    return [s, fround(-lo / s)];
+  }
+  if (mode === 'symmetric') {
+    return [Math.max(fround(Math.max(-minNeg, maxPos) / fround((qmax - qmin) / 2)), eps), symmetricZp];
+  }
+  const s = Math.max(fround(fround(maxPos - minNeg) / fround(qmax - qmin)), eps);
+  return [s, Math.min(Math.max(qmin - rint(fround(minNeg / s)), qmin), qmax)];
 }
 
 const PER_TOKEN_MIN_AMAX = fround(1e-5);

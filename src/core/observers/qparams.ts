@@ -13,8 +13,8 @@
  * refuses with OBSERVED_RANGE_INVALID: no quantize op accepts such qparams.
  */
 import { QuantdError } from '../../errors/index.js';
-import { fround, rint } from '../rounding.js';
-import type { ObserverConfig } from './config.js';
+import { unitQParams } from '../qparams.js';
+import { isSymmetric, type ObserverConfig } from './config.js';
 
 export interface ObserverQParams {
   readonly scale: Float32Array;
@@ -58,25 +58,10 @@ export function calculateQParams(
   const scale = new Float32Array(n);
   const floatZp = qscheme === 'per_channel_affine_float_qparams';
   const zeroPoint = floatZp ? new Float32Array(n) : new Int32Array(n);
-  const levels = fround(qmax - qmin);
-  const halfLevels = fround((qmax - qmin) / 2);
+  const mode = floatZp ? 'float_qparams' : isSymmetric(qscheme) ? 'symmetric' : 'affine';
   const symZp = symmetricZeroPoint(config);
   for (let c = 0; c < n; c++) {
-    const minNeg = Math.min(lo[c]!, 0);
-    const maxPos = Math.max(hi[c]!, 0);
-    let s: number;
-    let zp: number;
-    if (qscheme === 'per_tensor_symmetric' || qscheme === 'per_channel_symmetric') {
-      s = Math.max(fround(Math.max(-minNeg, maxPos) / halfLevels), eps);
-      zp = symZp;
-    } else if (floatZp) {
-      s = fround(fround(hi[c]! - lo[c]!) / levels);
-      s = s > eps ? s : 1;
-      zp = fround(-lo[c]! / s);
-    } else {
-      s = Math.max(fround(fround(maxPos - minNeg) / levels), eps);
-      zp = Math.min(Math.max(qmin - rint(fround(minNeg / s)), qmin), qmax);
-    }
+    const [s, zp] = unitQParams(lo[c]!, hi[c]!, mode, qmin, qmax, eps, symZp);
     if (!Number.isFinite(s) || !Number.isFinite(zp)) {
       const where = n === 1 ? '' : ` of channel ${c}`;
       throw rangeInvalid(
