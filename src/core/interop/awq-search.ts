@@ -17,6 +17,7 @@
  * Q is AWQ's group quantizer (zero point: min/max per group, scale (max−min)/(2^bits−1) clamped
  * to 1e-5, zero −round(min/scale); symmetric: scale max|w|/(2^(bits−1)−1)). Every step in float64.
  */
+import { linearOutput } from '../linear-eval.js';
 import { rint } from '../rounding.js';
 
 export interface AwqSearchOptions {
@@ -83,29 +84,10 @@ function quantizeRows(w: Float64Array, out: number, inF: number, o: AwqSearchOpt
   return q;
 }
 
-/** Y = X·Wᵀ, [n, out]. */
-function matmulT(
-  x: ArrayLike<number>,
-  n: number,
-  w: ArrayLike<number>,
-  out: number,
-  k: number,
-): Float64Array {
-  const y = new Float64Array(n * out);
-  for (let s = 0; s < n; s++) {
-    for (let o = 0; o < out; o++) {
-      let acc = 0;
-      for (let i = 0; i < k; i++) acc += x[s * k + i]! * w[o * k + i]!;
-      y[s * out + o] = acc;
-    }
-  }
-  return y;
-}
-
 export function awqSearch(
-  x: ArrayLike<number>,
+  x: Float32Array,
   n: number,
-  w: ArrayLike<number>,
+  w: Float32Array,
   out: number,
   inF: number,
   options: AwqSearchOptions,
@@ -126,7 +108,8 @@ export function awqSearch(
   }
   for (let i = 0; i < inF; i++) wMean[i]! /= out;
 
-  const reference = matmulT(x, n, w, out, inF);
+  const layer = { x, n, inFeatures: inF, w, outFeatures: out };
+  const reference = linearOutput(layer);
   let best = Infinity;
   let bestRatio = 0;
   let bestScales = new Float64Array(inF).fill(1);
@@ -146,7 +129,7 @@ export function awqSearch(
     for (let r = 0; r < out; r++) for (let i = 0; i < inF; i++) scaled[r * inF + i] = w[r * inF + i]! * s[i]!;
     const q = quantizeRows(scaled, out, inF, options);
     for (let r = 0; r < out; r++) for (let i = 0; i < inF; i++) q[r * inF + i]! /= s[i]!;
-    const y = matmulT(x, n, q, out, inF);
+    const y = linearOutput(layer, q);
     let loss = 0;
     for (let j = 0; j < y.length; j++) loss += (reference[j]! - y[j]!) ** 2;
     loss /= y.length;
