@@ -130,28 +130,30 @@ describe('quantd.v1.Calibrations', () => {
   it('a cancelled stream keeps the batches folded before it and frees its admission slot', async () => {
     // a server admitting 3 calls at once (pool 2 + queue 1): a leaked slot would show after 3
     const small = await startTestServer({ QUANTD_DATA_DIR: join(dir, 'small'), QUANTD_QUEUE_LIMIT: '1' });
-    const { LOADER_OPTIONS } = await grpcServerModule();
-    const proto = grpc.loadPackageDefinition(
-      protoLoader.loadSync('quantd/v1/calibration.proto', LOADER_OPTIONS),
-    ) as unknown as {
-      quantd: { v1: { Calibrations: grpc.ServiceClientConstructor } };
-    };
-    const c = new proto.quantd.v1.Calibrations(
-      small.target,
-      grpc.credentials.createInsecure(),
-    ) as unknown as Client;
-    const get = (id: string) =>
-      new Promise<Record<string, unknown>>((resolve, reject) =>
-        c.Get({ id }, (err, r) => (err ? reject(err) : resolve(r))),
-      );
+    let c: Client | undefined;
     try {
+      const { LOADER_OPTIONS } = await grpcServerModule();
+      const proto = grpc.loadPackageDefinition(
+        protoLoader.loadSync('quantd/v1/calibration.proto', LOADER_OPTIONS),
+      ) as unknown as {
+        quantd: { v1: { Calibrations: grpc.ServiceClientConstructor } };
+      };
+      const client = new proto.quantd.v1.Calibrations(
+        small.target,
+        grpc.credentials.createInsecure(),
+      ) as unknown as Client;
+      c = client;
+      const get = (id: string) =>
+        new Promise<Record<string, unknown>>((resolve, reject) =>
+          client.Get({ id }, (err, r) => (err ? reject(err) : resolve(r))),
+        );
       const id = await new Promise<string>((resolve, reject) =>
-        c.Create({ recipe_json: JSON.stringify(RECIPE) }, (err, r) =>
+        client.Create({ recipe_json: JSON.stringify(RECIPE) }, (err, r) =>
           err ? reject(err) : resolve(r['id'] as string),
         ),
       );
       for (let i = 1; i <= 4; i++) {
-        const stream = c.Observe(() => {});
+        const stream = client.Observe(() => {});
         stream.write({ id, safetensors: batch(i) });
         const deadline = Date.now() + 5000;
         while (((await get(id))['batches'] as number) < i && Date.now() < deadline) {
@@ -163,7 +165,7 @@ describe('quantd.v1.Calibrations', () => {
       // every batch folded before its stream was cancelled is kept, and calls are still admitted
       expect((await get(id))['batches']).toBe(4);
     } finally {
-      c.close();
+      c?.close();
       await small.server.shutdown('test done');
     }
   });

@@ -16,7 +16,15 @@ import {
 } from '../../src/core/observers/index.js';
 import { parseSafetensors } from '../../src/format/safetensors.js';
 import { send, type TestServer } from '../http/helpers.js';
-import { json, modelBytes, startChildServer, startJobServer, tempDir, type Tensor } from '../jobs/helpers.js';
+import {
+  json,
+  modelBytes,
+  startChildServer,
+  startJobServer,
+  tempDir,
+  type ChildServer,
+  type Tensor,
+} from '../jobs/helpers.js';
 
 const RECIPE = {
   observers: [
@@ -264,9 +272,11 @@ describe('calibration sessions over HTTP', () => {
 describe('a calibration session survives the server being killed', () => {
   it('resumes every acknowledged batch after SIGKILL', async () => {
     const dir = tempDir('calibration-restart');
+    const env = { QUANTD_DATA_DIR: dir, QUANTD_HTTP_PORT: '0', QUANTD_GRPC_PORT: '0' };
+    let first: ChildServer | undefined;
+    let second: ChildServer | undefined;
     try {
-      const env = { QUANTD_DATA_DIR: dir, QUANTD_HTTP_PORT: '0', QUANTD_GRPC_PORT: '0' };
-      const first = await startChildServer(env);
+      first = await startChildServer(env);
       const { id } = json<Summary>(await post(first.port, '/v1/calibrations', { recipe: RECIPE }));
       for (const i of [0, 1, 2]) expect((await upload(first.port, id, batch(i))).status).toBe(200);
       // one more batch in flight when the process dies: acknowledged or not, never half-kept
@@ -274,20 +284,19 @@ describe('a calibration session survives the server being killed', () => {
       await first.kill();
       const acknowledged = (await inFlight)?.status === 200;
 
-      const second = await startChildServer(env);
-      try {
-        const summary = json<Summary>(await send(second.port, `/v1/calibrations/${id}`));
-        const kept = summary.batches;
-        expect(kept === 3 || kept === 4).toBe(true);
-        if (acknowledged) expect(kept).toBe(4);
-        expect((await upload(second.port, id, batch(9))).status).toBe(200);
-        const reply = await send(second.port, `/v1/calibrations/${id}/qparams`);
-        const seen = [0, 1, 2, ...(kept === 4 ? [3] : []), 9].map(batch);
-        expect(qparamsOf(reply.body)).toEqual(expectedQParams(seen));
-      } finally {
-        await second.stop();
-      }
+      second = await startChildServer(env);
+      const summary = json<Summary>(await send(second.port, `/v1/calibrations/${id}`));
+      const kept = summary.batches;
+      expect(kept === 3 || kept === 4).toBe(true);
+      if (acknowledged) expect(kept).toBe(4);
+      expect((await upload(second.port, id, batch(9))).status).toBe(200);
+      const reply = await send(second.port, `/v1/calibrations/${id}/qparams`);
+      const seen = [0, 1, 2, ...(kept === 4 ? [3] : []), 9].map(batch);
+      expect(qparamsOf(reply.body)).toEqual(expectedQParams(seen));
     } finally {
+      // whatever failed, no server process outlives the test
+      if (first?.alive()) await first.kill();
+      if (second?.alive()) await second.stop();
       rmSync(dir, { recursive: true, force: true });
     }
   });
