@@ -202,7 +202,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
   await registerLinearErrorRoute(app, { compute: handle.compute, requestTimeoutMs: config.requestTimeoutMs });
   if (options.jobs) await registerJobRoutes(app, { jobs: options.jobs, uploadLimit: config.uploadLimit });
-  if (options.calibrations) await registerCalibrationRoutes(app, { calibrations: options.calibrations });
+  if (options.calibrations) {
+    await registerCalibrationRoutes(app, {
+      calibrations: options.calibrations,
+      requestTimeoutMs: config.requestTimeoutMs,
+    });
+  }
   // Open Inference Protocol (KServe v2 / Triton) under /v2: its own auth, admission and error
   // format (oip-routes.ts; health open, metadata and inference behind the token).
   await registerOipRoutes(app, {

@@ -11,15 +11,20 @@
  *   DELETE /v1/calibrations/ID            204
  *
  * A batch body is read whole (QUANTD_BODY_LIMIT), like the op routes' tensors; batches into one
- * session are folded one at a time and acknowledged once on disk (src/service/calibration/).
+ * session are folded one at a time and acknowledged once on disk (src/service/calibration/). A
+ * batch whose observers are still at work on the pool when its client leaves, or when
+ * QUANTD_REQUEST_TIMEOUT_MS has passed, is abandoned whole (the op routes' request signal).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { QuantdError } from '../errors/index.js';
 import type { CalibrationStore, CreateRequest } from '../service/calibration/store.js';
 import { callerOf } from './caller.js';
+import { requestSignal } from './op-routes.js';
 
 export interface CalibrationRouteDeps {
   readonly calibrations: CalibrationStore;
+  /** QUANTD_REQUEST_TIMEOUT_MS: a batch not folded by then is abandoned whole (504) */
+  readonly requestTimeoutMs: number;
 }
 
 const tags = ['calibration'];
@@ -28,14 +33,6 @@ const idParam = {
   properties: { id: { type: 'string', description: 'the session id' } },
   required: ['id'],
 };
-
-function abortOnClose(request: FastifyRequest): AbortSignal {
-  const controller = new AbortController();
-  request.raw.once('close', () => {
-    if (!request.raw.complete) controller.abort();
-  });
-  return controller.signal;
-}
 
 const sendJson = (reply: FastifyReply, status: number, value: unknown): FastifyReply =>
   reply.code(status).type('application/json').send(JSON.stringify(value));
@@ -114,7 +111,12 @@ export async function registerCalibrationRoutes(
           detail: 'send the batch as application/x-safetensors (or application/octet-stream)',
         });
       }
-      const result = await store.fold(idOf(request), body, callerOf(request), abortOnClose(request));
+      const result = await store.fold(
+        idOf(request),
+        body,
+        callerOf(request),
+        requestSignal(reply, deps.requestTimeoutMs),
+      );
       return sendJson(reply, 200, result);
     },
   );
