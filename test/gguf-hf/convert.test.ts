@@ -10,23 +10,21 @@ import { join } from 'node:path';
 import type { LlamaModel } from 'node-llama-cpp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { GgufFileReader } from '../../src/format/gguf-file.js';
 import type { GgufValue } from '../../src/format/gguf.js';
 import { ggufLayout } from '../../src/service/layouts/gguf.js';
 import { quantd } from '../cli/run-cli.js';
-import { argmax, expected, fixtureDir, loadModel, logitsAfterEach, maxAbsDiff } from './llama-cpp.js';
+import {
+  argmax,
+  expected,
+  fixtureDir,
+  ggufHeader,
+  loadModel,
+  logitsAfterEach,
+  maxAbsDiff,
+} from './llama-cpp.js';
 
 const DIR = mkdtempSync(join(tmpdir(), 'quantd-gguf-hf-'));
 afterAll(() => rmSync(DIR, { recursive: true, force: true }));
-
-async function header(path: string): Promise<GgufFileReader['header']> {
-  const reader = await GgufFileReader.open(path);
-  try {
-    return reader.header;
-  } finally {
-    await reader.close();
-  }
-}
 
 const value = (v: GgufValue | undefined): unknown =>
   v?.type === 'array' ? v.value.map((x) => x.value) : v?.value;
@@ -78,7 +76,7 @@ describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer
   });
 
   it('writes the metadata llama.cpp reads', async () => {
-    const { kvs, tensors } = await header(files['Q8_0']!);
+    const { kvs, tensors } = await ggufHeader(files['Q8_0']!);
     expect(value(kvs.get('general.architecture'))).toBe(arch);
     expect(value(kvs.get('general.file_type'))).toBe(7);
     expect(value(kvs.get(`${arch}.block_count`))).toBe(2);
@@ -95,7 +93,7 @@ describe.each(FIXTURES)('$name → GGUF → llama.cpp', ({ name, arch, tokenizer
     expect(tokens).toHaveLength(exp.logits.length);
     if (addBos) expect(value(kvs.get('tokenizer.ggml.bos_token_id'))).toBe(exp.promptIds[0]);
     expect(value(kvs.get('tokenizer.chat_template'))).toMatch(/messages/);
-    expect(value((await header(files['F32']!)).kvs.get('general.file_type'))).toBe(0);
+    expect(value((await ggufHeader(files['F32']!)).kvs.get('general.file_type'))).toBe(0);
   });
 
   it('tokenizes a multilingual text to the reference tokenizer ids', () => {

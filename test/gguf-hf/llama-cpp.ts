@@ -4,6 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { GgufFileReader } from '../../src/format/gguf-file.js';
 import {
   LlamaLogLevel,
   getLlama,
@@ -14,6 +15,16 @@ import {
 } from 'node-llama-cpp';
 
 export const FIXTURES = new URL('./fixtures/', import.meta.url).pathname;
+
+/** The parsed header (key/values, tensor infos) of a GGUF file quantd wrote. */
+export async function ggufHeader(path: string): Promise<GgufFileReader['header']> {
+  const reader = await GgufFileReader.open(path);
+  try {
+    return reader.header;
+  } finally {
+    await reader.close();
+  }
+}
 
 /** What test/gguf-hf/generate.py computed with the reference tokenizer and forward pass. */
 export interface Expected {

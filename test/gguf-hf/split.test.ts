@@ -10,24 +10,14 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { sizeLabel } from '../../src/core/interop/size-label.js';
-import { GgufFileReader } from '../../src/format/gguf-file.js';
 import { planSplits, splitPath } from '../../src/format/gguf-split.js';
 import type { GgufValue } from '../../src/format/gguf.js';
 import { ggufLayout } from '../../src/service/layouts/gguf.js';
 import { quantd } from '../cli/run-cli.js';
-import { expected, fixtureDir, loadModel, logitsAfterEach } from './llama-cpp.js';
+import { expected, fixtureDir, ggufHeader, loadModel, logitsAfterEach } from './llama-cpp.js';
 
 const DIR = mkdtempSync(join(tmpdir(), 'quantd-gguf-split-'));
 afterAll(() => rmSync(DIR, { recursive: true, force: true }));
-
-async function header(path: string): Promise<GgufFileReader['header']> {
-  const reader = await GgufFileReader.open(path);
-  try {
-    return reader.header;
-  } finally {
-    await reader.close();
-  }
-}
 
 const value = (v: GgufValue | undefined): unknown => v?.value;
 
@@ -82,12 +72,12 @@ describe('a model folder → split GGUF → llama.cpp', () => {
     const count = many.files.length;
     expect(many.files).toEqual(many.files.map((_, i) => splitPath(split, i, count)));
 
-    const whole = await header(single);
+    const whole = await ggufHeader(single);
     expect(value(whole.kvs.get('general.size_label'))).toMatch(/^\d+(\.\d+)?[KMB]$/);
     expect(whole.kvs.has('split.count')).toBe(false);
     const names: string[] = [];
     for (const [i, file] of many.files.entries()) {
-      const h = await header(file);
+      const h = await ggufHeader(file);
       expect(value(h.kvs.get('split.no'))).toBe(i);
       expect(h.kvs.get('split.no')?.type).toBe('uint16');
       expect(value(h.kvs.get('split.count'))).toBe(count);
@@ -99,7 +89,9 @@ describe('a model folder → split GGUF → llama.cpp', () => {
       names.push(...h.tensors.map((t) => t.name));
     }
     expect(names).toEqual(whole.tensors.map((t) => t.name));
-    const firstKvs = [...(await header(many.files[0]!)).kvs.keys()].filter((k) => !k.startsWith('split.'));
+    const firstKvs = [...(await ggufHeader(many.files[0]!)).kvs.keys()].filter(
+      (k) => !k.startsWith('split.'),
+    );
     expect(firstKvs).toEqual([...whole.kvs.keys()]);
 
     const [a, b] = [await loadModel(single), await loadModel(many.files[0]!)];
@@ -117,7 +109,7 @@ describe('a model folder → split GGUF → llama.cpp', () => {
     const out = join(DIR, 'fits.gguf');
     const r = await ggufLayout.write(fixtureDir(name), out, { type: 'Q4_0', split_max_size: '2G' });
     expect(r.files).toEqual([out]);
-    expect((await header(out)).kvs.has('split.no')).toBe(false);
+    expect((await ggufHeader(out)).kvs.has('split.no')).toBe(false);
     await expect(
       ggufLayout.write(fixtureDir(name), join(DIR, 'bad.gguf'), { split_max_size: '2GiB' }),
     ).rejects.toMatchObject({ code: 'OPTION_INVALID' });
