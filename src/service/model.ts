@@ -96,7 +96,15 @@ async function planAll(model: ModelInput, request: OperationRequest): Promise<Pl
   try {
     for (const input of model.files) {
       const reader = await SafetensorsFileReader.open(input);
-      planned.push({ input, reader, plan: planOperation(reader.header, request, input, sharded) });
+      let plan: PlannedFile['plan'];
+      try {
+        plan = planOperation(reader.header, request, input, sharded);
+      } catch (err) {
+        // a file whose plan fails is not in `planned` yet: close it here, not at garbage collection
+        await reader.close();
+        throw err;
+      }
+      planned.push({ input, reader, plan });
     }
     if (sharded && !planned.some((p) => p.plan.steps.some((s) => s.kind !== 'copy'))) {
       if (request.op === 'dequantize') throw new QuantdError('NOT_A_QTENSOR', { source: model.index! });
