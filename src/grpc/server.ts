@@ -20,6 +20,7 @@ import { errorsForClients, type Admission } from '../service/index.js';
 import { errorForGrpc, type GrpcError } from './errors.js';
 import { GuardedServer } from './guard.js';
 import { earlyAdmission } from './early-admission.js';
+import { widenWindows } from './flow-control.js';
 import { observingInterceptor, type CallObserver } from './observe.js';
 import { makeMetadataAuthenticator } from './auth.js';
 import { EVERYONE } from '../service/auth.js';
@@ -30,7 +31,7 @@ import type { CalibrationStore } from '../service/calibration/store.js';
 import { OIP_PROTO_FILE, addOipService } from './oip.js';
 import { runUnary, type UnaryRequest, type UnaryResponse } from './unary.js';
 import { packageRoot } from '../package-info.js';
-import { admitRequest, requestDeadline } from '../service/envelope.js';
+import { requestDeadline } from '../service/envelope.js';
 
 export const PROTO_ROOT = join(packageRoot(), 'proto');
 export const PROTO_FILE = 'quantd/v1/quantd.proto';
@@ -100,24 +101,23 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
   const authenticate = makeMetadataAuthenticator(config.apiKeys, config.adminKeys);
   // every method of every service under one catch (guard.ts): no request can end the process;
   // a call the server cannot take is refused on its metadata (early-admission.ts)
+  const early = earlyAdmission({ admission, isReady: options.isReady }, authenticate, report);
   const server = new GuardedServer(
     {
       'grpc.max_receive_message_length': limit,
       'grpc.max_send_message_length': limit,
-      interceptors: [
-        ...(options.observe ? [observingInterceptor(options.observe)] : []),
-        earlyAdmission({ admission, isReady: options.isReady }, authenticate, report),
-      ],
+      interceptors: [...(options.observe ? [observingInterceptor(options.observe)] : []), early.interceptor],
     },
     (err, rpc) => report(err, rpc),
   );
+  // admitted calls' messages arrive in one flight, not 64 KiB per round trip (flow-control.ts)
+  widenWindows(server);
 
-  /** Admission, auth and readiness for one call; returns the release of its admission slot. */
-  const admit = (metadata: grpc.Metadata): (() => void) => {
-    authenticate?.(metadata);
-    // draining: SHUTTING_DOWN (UNAVAILABLE, retry elsewhere or later), as HTTP answers 503
-    return admitRequest({ admission, isReady: options.isReady });
-  };
+  /**
+   * Admission, auth and readiness for one call (draining: SHUTTING_DOWN, as HTTP answers 503):
+   * the slot the interceptor reserved on its metadata; returns the release of that slot.
+   */
+  const admit = early.admit;
 
   const implementation: grpc.UntypedServiceImplementation = {};
   for (const [rpc, op] of Object.entries(UNARY)) {
