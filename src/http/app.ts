@@ -28,6 +28,7 @@ import type { JobManager } from '../jobs/manager.js';
 import { registerDocs } from './openapi.js';
 import { asQuantdError, sendProblem } from './problem.js';
 import { admitRequest } from '../service/envelope.js';
+import { continueWhenRead } from './continue.js';
 
 export interface AppOptions {
   readonly config: Config;
@@ -82,6 +83,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     frameworkErrors: problem,
   });
   app.server.on('checkExpectation', answerExpectation);
+  continueWhenRead(app);
   // Schemas document; quantd validates requests itself, with catalogue codes.
   app.setValidatorCompiler(() => () => true);
 

@@ -6,6 +6,8 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { catalogue, isQuantdError, QuantdError, toQuantdError, type ErrorCode } from '../errors/index.js';
 import { bodyBytesReceived } from './body.js';
+import { awaitingContinue } from './continue.js';
+import { lingerOnClose } from './linger.js';
 
 export const PROBLEM_TYPE = 'application/problem+json';
 
@@ -108,8 +110,11 @@ export function sendProblem(error: QuantdError, request: FastifyRequest, reply: 
     // The rest of the body is not wanted, and must not be read as the next request: discard what
     // still arrives while the problem is written, then close the connection.
     reply.header('Connection', 'close');
-    // (a body cut short has nothing more to come)
-    if (error.code !== 'BODY_INCOMPLETE') request.raw.resume();
+    // (a body cut short has nothing more to come; a client waiting for 100 Continue sends none)
+    if (error.code !== 'BODY_INCOMPLETE' && !awaitingContinue(request.raw)) request.raw.resume();
+    // and keep discarding it after the answer, so that the client reads the answer (linger.ts);
+    // not for a client cut for its slowness
+    if (error.code !== 'BODY_INCOMPLETE' && error.code !== 'BODY_TOO_SLOW') lingerOnClose(request.raw.socket);
   }
   if (problem.status >= 500) request.log.error({ err: error, code: error.code }, error.message);
   else request.log.info({ code: error.code }, error.message);

@@ -12,6 +12,7 @@
  *  - /metrics sees the pool: an operation in flight, and task run times of the delay.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import * as net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -123,6 +124,76 @@ describe(`one worker, no queue, tasks held ${DELAY_MS} ms`, () => {
       expectProblem({ status: res!.status, headers: res!.headers, body: res!.body }, 'OVERLOADED');
     },
   );
+
+  it('a refused client that goes on sending its body still reads the 503 (lingering close)', async () => {
+    const first = qparams(t.port);
+    expect(await eventually(() => pendingOf(t) === 1, 2000), 'the first request reaches the pool').toBe(true);
+    const size = 4 * 1048576;
+    const head =
+      `POST /v1/qparams HTTP/1.1\r\nHost: test\r\nContent-Type: application/octet-stream\r\n` +
+      `X-Tensor-Dtype: float32\r\nX-Tensor-Shape: ${size / 4}\r\nContent-Length: ${size}\r\n\r\n`;
+    // The client sends the head and a little, is refused, and without reading anything sends the
+    // rest of its body once the server has answered — as a client streaming a large body does.
+    // A server that closes at once meets those bytes with a reset, and the reset makes the
+    // client's kernel drop the unread 503: the client sees ECONNRESET instead of its answer.
+    const answer = await new Promise<{ text: string; error: string | null }>((resolve) => {
+      const socket = net.connect({ port: t.port, host: '127.0.0.1' });
+      let text = '';
+      let error: string | null = null;
+      socket.pause();
+      socket.on('data', (d: Buffer) => (text += d.toString('latin1')));
+      socket.on('error', (e: NodeJS.ErrnoException) => (error = e.code ?? e.message));
+      socket.on('close', () => resolve({ text, error }));
+      socket.write(head);
+      socket.write(Buffer.alloc(65536));
+      setTimeout(() => {
+        socket.write(Buffer.alloc(size - 65536));
+        setTimeout(() => socket.resume(), 300);
+      }, 300);
+    });
+    expect((await first).status).toBe(200);
+    expect(answer.error).toBeNull();
+    const res = parseRaw(answer.text);
+    expect(res?.complete, answer.text.slice(0, 200)).toBe(true);
+    expectProblem({ status: res!.status, headers: res!.headers, body: res!.body }, 'OVERLOADED');
+  });
+
+  it('Expect: 100-continue — refused without the body while full, told to continue once admitted', async () => {
+    const head =
+      `POST /v1/qparams HTTP/1.1\r\nHost: test\r\nContent-Type: application/octet-stream\r\n` +
+      `X-Tensor-Dtype: float32\r\nX-Tensor-Shape: 2,3\r\nContent-Length: 24\r\nExpect: 100-continue\r\n\r\n`;
+    /** Sends the head, then the body only once 100 Continue arrives; resolves with all it got. */
+    const exchange = (): Promise<string> =>
+      new Promise((resolve) => {
+        const socket = net.connect({ port: t.port, host: '127.0.0.1' });
+        let text = '';
+        socket.on('data', (d: Buffer) => {
+          const before = text;
+          text += d.toString('latin1');
+          if (!before.includes('100 Continue') && text.startsWith('HTTP/1.1 100 Continue\r\n\r\n')) {
+            socket.write(Buffer.from(DATA));
+          }
+          const final = parseRaw(text.replace(/^HTTP\/1\.1 100 Continue\r\n\r\n/, ''));
+          if (final?.complete) socket.end();
+        });
+        socket.on('error', () => undefined);
+        socket.on('close', () => resolve(text));
+        socket.write(head);
+      });
+
+    const first = qparams(t.port);
+    expect(await eventually(() => pendingOf(t) === 1, 2000), 'the first request reaches the pool').toBe(true);
+    const refused = await exchange();
+    expect(refused, 'no go-ahead for a request that is refused').not.toContain('100 Continue');
+    const res = parseRaw(refused);
+    expectProblem({ status: res!.status, headers: res!.headers, body: res!.body }, 'OVERLOADED');
+    expect((await first).status).toBe(200);
+
+    const admitted = await exchange();
+    expect(admitted.startsWith('HTTP/1.1 100 Continue\r\n\r\n'), admitted.slice(0, 100)).toBe(true);
+    const final = parseRaw(admitted.slice('HTTP/1.1 100 Continue\r\n\r\n'.length));
+    expect(final?.status, final?.body).toBe(200);
+  });
 
   it('/metrics shows the operation in flight, then task run times of the delay', async () => {
     const metric = async (name: string): Promise<number> => {
