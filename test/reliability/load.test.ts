@@ -9,6 +9,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { Agent, request } from 'node:http';
+import { Worker } from 'node:worker_threads';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { callRaw, loadMethods, rawClient } from './fuzz/grpc-cases.js';
@@ -17,12 +18,18 @@ import { startChildServer, type ChildServer } from './server.js';
 const LONG = process.env['QUANTD_RELIABILITY'] === 'long';
 const PHASE_MS = LONG ? 60_000 : 8_000;
 /**
- * How fast a refusal and the probe must answer. The long form, run by hand on a quiet machine,
- * holds the service's target (100 ms). The short form runs in CI beside other jobs on a shared
- * 2-core machine, where the same build measured 35–122 ms p99 from run to run; its bound only
- * tells a refusal from a hang. What proves the refusal comes before the body is the RSS bound.
+ * How fast a refusal must come: the service's target, 100 ms p99, is asserted on the server's own
+ * time, from the request's head to its answer (its /metrics). What clients see adds this one
+ * 2-core machine: the load clients run at the lowest priority and their queueing is printed
+ * beside their figures (their event-loop delay), and the refusal probe — a client with its own
+ * CPU, as one on another machine would be — still shares the machine's CPU and its loopback with
+ * 30 clients pushing 2 MiB bodies. Those, and /healthz, are bounded to tell a refusal from a
+ * hang, and printed for the record.
  */
-const LATENCY_BOUND_MS = LONG ? 100 : 500;
+const DECISION_BOUND_MS = 100;
+const LATENCY_BOUND_MS = 500;
+/** The load clients' own figures carry their starvation: bounded only against a hang. */
+const HANG_BOUND_MS = 5000;
 const POOL = 1;
 const QUEUE = 2;
 const CAPACITY = POOL + QUEUE;
@@ -55,18 +62,33 @@ afterAll(async () => {
 
 const quantile = (sorted: readonly number[], q: number): number =>
   sorted.length === 0 ? NaN : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
+const sorted = (answers: readonly Answer[]): number[] => answers.map((a) => a.ms).sort((a, b) => a - b);
 const ms = (n: number): string => `${n.toFixed(1)} ms`;
 const mib = (n: number): string => `${(n / 2 ** 20).toFixed(0)} MiB`;
 
-/** Samples the child's RSS and polls /healthz until stopped. */
-function watch(agent: Agent): { stop(): Promise<{ peakRss: number; health: number[] }> } {
+/** What the watcher measured: peak RSS, /healthz times, and the refusal probe's refusals. */
+interface Watched {
+  readonly peakRss: number;
+  readonly health: number[];
+  readonly probeShed: number[];
+}
+
+/**
+ * Samples the child's RSS, polls /healthz, and sends `probe` — one request of the load's kind —
+ * every 50 ms, from this thread (normal priority, otherwise idle): the refusals a client with its
+ * own CPU sees, as one on another machine would. The load keeps the server full, so the probe is
+ * nearly always refused; its admitted requests are not counted.
+ */
+function watch(agent: Agent, probe: () => Promise<Answer>): { stop(): Promise<Watched> } {
   let peakRss = 0;
   const health: number[] = [];
+  const probeShed: number[] = [];
   let running = true;
   const sampler = setInterval(() => {
     peakRss = Math.max(peakRss, server.rssBytes());
   }, 100);
-  const probe = (async () => {
+  const pause = (): Promise<void> => new Promise((r) => setTimeout(r, 50));
+  const healthLoop = (async () => {
     while (running) {
       const start = performance.now();
       const status = await new Promise<number>((resolve) => {
@@ -79,93 +101,142 @@ function watch(agent: Agent): { stop(): Promise<{ peakRss: number; health: numbe
       });
       if (status !== 200) throw new Error(`/healthz answered ${status}`);
       health.push(performance.now() - start);
-      await new Promise((r) => setTimeout(r, 50));
+      await pause();
+    }
+  })();
+  const probeLoop = (async () => {
+    while (running) {
+      const answer = await probe();
+      if (answer.code === 'OVERLOADED') probeShed.push(answer.ms);
+      await pause();
     }
   })();
   return {
     stop: async () => {
       running = false;
       clearInterval(sampler);
-      await probe;
-      return { peakRss, health: health.sort((a, b) => a - b) };
+      await Promise.all([healthLoop, probeLoop]);
+      const byValue = (a: number, b: number): number => a - b;
+      return { peakRss, health: health.sort(byValue), probeShed: probeShed.sort(byValue) };
     },
   };
 }
 
-interface HttpAnswer {
-  readonly status: number;
-  readonly code: string | undefined;
-  readonly ms: number;
-}
+/** The HTTP request of the load: 2 MiB of float32 to quantize. */
+const HTTP_QUANTIZE = {
+  path: '/v1/quantize?qdtype=int8&scheme=per_channel',
+  headers: {
+    'content-type': 'application/octet-stream',
+    'content-length': tensor.length,
+    'x-tensor-dtype': 'float32',
+    'x-tensor-shape': `${ROWS},${COLS}`,
+  },
+};
 
-/** One quantize request; resolves when the answer has been read. */
-function quantizeOverHttp(agent: Agent): Promise<HttpAnswer> {
+/** The probe's HTTP request (a new connection each time, as a refusal closes it). */
+function httpProbe(): Promise<Answer> {
   const start = performance.now();
   return new Promise((resolve) => {
     const req = request(
-      `${server.base}/v1/quantize?qdtype=int8&scheme=per_channel`,
-      {
-        method: 'POST',
-        agent,
-        headers: {
-          'content-type': 'application/octet-stream',
-          'content-length': tensor.length,
-          'x-tensor-dtype': 'float32',
-          'x-tensor-shape': `${ROWS},${COLS}`,
-        },
-      },
+      `${server.base}${HTTP_QUANTIZE.path}`,
+      { method: 'POST', headers: HTTP_QUANTIZE.headers, agent: false },
       (res) => {
-        const elapsed = performance.now() - start; // the answer's head: the decision
+        const elapsed = performance.now() - start;
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () => {
-          let code: string | undefined;
-          if (res.statusCode !== 200) {
-            try {
-              code = (JSON.parse(Buffer.concat(chunks).toString('utf8')) as { code?: string }).code;
-            } catch {
-              code = undefined;
-            }
-          }
+          const body = Buffer.concat(chunks).toString('utf8');
+          const code = res.statusCode === 503 ? (JSON.parse(body) as { code?: string }).code : undefined;
           resolve({ status: res.statusCode ?? 0, code, ms: elapsed });
         });
       },
     );
-    // a refused request's socket may close while its body is still going out: the answer
-    // (already received) is what counts; a request that gets none is status 0
     req.on('error', () => resolve({ status: 0, code: 'NO_ANSWER', ms: performance.now() - start }));
     req.end(tensor);
   });
 }
 
+/** One answer as a load client saw it (load-clients.mjs). */
+interface Answer {
+  /** HTTP status (0: no answer) or gRPC status code. */
+  readonly status: number;
+  /** The quantd code of a refusal. */
+  readonly code: string | undefined;
+  /** Until the decision arrived (the answer's head / the status). */
+  readonly ms: number;
+}
+
+/** How many threads the clients run on: a few event loops, as a few client machines would be. */
+const CLIENT_THREADS = 3;
+
+/**
+ * Runs CLIENTS closed-loop clients for `durationMs` on CLIENT_THREADS worker threads; returns
+ * their answers and the worst client thread's event-loop delay (p99).
+ */
+async function runClients(
+  durationMs: number,
+  data: { kind: 'http' | 'grpc'; body: Buffer } & Record<string, unknown>,
+): Promise<{ answers: Answer[]; clientLoopP99: number }> {
+  const endAt = Date.now() + durationMs;
+  const results = await Promise.all(
+    Array.from(
+      { length: CLIENT_THREADS },
+      () =>
+        new Promise<{ answers: Answer[]; loopP99Ms: number }>((resolve, reject) => {
+          const worker = new Worker(new URL('./load-clients.mjs', import.meta.url), {
+            workerData: { ...data, clients: CLIENTS / CLIENT_THREADS, endAt },
+          });
+          worker.once('message', resolve);
+          worker.once('error', reject);
+        }),
+    ),
+  );
+  return {
+    answers: results.flatMap((r) => r.answers),
+    clientLoopP99: Math.max(...results.map((r) => r.loopP99Ms)),
+  };
+}
+
+/**
+ * The server's own time for the requests of one histogram series (its /metrics), as the upper
+ * bound of the bucket that holds the 99th percentile: what the server spent deciding, without
+ * the clients' queueing.
+ */
+async function serverP99(metric: string, labels: RegExp): Promise<number> {
+  const text = await (await fetch(`${server.base}/metrics`)).text();
+  const buckets = text
+    .split('\n')
+    .filter((line) => line.startsWith(`${metric}_bucket{`) && labels.test(line))
+    .map((line) => {
+      const le = /le="([^"]+)"/.exec(line)![1]!;
+      return { le: le === '+Inf' ? Infinity : Number(le), count: Number(/\} (\d+)$/.exec(line)![1]) };
+    });
+  const total = buckets.find((b) => b.le === Infinity)?.count ?? 0;
+  return (buckets.find((b) => b.count >= 0.99 * total)?.le ?? NaN) * 1000;
+}
+
 describe(`${CLIENTS} closed-loop clients against a capacity of ${CAPACITY}`, () => {
   it('HTTP: every answer a success or a fast catalogued refusal; probe responsive; memory bounded', async () => {
-    const agent = new Agent({ keepAlive: true, maxSockets: CLIENTS + 1 });
     const probeAgent = new Agent({ keepAlive: true, maxSockets: 1 });
-    const watcher = watch(probeAgent);
-    const answers: HttpAnswer[] = [];
-    const end = Date.now() + PHASE_MS;
-    await Promise.all(
-      Array.from({ length: CLIENTS }, async () => {
-        while (Date.now() < end) answers.push(await quantizeOverHttp(agent));
-      }),
-    );
-    const { peakRss, health } = await watcher.stop();
-    agent.destroy();
+    const watcher = watch(probeAgent, httpProbe);
+    const { answers, clientLoopP99 } = await runClients(PHASE_MS, {
+      kind: 'http',
+      body: tensor,
+      http: { url: `${server.base}${HTTP_QUANTIZE.path}`, headers: HTTP_QUANTIZE.headers },
+    });
+    const { peakRss, health, probeShed } = await watcher.stop();
     probeAgent.destroy();
+    const decided = await serverP99(
+      'quantd_http_request_duration_seconds',
+      /route="\/v1\/quantize".*status="503"/,
+    );
     await new Promise((r) => setTimeout(r, 5000));
     const idleRss = server.rssBytes();
 
-    const accepted = answers
-      .filter((a) => a.status === 200)
-      .map((a) => a.ms)
-      .sort((a, b) => a - b);
-    const shed = answers
-      .filter((a) => a.status === 503 && a.code === 'OVERLOADED')
-      .map((a) => a.ms)
-      .sort((a, b) => a - b);
-    // a refused client still sending its 2 MiB when the server closes may see the reset before
-    // the 503 (the kernel drops what it had not read): no answer, to be retried like a 503
+    const accepted = sorted(answers.filter((a) => a.status === 200));
+    const shed = sorted(answers.filter((a) => a.status === 503 && a.code === 'OVERLOADED'));
+    // no answer at all: a refused client's connection reset before the 503 reached it (the
+    // server lingers after a refusal so that this does not happen)
     const reset = answers.filter((a) => a.status === 0);
     const other = answers.filter(
       (a) => a.status !== 0 && a.status !== 200 && !(a.status === 503 && a.code === 'OVERLOADED'),
@@ -173,64 +244,78 @@ describe(`${CLIENTS} closed-loop clients against a capacity of ${CAPACITY}`, () 
     console.log(
       `load HTTP: ${answers.length} requests (${CLIENTS} clients, capacity ${CAPACITY}, ${PHASE_MS / 1000} s): ` +
         `accepted ${accepted.length} (p50 ${ms(quantile(accepted, 0.5))}, p99 ${ms(quantile(accepted, 0.99))}), ` +
-        `shed ${shed.length} (p50 ${ms(quantile(shed, 0.5))}, p99 ${ms(quantile(shed, 0.99))}), ` +
+        `shed ${shed.length} (load clients p50 ${ms(quantile(shed, 0.5))}, p99 ${ms(quantile(shed, 0.99))}, ` +
+        `their threads' own event-loop delay p99 ${ms(clientLoopP99)}; probe ${probeShed.length} refusals ` +
+        `p50 ${ms(quantile(probeShed, 0.5))}, p99 ${ms(quantile(probeShed, 0.99))}; server p99 <= ${ms(decided)}), ` +
         `reset before the 503 ${reset.length}, other ${other.length}; ` +
         `/healthz ${health.length} probes p99 ${ms(quantile(health, 0.99))}; ` +
         `peak RSS ${mib(peakRss)} (bound ${mib(RSS_BOUND)}), after 5 s idle ${mib(idleRss)}`,
     );
     expect(server.alive()).toBe(true);
     expect(other.slice(0, 5)).toEqual([]);
-    expect(reset.length).toBeLessThan(0.05 * answers.length);
+    expect(reset).toEqual([]);
     expect(accepted.length).toBeGreaterThan(0);
     expect(shed.length).toBeGreaterThan(accepted.length); // 10× capacity: most are refused
-    expect(quantile(shed, 0.99)).toBeLessThan(LATENCY_BOUND_MS);
-    // the probe shares this process with the 30 clients, so its p99 carries their load too
-    // (measured 32–50 ms); the server's own bound (< 50 ms under a heavy job) is the solo test's
+    expect(decided).toBeLessThanOrEqual(DECISION_BOUND_MS);
+    expect(probeShed.length).toBeGreaterThan(10);
+    expect(quantile(probeShed, 0.99)).toBeLessThan(LATENCY_BOUND_MS);
+    expect(quantile(shed, 0.99)).toBeLessThan(HANG_BOUND_MS);
     expect(quantile(health, 0.99)).toBeLessThan(LATENCY_BOUND_MS);
     expect(peakRss).toBeLessThan(RSS_BOUND);
   });
 
-  it('gRPC: every call a success or UNAVAILABLE with its quantd-code; memory bounded', async () => {
-    // the request encoded once and sent as bytes: the clients cost what HTTP's cost, so that the
-    // probe measures the server, not this process encoding 2 MiB messages
+  it('gRPC: every call a success or a fast UNAVAILABLE with its quantd-code; probe responsive; memory bounded', async () => {
+    // the request encoded once and sent as bytes: the clients cost what HTTP's cost
     const method = loadMethods().find((m) => m.path === '/quantd.v1.Quantizer/Quantize')!;
     const message = method.encode({
       tensor: { name: 'w', dtype: 'float32', shape: [ROWS, COLS], data: tensor },
       spec: { qdtype: 'int8', scheme: 'per_channel' },
     });
-    const clients = Array.from({ length: 3 }, () => rawClient(server.target));
     const probeAgent = new Agent({ keepAlive: true, maxSockets: 1 });
-    const watcher = watch(probeAgent);
-    const outcomes = new Map<string, number>();
-    const shed: number[] = [];
-    const end = Date.now() + PHASE_MS / 2;
-    await Promise.all(
-      Array.from({ length: CLIENTS }, async (_, i) => {
-        while (Date.now() < end) {
-          const start = performance.now();
-          const answer = await callRaw(clients[i % clients.length]!, method, [message], 60_000);
-          const key = answer.code === 0 ? 'OK' : `${grpc.status[answer.code]} ${String(answer.quantdCode)}`;
-          if (answer.quantdCode === 'OVERLOADED') shed.push(performance.now() - start);
-          outcomes.set(key, (outcomes.get(key) ?? 0) + 1);
-        }
-      }),
-    );
-    const { peakRss, health } = await watcher.stop();
+    const probeClient = rawClient(server.target);
+    const watcher = watch(probeAgent, async () => {
+      const start = performance.now();
+      const answer = await callRaw(probeClient, method, [message], 60_000);
+      return { status: answer.code, code: answer.quantdCode, ms: performance.now() - start };
+    });
+    const { answers, clientLoopP99 } = await runClients(PHASE_MS, {
+      kind: 'grpc',
+      body: message,
+      grpc: { target: server.target, path: method.path },
+    });
+    const { peakRss, health, probeShed } = await watcher.stop();
     probeAgent.destroy();
-    for (const c of clients) c.close();
-    shed.sort((a, b) => a - b);
+    probeClient.close();
+    const decided = await serverP99(
+      'quantd_grpc_call_duration_seconds',
+      /method="quantd\.v1\.Quantizer\/Quantize",code="UNAVAILABLE"/,
+    );
+
+    const outcomes = new Map<string, number>();
+    for (const a of answers) {
+      const key = a.status === 0 ? 'OK' : `${grpc.status[a.status]} ${String(a.code)}`;
+      outcomes.set(key, (outcomes.get(key) ?? 0) + 1);
+    }
+    const accepted = sorted(answers.filter((a) => a.status === 0));
+    const shed = sorted(answers.filter((a) => a.code === 'OVERLOADED'));
     console.log(
-      `load gRPC: ${[...outcomes.values()].reduce((a, b) => a + b, 0)} calls (${CLIENTS} clients, ${PHASE_MS / 2000} s): ` +
-        `${JSON.stringify(Object.fromEntries(outcomes))}; shed p50 ${ms(quantile(shed, 0.5))}, p99 ${ms(quantile(shed, 0.99))}; ` +
-        `/healthz ${health.length} probes p99 ${ms(quantile(health, 0.99))}; peak RSS ${mib(peakRss)}`,
+      `load gRPC: ${answers.length} calls (${CLIENTS} clients, capacity ${CAPACITY}, ${PHASE_MS / 1000} s): ` +
+        `${JSON.stringify(Object.fromEntries(outcomes))}; accepted p50 ${ms(quantile(accepted, 0.5))}, ` +
+        `p99 ${ms(quantile(accepted, 0.99))}; shed: load clients p50 ${ms(quantile(shed, 0.5))}, ` +
+        `p99 ${ms(quantile(shed, 0.99))}, their threads' own event-loop delay p99 ${ms(clientLoopP99)}; ` +
+        `probe ${probeShed.length} refusals p50 ${ms(quantile(probeShed, 0.5))}, ` +
+        `p99 ${ms(quantile(probeShed, 0.99))}; server p99 <= ${ms(decided)}; /healthz ${health.length} probes p99 ` +
+        `${ms(quantile(health, 0.99))}; peak RSS ${mib(peakRss)}`,
     );
     expect(server.alive()).toBe(true);
     expect([...outcomes.keys()].filter((k) => k !== 'OK' && k !== 'UNAVAILABLE OVERLOADED')).toEqual([]);
-    expect(outcomes.get('OK') ?? 0).toBeGreaterThan(0);
-    expect(outcomes.get('UNAVAILABLE OVERLOADED') ?? 0).toBeGreaterThan(0);
-    // gRPC's refusals and the probe are printed, not bounded: 30 streams of 2 MiB on 3 HTTP/2
-    // connections keep the event loop busy framing data the server then refuses (measured: shed
-    // p99 ~0.5 s, /healthz p99 ~0.12 s) — see the README's limits
+    expect(accepted.length).toBeGreaterThan(0);
+    expect(shed.length).toBeGreaterThan(0);
+    expect(decided).toBeLessThanOrEqual(DECISION_BOUND_MS);
+    expect(probeShed.length).toBeGreaterThan(10);
+    expect(quantile(probeShed, 0.99)).toBeLessThan(LATENCY_BOUND_MS);
+    expect(quantile(shed, 0.99)).toBeLessThan(HANG_BOUND_MS);
+    expect(quantile(health, 0.99)).toBeLessThan(LATENCY_BOUND_MS);
     expect(peakRss).toBeLessThan(RSS_BOUND);
   });
 });
