@@ -9,6 +9,7 @@ import type { Stats } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { QuantdError } from '../errors/index.js';
+import { LAYOUTS } from '../service/layouts/index.js';
 import { resolveModelInput } from '../service/shards.js';
 import type { ParsedCommand } from './args.js';
 import { defaultReportPath, usesRecipe } from './model-options.js';
@@ -43,6 +44,8 @@ interface InputFiles {
   readonly files: readonly string[];
   /** For a sharded model: its index and the file names its output directory will hold. */
   readonly sharded?: { readonly index: string; readonly names: readonly string[] };
+  /** For a model folder: the names of its entries (a folder output holds them by those names). */
+  readonly folder?: readonly string[];
 }
 
 /**
@@ -63,11 +66,12 @@ async function inputFilesOf(input: string, extra: readonly string[]): Promise<In
   } catch {
     // not a model (a GGUF file to dequantize, a folder a layout reads): guarded as itself
   }
+  let folder: string[] | undefined;
   if ((await statOrNone(input))?.isDirectory()) {
-    const names = await readdir(input).catch(() => []);
-    files.push(...names.map((name) => join(input, name)));
+    folder = await readdir(input).catch(() => []);
+    files.push(...folder.map((name) => join(input, name)));
   }
-  return { files, sharded };
+  return { files, sharded, folder };
 }
 
 /** Identities (device:inode) of the input files that exist, each with the path that names it. */
@@ -119,11 +123,17 @@ export async function guardCommand(parsed: ParsedCommand, input: string, output:
   if (sharded && (await sameExistingDirectory(output, dirname(sharded.index)))) {
     return; // the model layer refuses the input's own directory with a message of its own
   }
+  const layoutName = values['layout'] as string | undefined;
+  const layout = layoutName === undefined ? undefined : LAYOUTS.get(layoutName.split(':')[0]!);
+  // a model folder in gives a folder out (but for the single-file formats: GGUF, ONNX) holding
+  // the input folder's files by their names (weights and copies), its side file and report
+  const folderOut =
+    !sharded && reads.folder !== undefined && (layout === undefined || layout.extension === '.safetensors');
   const explicitReport = values['report'] as string | undefined;
   const report =
     explicitReport ??
     (values['layout'] === undefined && (usesRecipe(values) || sharded)
-      ? defaultReportPath(output, sharded !== undefined)
+      ? defaultReportPath(output, sharded !== undefined || folderOut)
       : undefined);
   if (explicitReport !== undefined && resolve(explicitReport) === resolve(output)) {
     // the report would be renamed over the model just written
@@ -133,6 +143,8 @@ export async function guardCommand(parsed: ParsedCommand, input: string, output:
   }
   const files = sharded ? [] : [output];
   if (report !== undefined) files.push(report);
-  const directory = sharded && { path: output, names: sharded.names };
-  await guardOutputs(reads.files, { files, directory: directory || undefined }, values['force'] === true);
+  files.push(...(layout?.companions?.(output, folderOut) ?? []));
+  const names = sharded ? sharded.names : folderOut ? reads.folder : undefined;
+  const directory = names && { path: output, names };
+  await guardOutputs(reads.files, { files, directory }, values['force'] === true);
 }

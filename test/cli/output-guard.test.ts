@@ -184,6 +184,30 @@ describe.concurrent('an existing output is replaced only with --force', () => {
     expect(readStored(join(dir, 'out', SHARDS[0]!)).names).toContain('a');
   });
 
+  it("a model folder's output folder: the files the run would write in it", async () => {
+    const dir = scratch(tmp.dir);
+    mkdirSync(join(dir, 'model'));
+    writeTensors(join(dir, 'model', 'model.safetensors'), [
+      { name: 'w', dtype: 'F32', shape: [2, 4], data: f32([1, -2, 3, -4, 5, -6, 7, -8]) },
+    ]);
+    writeFileSync(join(dir, 'model', 'config.json'), '{"model_type": "llama"}');
+    await succeeds(dir, ['quantize', 'model', '-o', 'out', '-q']);
+    const written = hashes(join(dir, 'out'));
+    await refused(dir, ['quantize', 'model', '-o', 'out', '-q'], 'OUTPUT_EXISTS', [
+      'already exists; pass --force',
+    ]);
+    expect(hashes(join(dir, 'out'))).toEqual(written);
+    await succeeds(dir, ['quantize', 'model', '-o', 'out', '-q', '--force']);
+  });
+
+  it("a layout's side file named after a file output", async () => {
+    const dir = withInput();
+    writeFileSync(join(dir, 'out.quantize_config.json'), 'keep me');
+    await refused(dir, ['quantize', IN, '-o', 'out.safetensors', '--layout', 'gptq'], 'OUTPUT_EXISTS', [
+      'out.quantize_config.json already exists',
+    ]);
+  });
+
   it('an existing empty output directory is fine for a sharded run', async () => {
     const dir = withShardedModel();
     mkdirSync(join(dir, 'out'));

@@ -34,7 +34,12 @@ import {
   withReader,
   type Job,
 } from './linear-common.js';
-import { jsonText, withQuantizationConfig, type QuantizationConfig } from './quantization-config.js';
+import {
+  jsonText,
+  sideFileCompanion,
+  withQuantizationConfig,
+  type QuantizationConfig,
+} from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
 import { factsOf, layoutFile, singleFileWrite } from './safetensors-parts.js';
 import type {
@@ -44,6 +49,9 @@ import type {
   LayoutOptions,
   SafetensorsLayoutParts,
 } from './types.js';
+
+/** The side file it writes with the model (a folder's, or named after a single file). */
+const SIDE_FILE = 'quantization_config.json';
 
 const OPTIONS = {
   bits: 'bits per weight: 4 (AWQ GEMM packs 4-bit only)',
@@ -84,7 +92,7 @@ export function awqQuantizationConfig(
 function quantizationConfig(options: LayoutOptions, facts: LayoutFacts): QuantizationConfig {
   const text = jsonText(awqQuantizationConfig(awqParams(options), facts.notConverted));
   return {
-    sideFile: 'quantization_config.json',
+    sideFile: SIDE_FILE,
     sideText: withQuantizationConfig('{}', text),
     configText: text,
   };
@@ -233,6 +241,7 @@ export const awqLayout: InteropLayout = {
     'AutoAWQ GEMM checkpoint (qweight/qzeros/scales + quantization_config.json) of round-to-nearest 4-bit zero-point codes, for transformers, AutoAWQ and vLLM',
   options: OPTIONS,
   extension: '.safetensors',
+  companions: sideFileCompanion(SIDE_FILE),
   checkOptions: (options) => void awqParams(options),
   write: singleFileWrite(parts),
   parts,

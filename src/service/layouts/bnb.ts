@@ -43,7 +43,12 @@ import {
   withReader,
   type Job,
 } from './linear-common.js';
-import { jsonText, withQuantizationConfig, type QuantizationConfig } from './quantization-config.js';
+import {
+  jsonText,
+  sideFileCompanion,
+  withQuantizationConfig,
+  type QuantizationConfig,
+} from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
 import { factsOf, layoutFile, singleFileWrite } from './safetensors-parts.js';
 import type {
@@ -53,6 +58,9 @@ import type {
   LayoutOptions,
   SafetensorsLayoutParts,
 } from './types.js';
+
+/** The side file it writes with the model (a folder's, or named after a single file). */
+const SIDE_FILE = 'quantization_config.json';
 
 const OPTIONS = {
   blocksize: `values per absmax block: ${BNB_BLOCKSIZES.join(', ')} (default 64)`,
@@ -120,7 +128,7 @@ function makeParts(type: BnbQuantType): SafetensorsLayoutParts {
       facts.notConverted,
     );
     return {
-      sideFile: 'quantization_config.json',
+      sideFile: SIDE_FILE,
       sideText: withQuantizationConfig('{}', text),
       configText: text,
     };
@@ -309,6 +317,7 @@ function makeLayout(type: BnbQuantType): InteropLayout {
     summary: `bitsandbytes ${type.toUpperCase()} 4-bit checkpoint (packed weight + absmax/quant_map/quant_state + quantization_config.json), as transformers saves load_in_4bit models`,
     options: OPTIONS,
     extension: '.safetensors',
+    companions: sideFileCompanion(SIDE_FILE),
     checkOptions: (options) => void bnbParams(type, options),
     write: singleFileWrite(parts),
     parts,

@@ -34,7 +34,7 @@ import {
   withReader,
   type Job,
 } from './linear-common.js';
-import { jsonText, type QuantizationConfig } from './quantization-config.js';
+import { jsonText, sideFileCompanion, type QuantizationConfig } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
 import { factsOf, layoutFile, singleFileWrite } from './safetensors-parts.js';
 import type {
@@ -44,6 +44,9 @@ import type {
   LayoutOptions,
   SafetensorsLayoutParts,
 } from './types.js';
+
+/** The side file it writes with the model (a folder's, or named after a single file). */
+const SIDE_FILE = 'quantize_config.json';
 
 const OPTIONS = {
   bits: 'bits per weight: 2, 4 or 8 (default 4)',
@@ -91,7 +94,7 @@ const bitsLabel = (p: GptqParams): string =>
 /** The same object in both places: transformers' GPTQConfig takes AutoGPTQ's keys. */
 function quantizationConfig(options: LayoutOptions, _facts: LayoutFacts, base: string): QuantizationConfig {
   const text = jsonText(gptqQuantizeConfig(gptqParams(options), base));
-  return { sideFile: 'quantize_config.json', sideText: `${text}\n`, configText: text };
+  return { sideFile: SIDE_FILE, sideText: `${text}\n`, configText: text };
 }
 
 async function writeTensors(
@@ -255,6 +258,7 @@ export const gptqLayout: InteropLayout = {
     'GPTQ v1 checkpoint (qweight/qzeros/scales/g_idx + quantize_config.json) of round-to-nearest codes, for AutoGPTQ, GPTQModel, vLLM and transformers',
   options: OPTIONS,
   extension: '.safetensors',
+  companions: sideFileCompanion(SIDE_FILE),
   checkOptions: (options) => void gptqParams(options),
   write: singleFileWrite(parts),
   parts,

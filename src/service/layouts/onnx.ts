@@ -40,7 +40,13 @@ import {
   type OnnxNode,
   type OnnxValueInfo,
 } from '../../format/onnx.js';
-import { OnnxFileReader, OnnxFileWriter, onnxInvalid, type OnnxTensorPlan } from '../../format/onnx-file.js';
+import {
+  OnnxFileReader,
+  OnnxFileWriter,
+  onnxDataPath,
+  onnxInvalid,
+  type OnnxTensorPlan,
+} from '../../format/onnx-file.js';
 import { SafetensorsFileWriter, type TensorEntry, type TensorPlan } from '../../format/index.js';
 import {
   boolOption,
@@ -405,6 +411,7 @@ export const onnxLayout: InteropLayout = {
     'ONNX model (OUT.onnx + OUT.onnx.data) with com.microsoft.MatMulNBits 4-bit linear weights for ONNX Runtime, byte-exact with its matmul_4bits_quantizer',
   options: OPTIONS,
   extension: '.onnx',
+  companions: (output) => [onnxDataPath(output)],
   checkOptions: (options) => void onnxParams(options),
   write,
   read,

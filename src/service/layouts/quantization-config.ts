@@ -30,6 +30,13 @@ export function sideFilePath(output: string, sideFile: string): string {
   return join(dirname(output), `${basename(output).replace(/\.safetensors$/, '')}.${sideFile}`);
 }
 
+/** A layout's `companions`: its side file, inside a folder output or named after a file output. */
+export function sideFileCompanion(sideFile: string) {
+  return (output: string, folder: boolean): readonly string[] => [
+    folder ? join(output, sideFile) : sideFilePath(output, sideFile),
+  ];
+}
+
 /**
  * A model's config.json text, checked before any tensor is written: a JSON object without a
  * `quantization_config` (a model that has one is quantized already; quantize its float original).

@@ -109,4 +109,10 @@ export interface InteropLayout {
   readsFolder?(path: string): Promise<boolean>;
   /** For layouts that write safetensors: the parts a model folder output is written with. */
   readonly parts?: SafetensorsLayoutParts;
+  /**
+   * The files write() creates beside the model itself for `output`: side files named after a
+   * file output (`OUT.quantize_config.json`, `OUT.onnx.data`) or inside a folder output. The CLI
+   * refuses to replace them without --force, as it refuses the model file.
+   */
+  companions?(output: string, folder: boolean): readonly string[];
 }
