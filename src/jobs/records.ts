@@ -109,15 +109,24 @@ export class JobBook {
     this.entries.set(id, entry);
   }
 
-  /** Removes a job: never written again, its directory deleted. */
+  /**
+   * Removes a job: hidden and never written again at once, its directory deleted, then gone from
+   * the book. When the directory cannot be deleted the job stays, visible again, for a later
+   * sweep or DELETE (it used to vanish from the book and leave its files behind).
+   */
   async remove(id: string): Promise<void> {
     const entry = this.entries.get(id);
     if (entry) {
       entry.deleted = true;
       await entry.writing?.catch(() => {}); // a write in flight must not land after the removal
-      this.entries.delete(id);
     }
-    await this.store.remove(id);
+    try {
+      await this.store.remove(id);
+    } catch (err) {
+      if (entry) entry.deleted = false; // still there: a later sweep or DELETE tries again
+      throw err;
+    }
+    if (entry) this.entries.delete(id);
   }
 
   update(entry: Entry, change: Partial<Job>): void {

@@ -46,6 +46,8 @@ describe('job retention', () => {
       status = (await send(t.port, `/v1/jobs/${job.id}`)).status;
     }
     expect(status).toBe(404);
+    // hidden first, then its directory deleted (records.ts remove)
+    for (let i = 0; i < 50 && existsSync(dir); i++) await new Promise((r) => setTimeout(r, 20));
     expect(existsSync(dir)).toBe(false);
   });
 
