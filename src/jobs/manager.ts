@@ -276,7 +276,8 @@ export class JobManager {
     const plan = this.checkSubmission(submission);
     this.checkQuota(caller);
     const resolved = await resolveInputPath(this.data, input);
-    await validatePlan(plan, resolved.path, resolved.model);
+    const outputBytes = await validatePlan(plan, resolved.path, resolved.model);
+    await this.checkFreeSpace(outputBytes);
     const bytes = await totalBytes(resolved.model.files);
     const id = newJobId();
     await this.store.create(id);
@@ -298,6 +299,24 @@ export class JobManager {
     this.queue.push(id);
     this.pump();
     return job;
+  }
+
+  /**
+   * Refuses a job whose result cannot fit: STORAGE_FULL (507) when the data directory has less
+   * free space than `bytes`, before it is queued (it would fail when it ran). Where the free space
+   * cannot be read, the job goes ahead (a full disk still fails it cleanly).
+   */
+  private async checkFreeSpace(bytes: number): Promise<void> {
+    let free: number;
+    try {
+      free = await this.store.freeBytes();
+    } catch (err) {
+      this.log.warn({ err }, 'jobs: free space of the data directory unknown');
+      return;
+    }
+    if (bytes > free) {
+      throw new QuantdError('STORAGE_FULL', { path: this.data.jobs });
+    }
   }
 
   /**

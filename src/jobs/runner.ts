@@ -14,6 +14,7 @@
 import { open, stat } from 'node:fs/promises';
 import { basename, extname, join, relative, sep } from 'node:path';
 import { QuantdError } from '../errors/index.js';
+import { ST_DTYPE_SIZE } from '../core/dtypes.js';
 import { SafetensorsFileReader } from '../format/index.js';
 import {
   planOperation,
@@ -55,9 +56,11 @@ export interface RunOutcome {
 /**
  * What a run would refuse, refused at submission: every file of the model is a readable
  * safetensors file that the operation plans (model operations: a recipe rule that does not fit a
- * tensor, ...); a layout reads exactly one file.
+ * tensor, ...); a layout reads exactly one file. Returns what the result will take on disk: the
+ * planned tensors' bytes for a model operation, the input's size for a layout (its size is known
+ * once it runs; it writes at least about what it reads).
  */
-export async function validatePlan(plan: JobPlan, input: string, model?: ModelInput): Promise<void> {
+export async function validatePlan(plan: JobPlan, input: string, model?: ModelInput): Promise<number> {
   const resolved = model ?? (await resolveModelInput(input));
   // a layout that converts whole model folders (gguf from a Hugging Face folder) reads its shards itself
   const folder = plan.kind === 'layout' && (await plan.layout.readsFolder?.(input)) === true;
@@ -66,16 +69,25 @@ export async function validatePlan(plan: JobPlan, input: string, model?: ModelIn
       detail: `layout=${plan.text} reads one .safetensors file; ${basename(input)} is a sharded model (write the layout from a single-file model)`,
     });
   }
+  let outputBytes = 0;
   for (const file of resolved.files) {
     const reader = await SafetensorsFileReader.open(file);
     try {
       const shard = resolved.index !== null;
-      if (plan.kind === 'model') planOperation(reader.header, plan.request, basename(file), shard);
+      if (plan.kind === 'model') {
+        const planned = planOperation(reader.header, plan.request, basename(file), shard);
+        outputBytes += planned.tensors.reduce((n, t) => n + elementCount(t.shape) * ST_DTYPE_SIZE[t.dtype], 0);
+      } else {
+        outputBytes += (await stat(file)).size;
+      }
     } finally {
       await reader.close();
     }
   }
+  return outputBytes;
 }
+
+const elementCount = (shape: readonly number[]): number => shape.reduce((n, d) => n * d, 1);
 
 /** Where the result of a run goes (see the file comment). */
 export function outputPath(

@@ -16,11 +16,14 @@ import {
   SAFETENSORS,
   f32Tensor,
   finished,
+  json,
   modelBytes,
   smallModel,
+  submitPath,
   submitUpload,
   tempDir,
   waitJob,
+  type Job,
 } from '../jobs/helpers.js';
 import { sendRaw } from './fuzz/raw-http.js';
 import { startChildServer, type ChildServer } from './server.js';
@@ -113,6 +116,29 @@ describe.skipIf(unavailable !== null)('the data directory on a full disk (64 MiB
     expect(problem.detail).toMatch(/writing jobs\/[0-9a-f-]{36}\/input\.safetensors;/);
     expect(JSON.stringify(problem)).not.toContain(root);
     expect(filesUnder(data)).toEqual([]);
+    await expectAlive(server!);
+  });
+
+  it('a job by path whose result cannot fit: 507 STORAGE_FULL at submission, nothing queued', async () => {
+    // 36 MiB on the disk; fake-quantize would write 45 MiB, more than the 28 MiB left
+    mkdirSync(join(data, 'models'), { recursive: true });
+    writeFileSync(join(data, 'models', 'big.safetensors'), model(9, 300));
+    const before = filesUnder(join(data, 'jobs'));
+    const reply = await submitPath(server!.port, {
+      input: 'models/big.safetensors',
+      params: { op: 'fake-quantize', qdtype: 'int8' },
+    });
+    const problem = expectProblem(reply, 'STORAGE_FULL');
+    expect(problem.detail).toContain('writing jobs;');
+    expect(filesUnder(join(data, 'jobs'))).toEqual(before);
+    // the same model quantized to int8 (9 MiB) fits
+    const fits = await submitPath(server!.port, { input: 'models/big.safetensors', params: { qdtype: 'int8' } });
+    expect(fits.status, fits.body.toString()).toBe(202);
+    const done = await waitJob(server!.port, json<Job>(fits).id, finished, 60_000);
+    expect(done.state, JSON.stringify(done.error)).toBe('succeeded');
+    // the disk as it was for the tests that follow
+    expect((await send(server!.port, `/v1/jobs/${done.id}`, { method: 'DELETE' })).status).toBe(204);
+    rmSync(join(data, 'models'), { recursive: true });
     await expectAlive(server!);
   });
 
