@@ -76,7 +76,10 @@ export async function validatePlan(plan: JobPlan, input: string, model?: ModelIn
       const shard = resolved.index !== null;
       if (plan.kind === 'model') {
         const planned = planOperation(reader.header, plan.request, basename(file), shard);
-        outputBytes += planned.tensors.reduce((n, t) => n + elementCount(t.shape) * ST_DTYPE_SIZE[t.dtype], 0);
+        outputBytes += planned.tensors.reduce(
+          (n, t) => n + elementCount(t.shape) * ST_DTYPE_SIZE[t.dtype],
+          0,
+        );
       } else {
         outputBytes += (await stat(file)).size;
       }

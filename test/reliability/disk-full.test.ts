@@ -132,7 +132,10 @@ describe.skipIf(unavailable !== null)('the data directory on a full disk (64 MiB
     expect(problem.detail).toContain('writing jobs;');
     expect(filesUnder(join(data, 'jobs'))).toEqual(before);
     // the same model quantized to int8 (9 MiB) fits
-    const fits = await submitPath(server!.port, { input: 'models/big.safetensors', params: { qdtype: 'int8' } });
+    const fits = await submitPath(server!.port, {
+      input: 'models/big.safetensors',
+      params: { qdtype: 'int8' },
+    });
     expect(fits.status, fits.body.toString()).toBe(202);
     const done = await waitJob(server!.port, json<Job>(fits).id, finished, 60_000);
     expect(done.state, JSON.stringify(done.error)).toBe('succeeded');
