@@ -129,6 +129,9 @@ export async function guardCommand(parsed: ParsedCommand, input: string, output:
   // the input folder's files by their names (weights and copies), its side file and report
   const folderOut =
     !sharded && reads.folder !== undefined && (layout === undefined || layout.extension === '.safetensors');
+  if (folderOut && (await sameExistingDirectory(output, input))) {
+    return; // the model layer refuses the input's own folder with a message of its own
+  }
   const explicitReport = values['report'] as string | undefined;
   const report =
     explicitReport ??
