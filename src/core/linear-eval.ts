@@ -17,6 +17,7 @@
 import { dequantize } from './dequantize.js';
 import { planLayout } from './layout.js';
 import { observerConfig } from './observers/config.js';
+import { aminmax, channelMinMax } from './observers/min-max.js';
 import { calculateQParams } from './observers/qparams.js';
 import { resolveQParams } from './ops.js';
 import { quantize } from './quantize.js';
@@ -84,12 +85,7 @@ export function weightRoundTrip(name: string, layer: LinearLayer, spec: QuantSpe
 export function qlinearOutput(layer: LinearLayer, reference: ArrayLike<number>): Float64Array {
   const { x, n, inFeatures: k, w, outFeatures: out, bias } = layer;
   const minMax = (values: ArrayLike<number>): [Float32Array, Float32Array] => {
-    let lo = Infinity;
-    let hi = -Infinity;
-    for (let i = 0; i < values.length; i++) {
-      lo = Math.min(lo, values[i]!);
-      hi = Math.max(hi, values[i]!);
-    }
+    const [lo, hi] = aminmax(values);
     return [Float32Array.of(lo), Float32Array.of(hi)];
   };
   const act = observerConfig({ kind: 'min_max', dtype: 'quint8' });
@@ -105,15 +101,7 @@ export function qlinearOutput(layer: LinearLayer, reference: ArrayLike<number>):
     dtype: 'qint8',
     qscheme: 'per_channel_symmetric',
   });
-  const wLo = new Float32Array(out);
-  const wHi = new Float32Array(out);
-  for (let o = 0; o < out; o++) {
-    [wLo[o], wHi[o]] = [Infinity, -Infinity];
-    for (let i = 0; i < k; i++) {
-      wLo[o] = Math.min(wLo[o]!, w[o * k + i]!);
-      wHi[o] = Math.max(wHi[o]!, w[o * k + i]!);
-    }
-  }
+  const [wLo, wHi] = channelMinMax('qlinear weight', w, [out, k], 0);
   const wq = calculateQParams(wConfig, wLo, wHi);
   const codes = new Int32Array(out * k);
   for (let o = 0; o < out; o++) {

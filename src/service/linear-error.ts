@@ -14,10 +14,6 @@ import { floatDType } from './layouts/linear-common.js';
 /** The largest layer evaluated: n · in · out multiply-adds (a few seconds of one thread). */
 export const MAX_LINEAR_MACS = 2 ** 32;
 
-export interface LinearErrorDeps {
-  readonly compute: Compute;
-}
-
 const usage = (detail: string): QuantdError =>
   new QuantdError('USAGE', { detail: `linear-error: ${detail}` });
 

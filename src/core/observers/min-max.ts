@@ -40,7 +40,6 @@ const nanMax = (a: number, b: number): number => (a !== a || b !== b ? NaN : Mat
 /** lo + c · (cur - lo), each step rounded to float32 as torch's tensor ops do. */
 const average = (old: number, cur: number, c: number): number => fround(old + fround(c * fround(cur - old)));
 
-/** Per-channel min and max of `x` (shape `shape`) along `axis` (torch's permute + flatten + aminmax). */
 /** A batch's elements along ch_axis: `outer` runs of `channels` runs of `inner` elements. */
 export interface ChannelUnits {
   readonly axis: number;
@@ -61,6 +60,7 @@ export function channelUnits(shape: readonly number[], chAxis: number): ChannelU
   return { axis, outer, channels: shape[axis]!, inner };
 }
 
+/** Per-channel min and max of `x` (shape `shape`) along `chAxis` (torch's permute + flatten + aminmax). */
 export function channelMinMax(
   observer: string,
   x: ArrayLike<number>,
