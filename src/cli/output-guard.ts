@@ -9,7 +9,7 @@ import type { Stats } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { QuantdError } from '../errors/index.js';
-import { LAYOUTS } from '../service/layouts/index.js';
+import { layoutNamed } from '../service/layouts/parse.js';
 import { resolveModelInput } from '../service/shards.js';
 import type { ParsedCommand } from './args.js';
 import { defaultReportPath, usesRecipe } from './model-options.js';
@@ -123,8 +123,8 @@ export async function guardCommand(parsed: ParsedCommand, input: string, output:
   if (sharded && (await sameExistingDirectory(output, dirname(sharded.index)))) {
     return; // the model layer refuses the input's own directory with a message of its own
   }
-  const layoutName = values['layout'] as string | undefined;
-  const layout = layoutName === undefined ? undefined : LAYOUTS.get(layoutName.split(':')[0]!);
+  const layoutText = values['layout'] as string | undefined;
+  const layout = layoutText === undefined ? undefined : layoutNamed(layoutText);
   // a model folder in gives a folder out (but for the single-file formats: GGUF, ONNX) holding
   // the input folder's files by their names (weights and copies), its side file and report
   const folderOut =

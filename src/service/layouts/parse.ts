@@ -8,11 +8,16 @@ import { QuantdError } from '../../errors/index.js';
 import { LAYOUTS } from './index.js';
 import type { InteropLayout, LayoutOptions } from './types.js';
 
+/** The layout `text` names ("gguf:type=Q4_K" → gguf), or undefined for a name there is none of. */
+export function layoutNamed(text: string): InteropLayout | undefined {
+  const at = text.indexOf(':');
+  return LAYOUTS.get((at < 0 ? text : text.slice(0, at)).trim());
+}
+
 /** "gguf:type=Q4_K,arch=llama" → the layout and its options (names and syntax checked, not values). */
 export function parseLayout(text: string): { layout: InteropLayout; options: LayoutOptions } {
   const at = text.indexOf(':');
-  const name = (at < 0 ? text : text.slice(0, at)).trim();
-  const layout = LAYOUTS.get(name);
+  const layout = layoutNamed(text);
   if (!layout) {
     throw new QuantdError('OPTION_INVALID', {
       option: 'layout',
@@ -26,7 +31,7 @@ export function parseLayout(text: string): { layout: InteropLayout; options: Lay
     if (eq <= 0) {
       throw new QuantdError('OPTION_INVALID', {
         option: 'layout',
-        detail: `takes options as NAME:key=value,key=value (${name}'s options: ${Object.keys(layout.options).join(', ')})`,
+        detail: `takes options as NAME:key=value,key=value (${layout.name}'s options: ${Object.keys(layout.options).join(', ')})`,
         value: text,
       });
     }
