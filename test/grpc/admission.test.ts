@@ -89,38 +89,44 @@ describe('admission on the metadata', () => {
     ).toBeDefined();
 
     const session = await connect();
-    const held = callWithoutItsMessage(session);
-    // once the held call's metadata has reached the server, the next call is refused
-    let refused: grpc.ServiceError | undefined;
-    const refusedSoon = await until(() =>
-      unary(client, 'Quantize', REQUEST).then(
-        () => false,
-        (err: grpc.ServiceError) => ((refused = err), true),
-      ),
-    );
-    expect(refusedSoon, 'a call is refused while the held call has the slot').toBe(true);
-    expectGrpcError(refused!, 'OVERLOADED');
+    try {
+      const held = callWithoutItsMessage(session);
+      // once the held call's metadata has reached the server, the next call is refused
+      let refused: grpc.ServiceError | undefined;
+      const refusedSoon = await until(() =>
+        unary(client, 'Quantize', REQUEST).then(
+          () => false,
+          (err: grpc.ServiceError) => ((refused = err), true),
+        ),
+      );
+      expect(refusedSoon, 'a call is refused while the held call has the slot').toBe(true);
+      expectGrpcError(refused!, 'OVERLOADED');
 
-    held.close(http2.constants.NGHTTP2_CANCEL);
-    const admittedSoon = await until(() =>
-      unary(client, 'Quantize', REQUEST).then(
-        () => true,
-        () => false,
-      ),
-    );
-    expect(admittedSoon, 'the slot is given back when the held call ends').toBe(true);
-    session.close();
+      held.close(http2.constants.NGHTTP2_CANCEL);
+      const admittedSoon = await until(() =>
+        unary(client, 'Quantize', REQUEST).then(
+          () => true,
+          () => false,
+        ),
+      );
+      expect(admittedSoon, 'the slot is given back when the held call ends').toBe(true);
+    } finally {
+      session.destroy(); // the held call with it, however the test ended
+    }
   });
 });
 
 describe('HTTP/2 flow-control windows', () => {
   it(`${WINDOWS.stream / 2 ** 20} MiB per stream, ${WINDOWS.connection / 2 ** 20} MiB per connection`, async () => {
     const session = await connect();
-    expect(session.remoteSettings.initialWindowSize).toBe(WINDOWS.stream);
-    // the connection's window grows by a WINDOW_UPDATE right after the settings
-    expect(await eventually(() => (session.state.remoteWindowSize ?? 0) >= WINDOWS.connection, 2000)).toBe(
-      true,
-    );
-    session.close();
+    try {
+      expect(session.remoteSettings.initialWindowSize).toBe(WINDOWS.stream);
+      // the connection's window grows by a WINDOW_UPDATE right after the settings
+      expect(await eventually(() => (session.state.remoteWindowSize ?? 0) >= WINDOWS.connection, 2000)).toBe(
+        true,
+      );
+    } finally {
+      session.close();
+    }
   });
 });

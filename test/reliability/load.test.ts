@@ -111,15 +111,33 @@ function watch(agent: Agent, probe: () => Promise<Answer>): { stop(): Promise<Wa
       await pause();
     }
   })();
+  let stopped: Promise<Watched> | undefined;
   return {
-    stop: async () => {
-      running = false;
-      clearInterval(sampler);
-      await Promise.all([healthLoop, probeLoop]);
-      const byValue = (a: number, b: number): number => a - b;
-      return { peakRss, health: health.sort(byValue), probeShed: probeShed.sort(byValue) };
-    },
+    stop: () =>
+      (stopped ??= (async () => {
+        running = false;
+        clearInterval(sampler);
+        await Promise.all([healthLoop, probeLoop]);
+        const byValue = (a: number, b: number): number => a - b;
+        return { peakRss, health: health.sort(byValue), probeShed: probeShed.sort(byValue) };
+      })()),
   };
+}
+
+/**
+ * Runs `load` while watching (see watch, with `probe`): the watcher stops and its connection
+ * closes however the load ends.
+ */
+async function underLoad<T>(probe: () => Promise<Answer>, load: () => Promise<T>): Promise<T & Watched> {
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const watcher = watch(agent, probe);
+  try {
+    const result = await load();
+    return { ...result, ...(await watcher.stop()) };
+  } finally {
+    await watcher.stop().catch(() => undefined);
+    agent.destroy();
+  }
 }
 
 /** The HTTP request of the load: 2 MiB of float32 to quantize. */
@@ -217,15 +235,13 @@ async function serverP99(metric: string, labels: RegExp): Promise<number> {
 
 describe(`${CLIENTS} closed-loop clients against a capacity of ${CAPACITY}`, () => {
   it('HTTP: every answer a success or a fast catalogued refusal; probe responsive; memory bounded', async () => {
-    const probeAgent = new Agent({ keepAlive: true, maxSockets: 1 });
-    const watcher = watch(probeAgent, httpProbe);
-    const { answers, clientLoopP99 } = await runClients(PHASE_MS, {
-      kind: 'http',
-      body: tensor,
-      http: { url: `${server.base}${HTTP_QUANTIZE.path}`, headers: HTTP_QUANTIZE.headers },
-    });
-    const { peakRss, health, probeShed } = await watcher.stop();
-    probeAgent.destroy();
+    const { answers, clientLoopP99, peakRss, health, probeShed } = await underLoad(httpProbe, () =>
+      runClients(PHASE_MS, {
+        kind: 'http',
+        body: tensor,
+        http: { url: `${server.base}${HTTP_QUANTIZE.path}`, headers: HTTP_QUANTIZE.headers },
+      }),
+    );
     const decided = await serverP99(
       'quantd_http_request_duration_seconds',
       /route="\/v1\/quantize".*status="503"/,
@@ -271,21 +287,19 @@ describe(`${CLIENTS} closed-loop clients against a capacity of ${CAPACITY}`, () 
       tensor: { name: 'w', dtype: 'float32', shape: [ROWS, COLS], data: tensor },
       spec: { qdtype: 'int8', scheme: 'per_channel' },
     });
-    const probeAgent = new Agent({ keepAlive: true, maxSockets: 1 });
     const probeClient = rawClient(server.target);
-    const watcher = watch(probeAgent, async () => {
+    const grpcProbe = async (): Promise<Answer> => {
       const start = performance.now();
       const answer = await callRaw(probeClient, method, [message], 60_000);
       return { status: answer.code, code: answer.quantdCode, ms: performance.now() - start };
-    });
-    const { answers, clientLoopP99 } = await runClients(PHASE_MS, {
-      kind: 'grpc',
-      body: message,
-      grpc: { target: server.target, path: method.path },
-    });
-    const { peakRss, health, probeShed } = await watcher.stop();
-    probeAgent.destroy();
-    probeClient.close();
+    };
+    const { answers, clientLoopP99, peakRss, health, probeShed } = await underLoad(grpcProbe, () =>
+      runClients(PHASE_MS, {
+        kind: 'grpc',
+        body: message,
+        grpc: { target: server.target, path: method.path },
+      }),
+    ).finally(() => probeClient.close());
     const decided = await serverP99(
       'quantd_grpc_call_duration_seconds',
       /method="quantd\.v1\.Quantizer\/Quantize",code="UNAVAILABLE"/,
