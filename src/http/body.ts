@@ -12,6 +12,7 @@ import type { IncomingMessage } from 'node:http';
 import type { FastifyRequest } from 'fastify';
 import type { Readable } from 'node:stream';
 import { QuantdError } from '../errors/index.js';
+import { collectGarbage } from '../kernels/gc.js';
 
 /** The declared length, or null for a chunked body; throws for a malformed or too large one. */
 export function declaredLength(
@@ -47,7 +48,26 @@ export function bodyBytesReceived(request: IncomingMessage): number {
   return Number(request.headers['content-length'] ?? 0) || 0;
 }
 
+/**
+ * Bodies are SharedArrayBuffers that live as long as their request, long enough to reach V8's
+ * old generation, which only a full collection clears; their bytes do not count as heap
+ * pressure, so a stream of large uploads may never trigger one. Measured under 10× load with
+ * 2 MiB bodies: peak RSS 0.35 GB in most runs, 1.0 GB in one of five, the dead bodies piling up.
+ * Every 64 MiB of large bodies the server looks at its array-buffer memory and collects when it
+ * is past a watermark (above the ~250 MiB that load peaks at when V8 collects by itself). Not on
+ * a fixed quota: after explicit collections V8 went on collecting by itself every 50 ms, which
+ * halved the throughput of that load.
+ */
+const BODY_CHECK_BYTES = 64 * 1024 * 1024;
+const ARRAY_BUFFER_WATERMARK = 384 * 1024 * 1024;
+const LARGE_BODY = 1024 * 1024;
+let bodyBytesSinceCheck = 0;
+
 function allocate(bytes: number): Uint8Array {
+  if (bytes >= LARGE_BODY && (bodyBytesSinceCheck += bytes) >= BODY_CHECK_BYTES) {
+    bodyBytesSinceCheck = 0;
+    if (process.memoryUsage().arrayBuffers > ARRAY_BUFFER_WATERMARK) collectGarbage();
+  }
   return new Uint8Array(new SharedArrayBuffer(bytes));
 }
 
