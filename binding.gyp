@@ -8,6 +8,7 @@
         "native/src/ggml_ref.c",
         "native/src/ggml_kquants.c",
         "native/src/ggml_iquants.c",
+        "native/src/bnb_ref.c",
         "native/src/measured.c",
         "native/src/dispatch.c",
         "native/src/x86_avx2.c",

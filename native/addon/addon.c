@@ -121,7 +121,8 @@ static napi_value js_minmax(napi_env env, napi_callback_info info) {
       !get_view(env, argv[5], &mins) || !get_view(env, argv[6], &maxs))
     return throw_error(env, "quantd addon: minmax arguments");
   if (mins.bytes < l.channels * 4 || maxs.bytes < l.channels * 4) return throw_error(env, "quantd addon: minmax sizes");
-  return status_of(env, kernels->minmax(x.data, start, x.bytes / 4, &l, mins.data, maxs.data, &bad), bad);
+  qd_status s = kernels->minmax(x.data, start, x.bytes / 4, &l, mins.data, maxs.data, &bad);
+  return status_of(env, s, bad); /* after the call: argument order is unspecified */
 }
 
 static int quant_of(napi_env env, napi_value *argv, qd_quant *q) {
@@ -177,8 +178,10 @@ static napi_value quantize_with(napi_env env, napi_callback_info info, int measu
   uint64_t count = x.bytes / 4;
   if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || out.bytes < code_bytes(q.codes, count))
     return throw_error(env, "quantd addon: quantize sizes");
-  if (!measured)
-    return status_of(env, kernels->quantize(x.data, start, count, &l, scale.data, zp.data, &q, out.data, &bad), bad);
+  if (!measured) {
+    qd_status s = kernels->quantize(x.data, start, count, &l, scale.data, zp.data, &q, out.data, &bad);
+    return status_of(env, s, bad); /* after the call: argument order is unspecified */
+  }
   qd_quality acc = stats_in(stats.data);
   qd_status s = qd_quantize_measured(kernels, x.data, start, count, &l, scale.data, zp.data, &q, out.data, &bad, &acc);
   stats_out(&acc, stats.data);
@@ -220,10 +223,9 @@ static napi_value js_fake_quantize(napi_env env, napi_callback_info info) {
   uint64_t count = x.bytes / 4;
   if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || out.bytes < count * 4 || mask.bytes < count)
     return throw_error(env, "quantd addon: fakeQuantize sizes");
-  return status_of(env,
-                   kernels->fake_quantize(x.data, start, count, &l, scale.data, zp.data, qmin, qmax, float_zp,
-                                          out.data, mask.data, &bad),
-                   bad);
+  qd_status s = kernels->fake_quantize(x.data, start, count, &l, scale.data, zp.data, qmin, qmax, float_zp, out.data,
+                                       mask.data, &bad);
+  return status_of(env, s, bad); /* after the call: argument order is unspecified */
 }
 
 static int choose_of(napi_env env, napi_value *argv, qd_choose *c) {
@@ -247,9 +249,10 @@ static napi_value choose_quantize_with(napi_env env, napi_callback_info info, in
   uint64_t units = x.bytes / 4 / unit;
   if (scale.bytes < units * 4 || zp.bytes < units * 8 || out.bytes < code_bytes(q.codes, units * unit))
     return throw_error(env, "quantd addon: chooseQuantize sizes");
-  if (!measured)
-    return status_of(
-        env, kernels->choose_quantize(x.data, first, units, unit, &c, &q, scale.data, zp.data, out.data, &bad), bad);
+  if (!measured) {
+    qd_status s = kernels->choose_quantize(x.data, first, units, unit, &c, &q, scale.data, zp.data, out.data, &bad);
+    return status_of(env, s, bad); /* after the call: argument order is unspecified */
+  }
   qd_quality acc = stats_in(stats.data);
   qd_status s = qd_choose_quantize_measured(kernels, x.data, first, units, unit, &c, &q, scale.data, zp.data,
                                             out.data, &bad, &acc);
@@ -275,7 +278,8 @@ static napi_value js_determine(napi_env env, napi_callback_info info) {
     return throw_error(env, "quantd addon: determine arguments");
   uint64_t n = mins.bytes / 4;
   if (maxs.bytes < n * 4 || scale.bytes < n * 4 || zp.bytes < n * 8) return throw_error(env, "quantd addon: determine sizes");
-  return status_of(env, qd_determine(mins.data, maxs.data, n, &c, scale.data, zp.data, &bad), bad);
+  qd_status s = qd_determine(mins.data, maxs.data, n, &c, scale.data, zp.data, &bad);
+  return status_of(env, s, bad); /* after the call: argument order is unspecified */
 }
 
 /* histc(x, left, right, hist): torch.histc's counting into hist (its length is the bins) */
@@ -341,6 +345,24 @@ static napi_value js_ggml_quantize(napi_env env, napi_callback_info info) {
   return status_of(env, kernels->ggml_quantize(type, x.data, blocks, out.data), 0);
 }
 
+/* bnbQuantize(type, x, blocksize, packed, absmax): x.length floats → ceil(n / 2) packed bytes and
+ * ceil(n / blocksize) float32 absmax */
+static napi_value js_bnb_quantize(napi_env env, napi_callback_info info) {
+  ARGS(5);
+  int32_t type;
+  view x, packed, absmax;
+  uint64_t blocksize, bad = 0;
+  if (!get_i32(env, argv[0], &type) || !get_view(env, argv[1], &x) || !get_u64(env, argv[2], &blocksize) ||
+      !get_view(env, argv[3], &packed) || !get_view(env, argv[4], &absmax))
+    return throw_error(env, "quantd addon: bnbQuantize arguments");
+  const uint64_t n = x.bytes / 4;
+  if (blocksize == 0) return status_of(env, QD_BAD_ARGUMENT, 0); /* as the kernel says */
+  if (packed.bytes < (n + 1) / 2 || absmax.bytes < 4 * ((n + blocksize - 1) / blocksize))
+    return throw_error(env, "quantd addon: bnbQuantize sizes");
+  qd_status s = kernels->bnb_quantize(type, x.data, n, blocksize, packed.data, absmax.data, &bad);
+  return status_of(env, s, bad); /* after the call: argument order is unspecified */
+}
+
 typedef napi_value (*js_fn)(napi_env, napi_callback_info);
 
 /* bind(isa: string) -> an object of kernel functions on that ISA's table, or null when the CPU
@@ -366,6 +388,7 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
       {"fakeQuantize", js_fake_quantize}, {"chooseQuantize", js_choose_quantize}, {"determine", js_determine}, {"histc", js_histc},
       {"convert", js_convert}, {"quality", js_quality}, {"quantizeMeasured", js_quantize_measured},
       {"chooseQuantizeMeasured", js_choose_quantize_measured}, {"ggmlQuantize", js_ggml_quantize},
+      {"bnbQuantize", js_bnb_quantize},
   };
   napi_create_object(env, &out);
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {

@@ -138,6 +138,18 @@ uint32_t qd_ggml_block_bytes(int32_t type);
  * reference gives. */
 typedef qd_status (*qd_ggml_quantize_fn)(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
 
+/* bitsandbytes' 4-bit code books (src/core/interop/bnb.ts). */
+typedef enum {
+  QD_BNB_NF4 = 0,
+  QD_BNB_FP4 = 1,
+} qd_bnb_type;
+
+/* n floats in blocks of `blocksize` (the last may be partial) → absmax[ceil(n / blocksize)] and
+ * ceil(n / 2) bytes of 4-bit codes, high nibble first, as bitsandbytes' quantize_4bit (its CUDA
+ * kernel's decision trees). NaN and ±Infinity are QD_NOT_FINITE at the first such index. */
+typedef qd_status (*qd_bnb_quantize_fn)(int32_t type, const float *x, uint64_t n, uint64_t blocksize,
+                                        uint8_t *packed, float *absmax, uint64_t *bad);
+
 typedef struct {
   const char *isa;
   qd_minmax_fn minmax;
@@ -148,6 +160,7 @@ typedef struct {
   qd_convert_fn f16_to_f32, bf16_to_f32, f32_to_f16, f32_to_bf16;
   qd_quality_fn quality;
   qd_ggml_quantize_fn ggml_quantize;
+  qd_bnb_quantize_fn bnb_quantize;
 } qd_kernels;
 
 /* Qparams of each unit from its min and max (torch determine_qparams and the per_token rules).

@@ -74,5 +74,11 @@ void qd_ggml_iq4_xs_head(const float *scales, uint8_t *out, float *ids);
 /* The scalar block quantizer of a qd_ggml_type; NULL when unknown. */
 qd_ggml_block_fn qd_ggml_block_ref(int32_t type);
 qd_status qd_ggml_quantize_ref(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
+qd_status qd_bnb_quantize_ref(int32_t type, const float *x, uint64_t n, uint64_t blocksize, uint8_t *packed,
+                              float *absmax, uint64_t *bad);
+/* The 4-bit code of one float32 (x·inv) in a qd_bnb_type code book; NaN gives 0. */
+uint8_t qd_bnb_code(int32_t type, float v);
+extern const float qd_nf4_thresholds[15];
+extern const float qd_fp4_thresholds[7];
 
 #endif

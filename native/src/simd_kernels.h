@@ -677,6 +677,7 @@ QD_TARGET static void QD_NAME(f32_to_f16)(const void *in, uint64_t n, void *out)
 #endif
 
 #include "simd_ggml.h"
+#include "simd_bnb.h"
 
 const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_ISA_NAME,
@@ -691,4 +692,5 @@ const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_NAME(f32_to_bf16),
     QD_NAME(quality),
     QD_NAME(ggml_quantize),
+    QD_NAME(bnb_quantize),
 };

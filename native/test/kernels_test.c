@@ -495,6 +495,45 @@ static void test_reference_values(void) {
   CHECK(qd_histc(hx, 9, 0.0f, 4.0f, 0, hist) == QD_BAD_ARGUMENT, "histc with no bins");
 }
 
+/* bitsandbytes NF4 / FP4: the SIMD variant against the reference over block sizes the vector
+ * path takes and ones it leaves to the reference, partial last blocks, odd counts, unaligned
+ * input, all-zero blocks, and NaN / ±Infinity (status and first index). */
+static void test_bnb(const qd_kernels *k) {
+  enum { MAX = 4096 * 3 + 7 };
+  static const uint64_t sizes[] = {64, 128, 256, 4096, 96, 100, 33, 2};
+  float *buf = malloc(4 * (MAX + 1));
+  uint8_t *p1 = malloc(MAX / 2 + 1), *p2 = malloc(MAX / 2 + 1);
+  float *a1 = malloc(4 * MAX), *a2 = malloc(4 * MAX);
+  for (int iter = 0; iter < 240; iter++) {
+    const uint64_t bs = sizes[iter % 8];
+    const uint64_t n = (uint64_t)(next_u32() % (3 * bs + 8));
+    float *x = buf + (iter & 1); /* unaligned every other time */
+    const float scale = iter % 3 == 0 ? 1.0f : iter % 3 == 1 ? 1e-3f : 1e-40f;
+    const int specials = iter % 5 == 0;
+    for (uint64_t i = 0; i < n; i++) x[i] = interesting(scale, specials, specials);
+    if (iter % 7 == 0 && n > 0) memset(x, 0, 4 * (n < bs ? n : bs)); /* an all-zero block */
+    for (int32_t type = QD_BNB_NF4; type <= QD_BNB_FP4; type++) {
+      const uint64_t bytes = (n + 1) / 2, blocks = (n + bs - 1) / bs;
+      uint64_t bad1 = 7, bad2 = 9;
+      memset(p1, 0xa5, bytes), memset(p2, 0x5a, bytes);
+      memset(a1, 0xa5, 4 * blocks), memset(a2, 0x5a, 4 * blocks);
+      qd_status s1 = qd_kernels_ref.bnb_quantize(type, x, n, bs, p1, a1, &bad1);
+      qd_status s2 = k->bnb_quantize(type, x, n, bs, p2, a2, &bad2);
+      CHECK(s1 == s2, "%s bnb status %d vs %d (type %d, bs %llu, n %llu)", k->isa, s2, s1, type,
+            (unsigned long long)bs, (unsigned long long)n);
+      if (s1 == QD_OK && s2 == QD_OK) {
+        CHECK(!memcmp(p1, p2, bytes) && !memcmp(a1, a2, 4 * blocks), "%s bnb type %d bs %llu n %llu", k->isa, type,
+              (unsigned long long)bs, (unsigned long long)n);
+      } else {
+        CHECK(bad1 == bad2, "%s bnb index %llu vs %llu", k->isa, (unsigned long long)bad2, (unsigned long long)bad1);
+      }
+    }
+  }
+  CHECK(k->bnb_quantize(2, buf, 64, 64, p2, a2, &(uint64_t){0}) == QD_BAD_ARGUMENT, "%s bnb: unknown type", k->isa);
+  CHECK(k->bnb_quantize(0, buf, 64, 0, p2, a2, &(uint64_t){0}) == QD_BAD_ARGUMENT, "%s bnb: block size 0", k->isa);
+  free(buf), free(p1), free(p2), free(a1), free(a2);
+}
+
 int main(int argc, char **argv) {
   const char *all[] = {"avx2", "avx512", "simd128"};
   const char **isas = argc > 1 ? (const char **)argv + 1 : all;
@@ -519,6 +558,7 @@ int main(int argc, char **argv) {
     test_quality(k);
     test_measured(k);
     test_ggml(k);
+    test_bnb(k);
     printf("%s: ok\n", k->isa);
     tested++;
   }

@@ -148,3 +148,9 @@ EXPORT("ggml_quantize")
 int32_t qdw_ggml_quantize(int32_t type, const float *x, double blocks, uint8_t *out) {
   return kernels->ggml_quantize(type, x, (uint64_t)blocks, out);
 }
+
+/* n floats in blocks of `blocksize` → ceil(n / 2) packed bytes and ceil(n / blocksize) absmax */
+EXPORT("bnb_quantize")
+int32_t qdw_bnb_quantize(int32_t type, const float *x, double n, double blocksize, uint8_t *packed, float *absmax) {
+  return kernels->bnb_quantize(type, x, (uint64_t)n, (uint64_t)blocksize, packed, absmax, &bad);
+}

@@ -14,6 +14,7 @@ import {
   bnbQuantStateJson,
   bnbQuantize,
   codeTable,
+  type BnbPacked,
   type BnbQuantType,
 } from '../core/interop/bnb.js';
 import { ggmlDecode, ggmlEncode, ggmlTypeByName, type GgmlWriteType } from '../core/interop/ggml.js';
@@ -30,7 +31,7 @@ import { bytesOf, fromFloat32, toFloat32, typedView } from '../core/tensor.js';
 import { QuantdError, throwIfAborted } from '../errors/index.js';
 import { decodedQuality } from '../core/quality.js';
 import type { QualityStats } from '../core/quality-stats.js';
-import type { KernelModule } from './module.js';
+import { BNB_KERNEL_TYPES, type KernelModule } from './module.js';
 
 /** One tensor's encoding: which encoder, and everything it needs besides the input bytes. */
 export type EncoderCall =
@@ -181,6 +182,32 @@ function ggmlBytes(
   return out;
 }
 
+/** bnbQuantize's result from the C kernel when there is one, else from the TypeScript reference. */
+function bnbPacked(
+  module: KernelModule | null,
+  tensor: string,
+  x: Float32Array,
+  type: BnbQuantType,
+  blocksize: number,
+): BnbPacked {
+  if (module === null) return bnbQuantize(tensor, x, type, blocksize);
+  const packed = new Uint8Array(Math.ceil(x.length / 2));
+  const absmax = new Float32Array(Math.ceil(x.length / blocksize));
+  const status = module.bnbQuantize(BNB_KERNEL_TYPES[type], x, blocksize, packed, absmax);
+  if (status === 1) {
+    const index = module.lastBad();
+    throw new QuantdError('INPUT_NOT_FINITE', {
+      tensor,
+      value: x[index]!,
+      index,
+      op: `${type} quantization`,
+    });
+  }
+  if (status !== 0)
+    throw new QuantdError('INTERNAL', { detail: `bnb ${type} kernel returned status ${status}` });
+  return { packed, absmax };
+}
+
 function gptqNotes(zeroPointZero: number, clampedCodes: number, bits: number): string[] {
   const notes: string[] = [];
   if (zeroPointZero > 0) {
@@ -267,7 +294,7 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
       return { outputs: [bytesOf(w)] };
     }
     case 'bnb': {
-      const p = bnbQuantize(call.tensor, floatsOf(call.dtype, a!), call.type, call.blocksize);
+      const p = bnbPacked(module, call.tensor, floatsOf(call.dtype, a!), call.type, call.blocksize);
       const state = new TextEncoder().encode(
         bnbQuantStateJson(call.type, call.blocksize, call.dtype, call.shape),
       );

@@ -59,6 +59,9 @@ function kernelRow(name: GgmlKernelType): GgmlKernelRow {
   return { id: GGML_KERNEL_IDS[name], blockSize: t.blockSize, blockBytes: t.typeSize };
 }
 
+/** qd_bnb_type in native/include/quantd.h: bitsandbytes' code books the C kernels quantize to. */
+export const BNB_KERNEL_TYPES = { nf4: 0, fp4: 1 } as const;
+
 /** Every type with a C kernel. The encoders use one where its ggml.ts row names it (`kernel`). */
 export const GGML_KERNEL_TYPES: Readonly<Record<GgmlKernelType, GgmlKernelRow>> = Object.fromEntries(
   (Object.keys(GGML_KERNEL_IDS) as GgmlKernelType[]).map((name) => [name, kernelRow(name)]),
@@ -182,4 +185,16 @@ export interface KernelModule {
    * ggml's reference rounding.
    */
   ggmlQuantize(type: number, x: Float32Array, out: Uint8Array): number;
+  /**
+   * bitsandbytes' 4-bit blockwise quantization (BNB_KERNEL_TYPES): x in blocks of `blocksize`
+   * into ceil(n / 2) bytes of codes, high nibble first, and one float32 absmax per block.
+   * NaN and ±Infinity: status 1 (not finite), lastBad() the first such index.
+   */
+  bnbQuantize(
+    type: number,
+    x: Float32Array,
+    blocksize: number,
+    packed: Uint8Array,
+    absmax: Float32Array,
+  ): number;
 }

@@ -28,6 +28,7 @@ interface BoundKernels {
   quantizeMeasured(...args: unknown[]): number;
   chooseQuantizeMeasured(...args: unknown[]): number;
   ggmlQuantize(...args: unknown[]): number;
+  bnbQuantize(...args: unknown[]): number;
 }
 
 interface Addon {
@@ -76,6 +77,7 @@ export function loadNative(isa = ''): KernelModule {
     dequantize: (codes, kind, start, count, l, scale, zp, out) =>
       k.dequantize(codes, kind, start, count, l.outer, l.channels, l.inner, scale, zp, out),
     ggmlQuantize: (type, x, out) => k.ggmlQuantize(type, x, out),
+    bnbQuantize: (type, x, blocksize, packed, absmax) => k.bnbQuantize(type, x, blocksize, packed, absmax),
     fakeQuantize: (x, start, l, scale, zp, qmin, qmax, floatZp, out, mask) =>
       k.fakeQuantize(x, start, l.outer, l.channels, l.inner, scale, zp, qmin, qmax, +floatZp, out, mask),
     chooseQuantize: (x, first, unitSize, c, q, scale, zp, out, stats) =>

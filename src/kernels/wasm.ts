@@ -38,6 +38,7 @@ interface Exports {
   convert(...args: number[]): void;
   quality(...args: number[]): number;
   ggml_quantize(type: number, x: number, blocks: number, out: number): number;
+  bnb_quantize(type: number, x: number, n: number, blocksize: number, packed: number, absmax: number): number;
 }
 
 const CODE_BITS = [8, 8, 16, 32, 4, 4, 2, 2, 8, 8];
@@ -383,6 +384,38 @@ class WasmKernels implements KernelModule {
         this.take(pOut, out, (off / blockSize) * blockBytes, (part.length / blockSize) * blockBytes);
     }
     return this.status(s);
+  }
+  bnbQuantize(
+    type: number,
+    x: Float32Array,
+    blocksize: number,
+    packed: Uint8Array,
+    absmax: Float32Array,
+  ): number {
+    this.reset();
+    // whole blocks per call, an even count of values (each call's codes start on a byte)
+    const unit = blocksize % 2 === 0 ? blocksize : 2 * blocksize;
+    const span = blocksize > 0 ? Math.max(1, Math.floor(CHUNK / unit)) * unit : CHUNK;
+    const n = Math.min(span, x.length);
+    const pX = this.alloc(n * 4);
+    const pPacked = this.alloc(Math.ceil(n / 2));
+    const pAbsmax = this.alloc(blocksize > 0 ? Math.ceil(n / blocksize) * 4 : 4);
+    let s = 0;
+    let off = 0;
+    do {
+      const part = x.subarray(off, off + span);
+      this.put(pX, part);
+      s = this.e.bnb_quantize(type, pX, part.length, blocksize, pPacked, pAbsmax);
+      if (s !== 0) {
+        this.bad = s === 1 ? this.e.last_bad() + off : -1;
+        return s;
+      }
+      this.take(pPacked, packed, off / 2, Math.ceil(part.length / 2));
+      this.take(pAbsmax, absmax, (off / blocksize) * 4, Math.ceil(part.length / blocksize) * 4);
+      off += span;
+    } while (off < x.length);
+    this.bad = -1;
+    return 0;
   }
 
   convert(kind: number, input: Uint16Array | Float32Array, out: Float32Array | Uint16Array): void {
