@@ -1,8 +1,8 @@
 // The interop layouts' block quantizers (issue: each GGUF type must beat ggml's own single-thread
 // quantize_row_*_ref on this machine: Q8_0 ≈ 0.77×, Q4_0 ≈ 0.25–0.35×, Q4_1 0.45×, Q5_0 0.23×,
-// Q6_K 0.011×, Q4_K 0.004× memcpy). The GGUF types and bitsandbytes' NF4 / FP4 run in the C
-// kernels (native, wasm) and in TypeScript; the other layouts are TypeScript only. TypeScript
-// runs on a smaller matrix (its rate does not depend on the size).
+// Q6_K 0.011×, Q4_K 0.004× memcpy). The GGUF types, ONNX MatMulNBits and bitsandbytes' NF4 / FP4
+// run in the C kernels (native, wasm) and in TypeScript; GPTQ and AWQ are TypeScript only.
+// TypeScript runs on a smaller matrix (its rate does not depend on the size).
 import { awqQuantize } from '../dist/src/core/interop/awq.js';
 import { bnbQuantize } from '../dist/src/core/interop/bnb.js';
 import { QUANT_TYPES, ggmlEncode } from '../dist/src/core/interop/ggml.js';
@@ -38,6 +38,16 @@ export async function benchLayouts(mib, smallMib, reps) {
     const out = new Uint8Array((x.length / t.blockSize) * t.blockBytes);
     for (const [name, m] of modules)
       await time(`gguf ${type}`, `${name} ${m.isa}`, x.byteLength, () => m.ggmlQuantize(t.id, x, out));
+  }
+  {
+    const rows = x.length / COLS;
+    const b = new Uint8Array(x.length / 2);
+    const scales = new Float32Array(x.length / 32);
+    const zeroPoints = new Uint8Array(rows * Math.ceil(COLS / 32 / 2));
+    for (const [name, m] of modules)
+      await time('onnx MatMulNBits b32 asym', `${name} ${m.isa}`, x.byteLength, () =>
+        m.nbitsQuantize(x, rows, COLS, 32, false, false, b, scales, zeroPoints),
+      );
   }
   for (const [type, id] of Object.entries(BNB_KERNEL_TYPES)) {
     const packed = new Uint8Array(x.length / 2);

@@ -363,6 +363,26 @@ static napi_value js_bnb_quantize(napi_env env, napi_callback_info info) {
   return status_of(env, s, bad); /* after the call: argument order is unspecified */
 }
 
+/* nbitsQuantize(w, nCols, kLen, blockSize, sym, f16, b, scales, zeroPoints): MatMulNBits' B, the
+ * float32 scales as stored, and (unless sym) the zero points of w [nCols, kLen] */
+static napi_value js_nbits_quantize(napi_env env, napi_callback_info info) {
+  ARGS(9);
+  view w, b, scales, zps;
+  uint64_t n_cols, k_len, block_size, bad = 0;
+  int32_t sym, f16;
+  if (!get_view(env, argv[0], &w) || !get_u64(env, argv[1], &n_cols) || !get_u64(env, argv[2], &k_len) ||
+      !get_u64(env, argv[3], &block_size) || !get_i32(env, argv[4], &sym) || !get_i32(env, argv[5], &f16) ||
+      !get_view(env, argv[6], &b) || !get_view(env, argv[7], &scales) || !get_view(env, argv[8], &zps))
+    return throw_error(env, "quantd addon: nbitsQuantize arguments");
+  if (block_size < 16 || (block_size & (block_size - 1)) != 0) return status_of(env, QD_BAD_ARGUMENT, 0);
+  const uint64_t k_blocks = (k_len + block_size - 1) / block_size;
+  if (w.bytes < 4 * n_cols * k_len || b.bytes < n_cols * k_blocks * (block_size / 2) ||
+      scales.bytes < 4 * n_cols * k_blocks || (!sym && zps.bytes < n_cols * ((k_blocks + 1) / 2)))
+    return throw_error(env, "quantd addon: nbitsQuantize sizes");
+  qd_status s = kernels->nbits_quantize(w.data, n_cols, k_len, block_size, sym, f16, b.data, scales.data, zps.data, &bad);
+  return status_of(env, s, bad); /* after the call: argument order is unspecified */
+}
+
 typedef napi_value (*js_fn)(napi_env, napi_callback_info);
 
 /* bind(isa: string) -> an object of kernel functions on that ISA's table, or null when the CPU
@@ -388,7 +408,7 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
       {"fakeQuantize", js_fake_quantize}, {"chooseQuantize", js_choose_quantize}, {"determine", js_determine}, {"histc", js_histc},
       {"convert", js_convert}, {"quality", js_quality}, {"quantizeMeasured", js_quantize_measured},
       {"chooseQuantizeMeasured", js_choose_quantize_measured}, {"ggmlQuantize", js_ggml_quantize},
-      {"bnbQuantize", js_bnb_quantize},
+      {"bnbQuantize", js_bnb_quantize}, {"nbitsQuantize", js_nbits_quantize},
   };
   napi_create_object(env, &out);
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {

@@ -150,6 +150,16 @@ typedef enum {
 typedef qd_status (*qd_bnb_quantize_fn)(int32_t type, const float *x, uint64_t n, uint64_t blocksize,
                                         uint8_t *packed, float *absmax, uint64_t *bad);
 
+/* ONNX Runtime's MatMulNBits 4-bit quantizer (src/core/interop/onnx.ts): the weight [n_cols, k_len]
+ * (nn.Linear's [out, in]) in blocks of block_size (a power of two ≥ 16) along k → codes
+ * b[n_cols][k_blocks][block_size / 2] (low nibble first), float32 scales[n_cols · k_blocks] as the
+ * scale type stores them (f16: rounded through float16), and unless sym the zero points
+ * zero_points[n_cols][(k_blocks + 1) / 2]. NaN and ±Infinity: QD_NOT_FINITE at the element's
+ * index; a scale whose reciprocal overflows: QD_RANGE_OVERFLOW at its index (n · k_blocks + block). */
+typedef qd_status (*qd_nbits_quantize_fn)(const float *w, uint64_t n_cols, uint64_t k_len, uint64_t block_size,
+                                          int32_t sym, int32_t f16, uint8_t *b, float *scales, uint8_t *zero_points,
+                                          uint64_t *bad);
+
 typedef struct {
   const char *isa;
   qd_minmax_fn minmax;
@@ -161,6 +171,7 @@ typedef struct {
   qd_quality_fn quality;
   qd_ggml_quantize_fn ggml_quantize;
   qd_bnb_quantize_fn bnb_quantize;
+  qd_nbits_quantize_fn nbits_quantize;
 } qd_kernels;
 
 /* Qparams of each unit from its min and max (torch determine_qparams and the per_token rules).

@@ -81,4 +81,20 @@ uint8_t qd_bnb_code(int32_t type, float v);
 extern const float qd_nf4_thresholds[15];
 extern const float qd_fp4_thresholds[7];
 
+/* MatMulNBits: one block of `count` values → its stored scale, zero point and codes (two per
+ * byte from out[0], low nibble first); 1 done, 0 if the scale's reciprocal overflows, -1 at a
+ * non-finite value (its index in *bad). The driver runs `whole` on whole blocks, the reference on
+ * a partial last one, and packs the rows as ORT does. */
+typedef int (*qd_nbits_block_fn)(const float *x, uint64_t count, int32_t sym, int32_t f16, float *scale, uint8_t *zp,
+                                 uint8_t *out, uint64_t *bad);
+int qd_nbits_block_ref(const float *x, uint64_t count, int32_t sym, int32_t f16, float *scale, uint8_t *zp,
+                       uint8_t *out, uint64_t *bad);
+int qd_nbits_params(float min, float max, int32_t sym, int32_t f16, float *stored, uint8_t *zp, float *recip);
+uint8_t qd_nbits_code(float v, float recip, uint8_t zp);
+qd_status qd_nbits_quantize_with(qd_nbits_block_fn whole, const float *w, uint64_t n_cols, uint64_t k_len,
+                                 uint64_t block_size, int32_t sym, int32_t f16, uint8_t *b, float *scales,
+                                 uint8_t *zero_points, uint64_t *bad);
+qd_status qd_nbits_quantize_ref(const float *w, uint64_t n_cols, uint64_t k_len, uint64_t block_size, int32_t sym,
+                                int32_t f16, uint8_t *b, float *scales, uint8_t *zero_points, uint64_t *bad);
+
 #endif

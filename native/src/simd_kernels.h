@@ -678,6 +678,7 @@ QD_TARGET static void QD_NAME(f32_to_f16)(const void *in, uint64_t n, void *out)
 
 #include "simd_ggml.h"
 #include "simd_bnb.h"
+#include "simd_nbits.h"
 
 const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_ISA_NAME,
@@ -693,4 +694,5 @@ const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_NAME(quality),
     QD_NAME(ggml_quantize),
     QD_NAME(bnb_quantize),
+    QD_NAME(nbits_quantize),
 };

@@ -534,6 +534,47 @@ static void test_bnb(const qd_kernels *k) {
   free(buf), free(p1), free(p2), free(a1), free(a2);
 }
 
+/* MatMulNBits: the SIMD variant against the reference, every block size, both schemes and scale
+ * types, K with partial last blocks and odd, zero extremes, subnormal ranges (QD_RANGE_OVERFLOW),
+ * NaN / ±Infinity (status and first index). */
+static void test_nbits(const qd_kernels *k) {
+  enum { ROWS = 3, MAXK = 4 * 256 + 3 };
+  float *w = malloc(4 * ROWS * MAXK);
+  uint8_t *b1 = malloc(ROWS * MAXK), *b2 = malloc(ROWS * MAXK), *z1 = malloc(ROWS * MAXK), *z2 = malloc(ROWS * MAXK);
+  float *s1 = malloc(4 * ROWS * MAXK), *s2 = malloc(4 * ROWS * MAXK);
+  for (int iter = 0; iter < 200; iter++) {
+    const uint64_t bs = 16u << (iter % 5), ks[] = {bs * 3, bs * 2 + 1, bs - 1, 1, 4 * bs + 3};
+    const uint64_t kl = ks[(iter / 5) % 5];
+    const float scale = iter % 3 == 0 ? 1.0f : iter % 3 == 1 ? 1e-3f : 1e-40f;
+    const int specials = iter % 7 == 0;
+    for (uint64_t i = 0; i < ROWS * kl; i++) w[i] = interesting(scale, specials, specials);
+    if (iter % 4 == 1)
+      for (uint64_t i = 0; i < kl && i < bs; i++) w[i] = (i & 1) ? 0.0f : -0.0f; /* a zero block */
+    if (iter % 4 == 2)
+      for (uint64_t i = 0; i < kl && i < bs; i++) w[i] = i % 3 ? __builtin_fabsf(w[i]) : 0.0f; /* zero minimum */
+    const uint64_t kb = (kl + bs - 1) / bs, bytes = ROWS * kb * (bs / 2), zps = ROWS * ((kb + 1) / 2);
+    for (int32_t sym = 0; sym <= 1; sym++) {
+      for (int32_t f16 = 0; f16 <= 1; f16++) {
+        uint64_t bad1 = 7, bad2 = 9;
+        memset(b1, 0xa5, bytes), memset(b2, 0x5a, bytes), memset(z1, 0xa5, zps), memset(z2, 0x5a, zps);
+        qd_status r1 = qd_kernels_ref.nbits_quantize(w, ROWS, kl, bs, sym, f16, b1, s1, z1, &bad1);
+        qd_status r2 = k->nbits_quantize(w, ROWS, kl, bs, sym, f16, b2, s2, z2, &bad2);
+        CHECK(r1 == r2, "%s nbits status %d vs %d (bs %llu, K %llu)", k->isa, r2, r1, (unsigned long long)bs,
+              (unsigned long long)kl);
+        if (r1 == QD_OK && r2 == QD_OK) {
+          CHECK(!memcmp(b1, b2, bytes) && !memcmp(s1, s2, 4 * ROWS * kb) && (sym || !memcmp(z1, z2, zps)),
+                "%s nbits bs %llu K %llu sym %d f16 %d", k->isa, (unsigned long long)bs, (unsigned long long)kl, sym, f16);
+        } else {
+          CHECK(bad1 == bad2, "%s nbits index %llu vs %llu", k->isa, (unsigned long long)bad2, (unsigned long long)bad1);
+        }
+      }
+    }
+  }
+  CHECK(k->nbits_quantize(w, 1, 32, 24, 0, 0, b2, s2, z2, &(uint64_t){0}) == QD_BAD_ARGUMENT, "%s nbits: block size",
+        k->isa);
+  free(w), free(b1), free(b2), free(z1), free(z2), free(s1), free(s2);
+}
+
 int main(int argc, char **argv) {
   const char *all[] = {"avx2", "avx512", "simd128"};
   const char **isas = argc > 1 ? (const char **)argv + 1 : all;
@@ -559,6 +600,7 @@ int main(int argc, char **argv) {
     test_measured(k);
     test_ggml(k);
     test_bnb(k);
+    test_nbits(k);
     printf("%s: ok\n", k->isa);
     tested++;
   }

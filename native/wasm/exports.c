@@ -154,3 +154,11 @@ EXPORT("bnb_quantize")
 int32_t qdw_bnb_quantize(int32_t type, const float *x, double n, double blocksize, uint8_t *packed, float *absmax) {
   return kernels->bnb_quantize(type, x, (uint64_t)n, (uint64_t)blocksize, packed, absmax, &bad);
 }
+
+/* MatMulNBits: w [n_cols, k_len] → b, float32 scales as stored, zero points unless sym */
+EXPORT("nbits_quantize")
+int32_t qdw_nbits_quantize(const float *w, double n_cols, double k_len, double block_size, int32_t sym, int32_t f16,
+                           uint8_t *b, float *scales, uint8_t *zero_points) {
+  return kernels->nbits_quantize(w, (uint64_t)n_cols, (uint64_t)k_len, (uint64_t)block_size, sym, f16, b, scales,
+                                 zero_points, &bad);
+}

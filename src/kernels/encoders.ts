@@ -24,6 +24,9 @@ import { gptqDequantize, gptqQuantize, type GptqBits, type GptqParams } from '..
 import {
   matMulNBitsDequantize,
   matMulNBitsQuantize,
+  matMulNBitsShapes,
+  type MatMulNBitsPacked,
+  type MatMulNBitsParams,
   type MatMulNBitsScaleType,
   type MatMulNBitsShapes,
 } from '../core/interop/onnx.js';
@@ -208,6 +211,31 @@ function bnbPacked(
   return { packed, absmax };
 }
 
+/**
+ * matMulNBitsQuantize's result from the C kernel when there is one. A weight the kernel refuses
+ * (a non-finite value, a scale whose reciprocal overflows) goes to the TypeScript reference,
+ * which refuses it with the catalogued error naming the value, row and block.
+ */
+function matMulNBitsPacked(
+  module: KernelModule | null,
+  tensor: string,
+  w: Float32Array,
+  shape: readonly number[],
+  params: MatMulNBitsParams,
+): MatMulNBitsPacked {
+  if (module === null) return matMulNBitsQuantize(tensor, w, shape, params);
+  const s = matMulNBitsShapes(tensor, shape, params.blockSize);
+  const b = new Uint8Array(s.b[0] * s.b[1] * s.b[2]);
+  const scales = new Float32Array(s.scales);
+  const zeroPoints = new Uint8Array(params.sym ? 0 : s.zeroPoints);
+  const f16 = params.scaleType === 'float16';
+  const status = module.nbitsQuantize(w, s.N, s.K, s.blockSize, params.sym, f16, b, scales, zeroPoints);
+  if (status === 1 || status === 2) return matMulNBitsQuantize(tensor, w, shape, params);
+  if (status !== 0)
+    throw new QuantdError('INTERNAL', { detail: `MatMulNBits kernel returned status ${status}` });
+  return { b, scales, zeroPoints: params.sym ? null : zeroPoints };
+}
+
 function gptqNotes(zeroPointZero: number, clampedCodes: number, bits: number): string[] {
   const notes: string[] = [];
   if (zeroPointZero > 0) {
@@ -315,7 +343,7 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
     }
     case 'onnx': {
       const params = { blockSize: call.blockSize, sym: call.sym, scaleType: call.scaleType };
-      const p = matMulNBitsQuantize(call.tensor, floatsOf(call.dtype, a!), call.shape, params);
+      const p = matMulNBitsPacked(module, call.tensor, floatsOf(call.dtype, a!), call.shape, params);
       const outputs = [p.b, fromFloat32(p.scales, call.scaleType)];
       if (p.zeroPoints) outputs.push(p.zeroPoints);
       return { outputs };

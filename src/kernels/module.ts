@@ -197,4 +197,21 @@ export interface KernelModule {
     packed: Uint8Array,
     absmax: Float32Array,
   ): number;
+  /**
+   * ONNX Runtime's MatMulNBits 4-bit quantizer: w [nCols, kLen] in blocks of `blockSize` along k
+   * into B (low nibble first), the float32 scales as the scale type stores them (f16: through
+   * float16) and, unless sym, the zero points. Status 1: a non-finite value (lastBad() its index);
+   * 2: a scale whose reciprocal overflows (lastBad() its index, n · k_blocks + block).
+   */
+  nbitsQuantize(
+    w: Float32Array,
+    nCols: number,
+    kLen: number,
+    blockSize: number,
+    sym: boolean,
+    f16: boolean,
+    b: Uint8Array,
+    scales: Float32Array,
+    zeroPoints: Uint8Array,
+  ): number;
 }

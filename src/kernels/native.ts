@@ -29,6 +29,7 @@ interface BoundKernels {
   chooseQuantizeMeasured(...args: unknown[]): number;
   ggmlQuantize(...args: unknown[]): number;
   bnbQuantize(...args: unknown[]): number;
+  nbitsQuantize(...args: unknown[]): number;
 }
 
 interface Addon {
@@ -78,6 +79,8 @@ export function loadNative(isa = ''): KernelModule {
       k.dequantize(codes, kind, start, count, l.outer, l.channels, l.inner, scale, zp, out),
     ggmlQuantize: (type, x, out) => k.ggmlQuantize(type, x, out),
     bnbQuantize: (type, x, blocksize, packed, absmax) => k.bnbQuantize(type, x, blocksize, packed, absmax),
+    nbitsQuantize: (w, nCols, kLen, blockSize, sym, f16, b, scales, zeroPoints) =>
+      k.nbitsQuantize(w, nCols, kLen, blockSize, +sym, +f16, b, scales, zeroPoints),
     fakeQuantize: (x, start, l, scale, zp, qmin, qmax, floatZp, out, mask) =>
       k.fakeQuantize(x, start, l.outer, l.channels, l.inner, scale, zp, qmin, qmax, +floatZp, out, mask),
     chooseQuantize: (x, first, unitSize, c, q, scale, zp, out, stats) =>

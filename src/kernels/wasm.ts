@@ -39,6 +39,17 @@ interface Exports {
   quality(...args: number[]): number;
   ggml_quantize(type: number, x: number, blocks: number, out: number): number;
   bnb_quantize(type: number, x: number, n: number, blocksize: number, packed: number, absmax: number): number;
+  nbits_quantize(
+    w: number,
+    nCols: number,
+    kLen: number,
+    blockSize: number,
+    sym: number,
+    f16: number,
+    b: number,
+    scales: number,
+    zeroPoints: number,
+  ): number;
 }
 
 const CODE_BITS = [8, 8, 16, 32, 4, 4, 2, 2, 8, 8];
@@ -414,6 +425,45 @@ class WasmKernels implements KernelModule {
       this.take(pAbsmax, absmax, (off / blocksize) * 4, Math.ceil(part.length / blocksize) * 4);
       off += span;
     } while (off < x.length);
+    this.bad = -1;
+    return 0;
+  }
+  nbitsQuantize(
+    w: Float32Array,
+    nCols: number,
+    kLen: number,
+    blockSize: number,
+    sym: boolean,
+    f16: boolean,
+    b: Uint8Array,
+    scales: Float32Array,
+    zeroPoints: Uint8Array,
+  ): number {
+    this.reset();
+    const kBlocks = blockSize > 0 ? Math.ceil(kLen / blockSize) : 0;
+    const rowBytes = kBlocks * (blockSize / 2);
+    const zpBytes = sym ? 0 : Math.ceil(kBlocks / 2);
+    const rows = Math.max(1, Math.floor(CHUNK / Math.max(1, kLen))); // whole rows per call
+    const most = Math.min(rows, nCols);
+    const pW = this.alloc(most * kLen * 4);
+    const pB = this.alloc(most * rowBytes);
+    const pScales = this.alloc(most * kBlocks * 4);
+    const pZp = this.alloc(most * zpBytes);
+    let row = 0;
+    do {
+      const n = Math.min(rows, nCols - row);
+      this.put(pW, w.subarray(row * kLen, (row + n) * kLen));
+      const s = this.e.nbits_quantize(pW, n, kLen, blockSize, +sym, +f16, pB, pScales, pZp);
+      if (s !== 0) {
+        const unit = s === 1 ? kLen : kBlocks; // the index is of an element, or of a block
+        this.bad = s === 1 || s === 2 ? this.e.last_bad() + row * unit : -1;
+        return s;
+      }
+      this.take(pB, b, row * rowBytes, n * rowBytes);
+      this.take(pScales, scales, row * kBlocks * 4, n * kBlocks * 4);
+      if (!sym) this.take(pZp, zeroPoints, row * zpBytes, n * zpBytes);
+      row += rows;
+    } while (row < nCols);
     this.bad = -1;
     return 0;
   }
