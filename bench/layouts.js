@@ -1,7 +1,7 @@
 // The interop layouts' block quantizers (issue: each GGUF type must beat ggml's own single-thread
 // quantize_row_*_ref on this machine: Q8_0 ≈ 0.77×, Q4_0 ≈ 0.25–0.35×, Q4_1 0.45×, Q5_0 0.23×,
-// Q6_K 0.011×, Q4_K 0.004× memcpy). The GGUF types, ONNX MatMulNBits and bitsandbytes' NF4 / FP4
-// run in the C kernels (native, wasm) and in TypeScript; GPTQ and AWQ are TypeScript only.
+// Q6_K 0.011×, Q4_K 0.004× memcpy). The GGUF types, ONNX MatMulNBits, AWQ and bitsandbytes' NF4 /
+// FP4 run in the C kernels (native, wasm) and in TypeScript; GPTQ is TypeScript only.
 // TypeScript runs on a smaller matrix (its rate does not depend on the size).
 import { awqQuantize } from '../dist/src/core/interop/awq.js';
 import { bnbQuantize } from '../dist/src/core/interop/bnb.js';
@@ -47,6 +47,15 @@ export async function benchLayouts(mib, smallMib, reps) {
     for (const [name, m] of modules)
       await time('onnx MatMulNBits b32 asym', `${name} ${m.isa}`, x.byteLength, () =>
         m.nbitsQuantize(x, rows, COLS, 32, false, false, b, scales, zeroPoints),
+      );
+  }
+  {
+    const qweight = new Int32Array(x.length / 8);
+    const qzeros = new Int32Array(x.length / 8 / 128);
+    const scales = new Uint16Array(x.length / 128);
+    for (const [name, m] of modules)
+      await time('awq 4-bit g128', `${name} ${m.isa}`, x.byteLength, () =>
+        m.awqQuantize(x, x.length / COLS, COLS, 128, qweight, qzeros, scales),
       );
   }
   for (const [type, id] of Object.entries(BNB_KERNEL_TYPES)) {

@@ -383,6 +383,25 @@ static napi_value js_nbits_quantize(napi_env env, napi_callback_info info) {
   return status_of(env, s, bad); /* after the call: argument order is unspecified */
 }
 
+/* awqQuantize(w, out, in, groupSize, qweight, qzeros, scales): AutoAWQ's GEMM tensors of w [out, in] */
+static napi_value js_awq_quantize(napi_env env, napi_callback_info info) {
+  ARGS(7);
+  view w, qweight, qzeros, scales;
+  uint64_t out, in, group_size, bad = 0;
+  if (!get_view(env, argv[0], &w) || !get_u64(env, argv[1], &out) || !get_u64(env, argv[2], &in) ||
+      !get_u64(env, argv[3], &group_size) || !get_view(env, argv[4], &qweight) || !get_view(env, argv[5], &qzeros) ||
+      !get_view(env, argv[6], &scales))
+    return throw_error(env, "quantd addon: awqQuantize arguments");
+  if (out == 0 || in == 0 || out % 8 != 0 || group_size == 0 || in % group_size != 0)
+    return status_of(env, QD_BAD_ARGUMENT, 0);
+  const uint64_t groups = in / group_size;
+  if (w.bytes < 4 * out * in || qweight.bytes < in * (out / 8) * 4 || qzeros.bytes < groups * (out / 8) * 4 ||
+      scales.bytes < groups * out * 2)
+    return throw_error(env, "quantd addon: awqQuantize sizes");
+  qd_status s = kernels->awq_quantize(w.data, out, in, group_size, qweight.data, qzeros.data, scales.data, &bad);
+  return status_of(env, s, bad); /* after the call: argument order is unspecified */
+}
+
 typedef napi_value (*js_fn)(napi_env, napi_callback_info);
 
 /* bind(isa: string) -> an object of kernel functions on that ISA's table, or null when the CPU
@@ -409,6 +428,7 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
       {"convert", js_convert}, {"quality", js_quality}, {"quantizeMeasured", js_quantize_measured},
       {"chooseQuantizeMeasured", js_choose_quantize_measured}, {"ggmlQuantize", js_ggml_quantize},
       {"bnbQuantize", js_bnb_quantize}, {"nbitsQuantize", js_nbits_quantize},
+      {"awqQuantize", js_awq_quantize},
   };
   napi_create_object(env, &out);
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {

@@ -160,6 +160,14 @@ typedef qd_status (*qd_nbits_quantize_fn)(const float *w, uint64_t n_cols, uint6
                                           int32_t sym, int32_t f16, uint8_t *b, float *scales, uint8_t *zero_points,
                                           uint64_t *bad);
 
+/* AutoAWQ's GEMM packing of round-to-nearest 4-bit groups (src/core/interop/awq.ts): weight
+ * [out, in] (out a multiple of 8, group_size dividing in) → qweight uint32[in][out / 8],
+ * qzeros uint32[in / group_size][out / 8] (nibble order 0 2 4 6 1 3 5 7), float16 scales
+ * [in / group_size][out]. NaN and ±Infinity: QD_NOT_FINITE at the element's index; a group whose
+ * float16 scale cannot re-derive its codes: QD_RANGE_OVERFLOW at r · groups + g. */
+typedef qd_status (*qd_awq_quantize_fn)(const float *w, uint64_t out, uint64_t in, uint64_t group_size,
+                                        uint32_t *qweight, uint32_t *qzeros, uint16_t *scales, uint64_t *bad);
+
 typedef struct {
   const char *isa;
   qd_minmax_fn minmax;
@@ -172,6 +180,7 @@ typedef struct {
   qd_ggml_quantize_fn ggml_quantize;
   qd_bnb_quantize_fn bnb_quantize;
   qd_nbits_quantize_fn nbits_quantize;
+  qd_awq_quantize_fn awq_quantize;
 } qd_kernels;
 
 /* Qparams of each unit from its min and max (torch determine_qparams and the per_token rules).

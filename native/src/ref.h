@@ -94,6 +94,19 @@ uint8_t qd_nbits_code(float v, float recip, uint8_t zp);
 qd_status qd_nbits_quantize_with(qd_nbits_block_fn whole, const float *w, uint64_t n_cols, uint64_t k_len,
                                  uint64_t block_size, int32_t sym, int32_t f16, uint8_t *b, float *scales,
                                  uint8_t *zero_points, uint64_t *bad);
+/* AWQ: one group of one row (n values) → its codes OR-ed into qweight[k · stride] and its zero
+ * point into *qzero at `shift`, its float16 scale; 0 if the scale is not finite or a code cannot be
+ * re-derived. The driver checks finiteness, clears the words and runs `group` on each group. */
+typedef int (*qd_awq_group_fn)(const float *x, uint64_t n, uint64_t stride, uint32_t shift, uint32_t *qweight,
+                               uint32_t *qzero, uint16_t *scale_out);
+int qd_awq_group_ref(const float *x, uint64_t n, uint64_t stride, uint32_t shift, uint32_t *qweight, uint32_t *qzero,
+                     uint16_t *scale_out);
+/* A group's float16 scale, zero point and zero · scale from the float16 minimum and maximum. */
+void qd_awq_params(float lo, float hi, float *scale, float *zero, float *scale_zero);
+qd_status qd_awq_quantize_with(qd_awq_group_fn group, const float *w, uint64_t out, uint64_t in, uint64_t group_size,
+                               uint32_t *qweight, uint32_t *qzeros, uint16_t *scales, uint64_t *bad);
+qd_status qd_awq_quantize_ref(const float *w, uint64_t out, uint64_t in, uint64_t group_size, uint32_t *qweight,
+                              uint32_t *qzeros, uint16_t *scales, uint64_t *bad);
 qd_status qd_nbits_quantize_ref(const float *w, uint64_t n_cols, uint64_t k_len, uint64_t block_size, int32_t sym,
                                 int32_t f16, uint8_t *b, float *scales, uint8_t *zero_points, uint64_t *bad);
 

@@ -679,6 +679,7 @@ QD_TARGET static void QD_NAME(f32_to_f16)(const void *in, uint64_t n, void *out)
 #include "simd_ggml.h"
 #include "simd_bnb.h"
 #include "simd_nbits.h"
+#include "simd_awq.h"
 
 const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_ISA_NAME,
@@ -695,4 +696,5 @@ const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_NAME(ggml_quantize),
     QD_NAME(bnb_quantize),
     QD_NAME(nbits_quantize),
+    QD_AWQ_QUANTIZE,
 };

@@ -575,6 +575,37 @@ static void test_nbits(const qd_kernels *k) {
   free(w), free(b1), free(b2), free(z1), free(z2), free(s1), free(s2);
 }
 
+/* AWQ: the SIMD variant against the reference over group sizes the vector path takes and ones it
+ * leaves, values past float16's range (QD_RANGE_OVERFLOW), float16 subnormals, NaN / ±Infinity. */
+static void test_awq(const qd_kernels *k) {
+  enum { OUT = 16, IN = 256 };
+  float *w = malloc(4 * OUT * IN);
+  uint32_t *q1 = malloc(4 * IN * OUT / 8), *q2 = malloc(4 * IN * OUT / 8), *z1 = malloc(4 * IN * OUT / 8),
+           *z2 = malloc(4 * IN * OUT / 8);
+  uint16_t *s1 = malloc(2 * IN * OUT), *s2 = malloc(2 * IN * OUT);
+  static const uint64_t sizes[] = {32, 128, 256, 12, 64};
+  for (int iter = 0; iter < 150; iter++) {
+    const uint64_t gs = sizes[iter % 5], in = gs == 12 ? 240 : IN, groups = in / gs;
+    const float scale = iter % 3 == 0 ? 1.0f : iter % 3 == 1 ? 1e-6f : 3e4f;
+    const int specials = iter % 11 == 0;
+    for (uint64_t i = 0; i < OUT * in; i++) w[i] = interesting(scale, specials, specials) * 1e-2f;
+    uint64_t bad1 = 7, bad2 = 9;
+    memset(q2, 0x5a, 4 * in * OUT / 8), memset(z2, 0x5a, 4 * groups * OUT / 8);
+    qd_status r1 = qd_kernels_ref.awq_quantize(w, OUT, in, gs, q1, z1, s1, &bad1);
+    qd_status r2 = k->awq_quantize(w, OUT, in, gs, q2, z2, s2, &bad2);
+    CHECK(r1 == r2, "%s awq status %d vs %d (group %llu, iteration %d)", k->isa, r2, r1, (unsigned long long)gs, iter);
+    if (r1 == QD_OK && r2 == QD_OK) {
+      CHECK(!memcmp(q1, q2, 4 * in * OUT / 8) && !memcmp(z1, z2, 4 * groups * OUT / 8) &&
+                !memcmp(s1, s2, 2 * groups * OUT),
+            "%s awq group %llu iteration %d", k->isa, (unsigned long long)gs, iter);
+    } else {
+      CHECK(bad1 == bad2, "%s awq index %llu vs %llu", k->isa, (unsigned long long)bad2, (unsigned long long)bad1);
+    }
+  }
+  CHECK(k->awq_quantize(w, 12, IN, 32, q2, z2, s2, &(uint64_t){0}) == QD_BAD_ARGUMENT, "%s awq: out", k->isa);
+  free(w), free(q1), free(q2), free(z1), free(z2), free(s1), free(s2);
+}
+
 int main(int argc, char **argv) {
   const char *all[] = {"avx2", "avx512", "simd128"};
   const char **isas = argc > 1 ? (const char **)argv + 1 : all;
@@ -601,6 +632,7 @@ int main(int argc, char **argv) {
     test_ggml(k);
     test_bnb(k);
     test_nbits(k);
+    test_awq(k);
     printf("%s: ok\n", k->isa);
     tested++;
   }

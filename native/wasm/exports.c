@@ -162,3 +162,10 @@ int32_t qdw_nbits_quantize(const float *w, double n_cols, double k_len, double b
   return kernels->nbits_quantize(w, (uint64_t)n_cols, (uint64_t)k_len, (uint64_t)block_size, sym, f16, b, scales,
                                  zero_points, &bad);
 }
+
+/* AutoAWQ's GEMM tensors of w [out, in] */
+EXPORT("awq_quantize")
+int32_t qdw_awq_quantize(const float *w, double out, double in, double group_size, uint32_t *qweight, uint32_t *qzeros,
+                         uint16_t *scales) {
+  return kernels->awq_quantize(w, (uint64_t)out, (uint64_t)in, (uint64_t)group_size, qweight, qzeros, scales, &bad);
+}

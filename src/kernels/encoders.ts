@@ -7,7 +7,13 @@
  * buffers the executor sized from the layout's plan.
  */
 import { floatDTypeOfSt, type FloatDType, type StDType } from '../core/dtypes.js';
-import { awqDequantize, awqQuantize, type AwqParams } from '../core/interop/awq.js';
+import {
+  awqDequantize,
+  awqQuantize,
+  awqShapes,
+  type AwqPacked,
+  type AwqParams,
+} from '../core/interop/awq.js';
 import {
   bnbDequantize,
   bnbNestedAbsmax,
@@ -236,6 +242,29 @@ function matMulNBitsPacked(
   return { b, scales, zeroPoints: params.sym ? null : zeroPoints };
 }
 
+/**
+ * awqQuantize's result from the C kernel when there is one; a weight the kernel refuses goes to
+ * the TypeScript reference, which refuses it with the catalogued error naming the row and group.
+ */
+function awqPacked(
+  module: KernelModule | null,
+  tensor: string,
+  w: Float32Array,
+  shape: readonly number[],
+  params: AwqParams,
+): AwqPacked {
+  if (module === null) return awqQuantize(tensor, w, shape, params);
+  const s = awqShapes(tensor, shape, params);
+  const [out, inF] = shape as [number, number];
+  const qweight = new Int32Array(s.qweight[0] * s.qweight[1]);
+  const qzeros = new Int32Array(s.qzeros[0] * s.qzeros[1]);
+  const scales = new Uint16Array(s.scales[0] * s.scales[1]);
+  const status = module.awqQuantize(w, out, inF, s.groupSize, qweight, qzeros, scales);
+  if (status === 1 || status === 2) return awqQuantize(tensor, w, shape, params);
+  if (status !== 0) throw new QuantdError('INTERNAL', { detail: `AWQ kernel returned status ${status}` });
+  return { qweight, qzeros, scales };
+}
+
 function gptqNotes(zeroPointZero: number, clampedCodes: number, bits: number): string[] {
   const notes: string[] = [];
   if (zeroPointZero > 0) {
@@ -306,7 +335,7 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
       return { outputs: [bytesOf(w)] };
     }
     case 'awq': {
-      const p = awqQuantize(call.tensor, floatsOf(call.dtype, a!), call.shape, call.params);
+      const p = awqPacked(module, call.tensor, floatsOf(call.dtype, a!), call.shape, call.params);
       return { outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales)] };
     }
     case 'awq-decode': {

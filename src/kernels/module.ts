@@ -214,4 +214,19 @@ export interface KernelModule {
     scales: Float32Array,
     zeroPoints: Uint8Array,
   ): number;
+  /**
+   * AutoAWQ's GEMM packing of round-to-nearest 4-bit groups of w [out, in] (float16 arithmetic):
+   * qweight [in, out / 8], qzeros [in / groupSize, out / 8], float16 scales [in / groupSize, out].
+   * Status 1: a non-finite value (lastBad() its index); 2: a group whose scale cannot re-derive its
+   * codes (lastBad() r · groups + g).
+   */
+  awqQuantize(
+    w: Float32Array,
+    out: number,
+    inF: number,
+    groupSize: number,
+    qweight: Int32Array,
+    qzeros: Int32Array,
+    scales: Uint16Array,
+  ): number;
 }

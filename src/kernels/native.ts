@@ -30,6 +30,7 @@ interface BoundKernels {
   ggmlQuantize(...args: unknown[]): number;
   bnbQuantize(...args: unknown[]): number;
   nbitsQuantize(...args: unknown[]): number;
+  awqQuantize(...args: unknown[]): number;
 }
 
 interface Addon {
@@ -81,6 +82,8 @@ export function loadNative(isa = ''): KernelModule {
     bnbQuantize: (type, x, blocksize, packed, absmax) => k.bnbQuantize(type, x, blocksize, packed, absmax),
     nbitsQuantize: (w, nCols, kLen, blockSize, sym, f16, b, scales, zeroPoints) =>
       k.nbitsQuantize(w, nCols, kLen, blockSize, +sym, +f16, b, scales, zeroPoints),
+    awqQuantize: (w, out, inF, groupSize, qweight, qzeros, scales) =>
+      k.awqQuantize(w, out, inF, groupSize, qweight, qzeros, scales),
     fakeQuantize: (x, start, l, scale, zp, qmin, qmax, floatZp, out, mask) =>
       k.fakeQuantize(x, start, l.outer, l.channels, l.inner, scale, zp, qmin, qmax, +floatZp, out, mask),
     chooseQuantize: (x, first, unitSize, c, q, scale, zp, out, stats) =>

@@ -50,6 +50,15 @@ interface Exports {
     scales: number,
     zeroPoints: number,
   ): number;
+  awq_quantize(
+    w: number,
+    out: number,
+    inF: number,
+    groupSize: number,
+    qweight: number,
+    qzeros: number,
+    scales: number,
+  ): number;
 }
 
 const CODE_BITS = [8, 8, 16, 32, 4, 4, 2, 2, 8, 8];
@@ -466,6 +475,29 @@ class WasmKernels implements KernelModule {
     } while (row < nCols);
     this.bad = -1;
     return 0;
+  }
+  /** One call over the whole weight: its packed words interleave rows eight at a time. */
+  awqQuantize(
+    w: Float32Array,
+    out: number,
+    inF: number,
+    groupSize: number,
+    qweight: Int32Array,
+    qzeros: Int32Array,
+    scales: Uint16Array,
+  ): number {
+    this.reset();
+    const pW = this.copyIn(w);
+    const pQweight = this.alloc(qweight.byteLength);
+    const pQzeros = this.alloc(qzeros.byteLength);
+    const pScales = this.alloc(scales.byteLength);
+    const s = this.e.awq_quantize(pW, out, inF, groupSize, pQweight, pQzeros, pScales);
+    if (s === 0) {
+      this.take(pQweight, qweight);
+      this.take(pQzeros, qzeros);
+      this.take(pScales, scales);
+    }
+    return this.status(s);
   }
 
   convert(kind: number, input: Uint16Array | Float32Array, out: Float32Array | Uint16Array): void {
