@@ -405,6 +405,7 @@ class WasmKernels implements KernelModule {
     }
     return this.status(s);
   }
+
   bnbQuantize(
     type: number,
     x: Float32Array,
@@ -437,6 +438,7 @@ class WasmKernels implements KernelModule {
     this.bad = -1;
     return 0;
   }
+
   nbitsQuantize(
     w: Float32Array,
     nCols: number,
@@ -476,6 +478,7 @@ class WasmKernels implements KernelModule {
     this.bad = -1;
     return 0;
   }
+
   /** One call over the whole weight: its packed words interleave rows eight at a time. */
   awqQuantize(
     w: Float32Array,

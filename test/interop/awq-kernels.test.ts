@@ -10,14 +10,13 @@ import { describe, expect, it } from 'vitest';
 import { awqQuantize, awqShapes, type AwqParams } from '../../src/core/interop/awq.js';
 import { QuantdError } from '../../src/errors/index.js';
 import type { KernelModule } from '../../src/kernels/index.js';
-import { parityVariants } from '../kernels/helpers.js';
+import { hexBytes, parityVariants, seededUniform } from '../kernels/helpers.js';
 
-const hex = (b: ArrayBufferView): string => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('hex');
+const hex = hexBytes;
 
 /** Seeded rows whose kind changes every `run` values. */
 function adversarial(count: number, seed: number, run: number): Float32Array {
-  let s = seed >>> 0;
-  const next = (): number => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0), s / 2 ** 32);
+  const next = seededUniform(seed);
   const x = new Float32Array(count);
   for (let i = 0; i < count; i++) {
     const b = Math.floor(i / run);

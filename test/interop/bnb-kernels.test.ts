@@ -9,12 +9,12 @@ import { describe, expect, it } from 'vitest';
 
 import { bnbQuantize, BNB_BLOCKSIZES, type BnbQuantType } from '../../src/core/interop/bnb.js';
 import { BNB_KERNEL_TYPES } from '../../src/kernels/index.js';
-import { parityVariants } from '../kernels/helpers.js';
+import { floatOfBits, hexBytes, parityVariants, seededUniform } from '../kernels/helpers.js';
 import { golden, goldenWeight } from './gptq-awq-bnb.helpers.js';
 
 const TYPES: readonly BnbQuantType[] = ['nf4', 'fp4'];
 const f = Math.fround;
-const hex = (b: ArrayBufferView): string => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('hex');
+const hex = hexBytes;
 
 /** One float32 ulp away from x, up or down. */
 function ulp(x: number, dir: 1 | -1): number {
@@ -42,10 +42,7 @@ function onThresholds(): Float32Array {
 
 /** Seeded values whose kind changes every `run`: scales from subnormal to float32's largest. */
 function adversarial(count: number, seed: number, run: number): Float32Array {
-  let s = seed >>> 0;
-  const next = (): number => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0), s / 2 ** 32);
-  const bits = new Uint32Array(1);
-  const asFloat = new Float32Array(bits.buffer);
+  const next = seededUniform(seed);
   const x = new Float32Array(count);
   for (let i = 0; i < count; i++) {
     const b = Math.floor(i / run);
@@ -57,11 +54,9 @@ function adversarial(count: number, seed: number, run: number): Float32Array {
     else if (kind === 1)
       v = r < 0.5 ? 0 : -0; // an all-zero block: inv = ∞, codes of NaN
     else if (kind === 2) {
-      bits[0] = Math.floor(r * 2 ** 32) & 0x807fffff; // subnormals
-      v = asFloat[0]!;
+      v = floatOfBits(Math.floor(r * 2 ** 32) & 0x807fffff); // subnormals
     } else if (kind === 3) {
-      bits[0] = Math.floor(r * 2 ** 32) & 0xbfffffff; // any finite bit pattern
-      v = asFloat[0]!;
+      v = floatOfBits(Math.floor(r * 2 ** 32) & 0xbfffffff); // any finite bit pattern
     } else if (kind === 4) v = THRESHOLDS[Math.floor(r * THRESHOLDS.length)]! * scale * (r < 0.5 ? 1 : -1);
     else if (kind === 5)
       v = i % run === 3 ? scale : (r - 0.5) * scale * 1e-3; // one outlier

@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 
 import { GGML_TYPES, QUANT_TYPES, ggmlEncode } from '../../src/core/interop/ggml.js';
 import { GGML_KERNEL_TYPES } from '../../src/kernels/index.js';
-import { parityVariants } from '../kernels/helpers.js';
+import { floatOfBits, parityVariants, seededUniform } from '../kernels/helpers.js';
 
 /** Every type quantd writes has a C kernel. */
 const TYPES = QUANT_TYPES;
@@ -31,10 +31,7 @@ function golden(type: string): Array<{ name: string; input: number[]; expected: 
  * values: 32 mixes kinds inside a K-quant super-block, 256 gives each super-block one kind.
  */
 function adversarial(count: number, seed: number, run = 32): Float32Array {
-  let s = seed >>> 0;
-  const next = (): number => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0), s / 2 ** 32);
-  const bits = new Uint32Array(1);
-  const asFloat = new Float32Array(bits.buffer);
+  const next = seededUniform(seed);
   const x = new Float32Array(count);
   let same = 0;
   for (let i = 0; i < count; i++) {
@@ -54,11 +51,9 @@ function adversarial(count: number, seed: number, run = 32): Float32Array {
     else if (kind === 4) v = r < 0.1 ? (r < 0.05 ? Infinity : -Infinity) : (r - 0.5) * scale;
     else if (kind === 5) v = r < 0.1 ? NaN : (r - 0.5) * scale;
     else if (kind === 6) {
-      bits[0] = Math.floor(r * 2 ** 32) & 0x807fffff; // subnormals
-      v = asFloat[0]!;
+      v = floatOfBits(Math.floor(r * 2 ** 32) & 0x807fffff); // subnormals
     } else if (kind === 7) {
-      bits[0] = Math.floor(r * 2 ** 32); // any bit pattern
-      v = asFloat[0]!;
+      v = floatOfBits(Math.floor(r * 2 ** 32)); // any bit pattern
     } else if (kind === 8) {
       if (j === 0) same = (r - 0.5) * scale; // all equal
       v = same;
@@ -70,8 +65,7 @@ function adversarial(count: number, seed: number, run = 32): Float32Array {
 
 /** Weight-like values (a sum of four uniforms, a few larger): where the searches' later trials win. */
 function weightLike(count: number, seed: number): Float32Array {
-  let s = seed >>> 0;
-  const next = (): number => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0), s / 2 ** 32);
+  const next = seededUniform(seed);
   const x = new Float32Array(count);
   for (let i = 0; i < count; i++) {
     const v = next() + next() + next() + next() - 2;

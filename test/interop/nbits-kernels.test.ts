@@ -17,16 +17,13 @@ import {
 } from '../../src/core/interop/onnx.js';
 import { QuantdError } from '../../src/errors/index.js';
 import type { KernelModule } from '../../src/kernels/index.js';
-import { parityVariants } from '../kernels/helpers.js';
+import { floatOfBits, hexBytes, parityVariants, seededUniform } from '../kernels/helpers.js';
 
-const hex = (b: ArrayBufferView): string => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('hex');
+const hex = hexBytes;
 
 /** Seeded rows whose kind changes every `run` values. */
 function adversarial(count: number, seed: number, run: number): Float32Array {
-  let s = seed >>> 0;
-  const next = (): number => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0), s / 2 ** 32);
-  const bits = new Uint32Array(1);
-  const asFloat = new Float32Array(bits.buffer);
+  const next = seededUniform(seed);
   const x = new Float32Array(count);
   for (let i = 0; i < count; i++) {
     const b = Math.floor(i / run);
@@ -44,8 +41,7 @@ function adversarial(count: number, seed: number, run: number): Float32Array {
     else if (kind === 4)
       v = (Math.floor(r * 31) - 15) / 2; // halves: ties after scaling
     else if (kind === 5) {
-      bits[0] = Math.floor(r * 2 ** 32) & 0xbfffffff; // any finite bit pattern below 2
-      v = asFloat[0]!;
+      v = floatOfBits(Math.floor(r * 2 ** 32) & 0xbfffffff); // any finite bit pattern below 2
     } else if (kind === 6)
       v = i % run === 2 ? scale : (r - 0.5) * scale * 1e-3; // one outlier
     else v = (Math.floor(r * 16) - 8) * Math.min(scale, 1e37); // integers of the scale, finite

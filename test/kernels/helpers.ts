@@ -166,3 +166,19 @@ export function expectSameQParams(what: string, kernels: QParams, reference: QPa
   expectSameTyped(`${what}: scale`, kernels.scale, reference.scale);
   expectSameTyped(`${what}: zero_point`, kernels.zeroPoint, reference.zeroPoint);
 }
+
+/** A seeded stream of uniforms in [0, 1) (a 32-bit LCG): the same values on every run. */
+export function seededUniform(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0), s / 2 ** 32);
+}
+
+/** The float32 whose bits are `bits`. */
+export function floatOfBits(bits: number): number {
+  return new Float32Array(new Uint32Array([bits >>> 0]).buffer)[0]!;
+}
+
+/** The bytes of a view as hex, for byte-for-byte comparisons that print where they differ. */
+export function hexBytes(b: ArrayBufferView): string {
+  return Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('hex');
+}
