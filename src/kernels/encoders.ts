@@ -191,7 +191,10 @@ function ggmlBytes(
   return out;
 }
 
-/** bnbQuantize's result from the C kernel when there is one, else from the TypeScript reference. */
+/**
+ * bnbQuantize's result from the C kernel when there is one; a tensor the kernel refuses (a
+ * non-finite value) goes to the TypeScript reference, which refuses it with the catalogued error.
+ */
 function bnbPacked(
   module: KernelModule | null,
   tensor: string,
@@ -203,15 +206,7 @@ function bnbPacked(
   const packed = new Uint8Array(Math.ceil(x.length / 2));
   const absmax = new Float32Array(Math.ceil(x.length / blocksize));
   const status = module.bnbQuantize(BNB_KERNEL_TYPES[type], x, blocksize, packed, absmax);
-  if (status === 1) {
-    const index = module.lastBad();
-    throw new QuantdError('INPUT_NOT_FINITE', {
-      tensor,
-      value: x[index]!,
-      index,
-      op: `${type} quantization`,
-    });
-  }
+  if (status === 1) return bnbQuantize(tensor, x, type, blocksize);
   if (status !== 0)
     throw new QuantdError('INTERNAL', { detail: `bnb ${type} kernel returned status ${status}` });
   return { packed, absmax };
