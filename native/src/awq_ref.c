@@ -54,14 +54,14 @@ qd_status qd_awq_quantize_with(qd_awq_group_fn group, const float *w, uint64_t o
   for (uint64_t r = 0; r < out; r++) {
     const float *row = w + r * in;
     const uint32_t shift = 4u * awq_slot[r & 7];
-    for (uint64_t i = 0; i < in; i++) {
-      if (!qd_is_finite(row[i])) {
-        *bad = r * in + i;
-        return QD_NOT_FINITE;
-      }
-    }
     for (uint64_t g = 0; g < groups; g++) {
       const uint64_t begin = g * group_size;
+      for (uint64_t k = begin; k < begin + group_size; k++) { /* group by group, as awq.ts refuses */
+        if (!qd_is_finite(row[k])) {
+          *bad = r * in + k;
+          return QD_NOT_FINITE;
+        }
+      }
       if (!group(row + begin, group_size, words, shift, qweight + begin * words + (r >> 3), qzeros + g * words + (r >> 3),
                  scales + g * out + r)) {
         *bad = r * groups + g;
