@@ -7,36 +7,34 @@
 #include "common.h"
 #include "ref.h"
 
-QD_INLINE float half(float x) { return qd_f16_to_f32(qd_f32_to_f16(x)); }
-
 /* The nibble of each output column within its word (AutoAWQ's order_map, inverted). */
 static const uint8_t awq_slot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
 void qd_awq_params(float lo, float hi, float *scale, float *zero, float *scale_zero) {
-  const float min_range = half(1e-5f), maxq = 15.0f;
-  float range = half(hi - lo);
+  const float min_range = qd_f16_round(1e-5f), maxq = 15.0f;
+  float range = qd_f16_round(hi - lo);
   if (range < min_range) range = min_range;
-  *scale = half(range / maxq);
-  float z = -qd_rint(half(lo / *scale));
+  *scale = qd_f16_round(range / maxq);
+  float z = -qd_rint(qd_f16_round(lo / *scale));
   *zero = z < 0.0f ? 0.0f : z > maxq ? maxq : z;
-  *scale_zero = half(*zero * *scale);
+  *scale_zero = qd_f16_round(*zero * *scale);
 }
 
 int qd_awq_group_ref(const float *x, uint64_t n, uint64_t stride, uint32_t shift, uint32_t *qweight, uint32_t *qzero,
                      uint16_t *scale_out) {
   float lo = __builtin_inff(), hi = -__builtin_inff(), scale, zero, scale_zero;
   for (uint64_t k = 0; k < n; k++) {
-    float v = half(x[k]);
+    float v = qd_f16_round(x[k]);
     if (v < lo) lo = v;
     if (v > hi) hi = v;
   }
   qd_awq_params(lo, hi, &scale, &zero, &scale_zero);
   if (!qd_is_finite(scale)) return 0;
   for (uint64_t k = 0; k < n; k++) {
-    float q = qd_rint(half(half(x[k]) / scale)) + zero;
+    float q = qd_rint(qd_f16_round(qd_f16_round(x[k]) / scale)) + zero;
     q = q < 0.0f ? 0.0f : q > 15.0f ? 15.0f : q;
-    const float fake = half((q - zero) * scale);
-    const float code = qd_rint(half(half(fake + scale_zero) / scale));
+    const float fake = qd_f16_round((q - zero) * scale);
+    const float code = qd_rint(qd_f16_round(qd_f16_round(fake + scale_zero) / scale));
     if (!(code >= 0.0f && code <= 15.0f)) return 0;
     qweight[k * stride] |= (uint32_t)code << shift;
   }

@@ -40,6 +40,13 @@ QD_INLINE float qd_rint(float x) {
   return qd_float(qd_bits(r) | (qd_bits(x) & 0x80000000u));
 }
 
+/* C's roundf, half away from zero; exact because v - trunc(v) is exact in float32. */
+QD_INLINE float qd_roundf(float v) {
+  float t = __builtin_truncf(v);
+  if (__builtin_fabsf(v - t) >= 0.5f) t += v < 0.0f ? -1.0f : 1.0f;
+  return t;
+}
+
 /* Order key: an int32 that sorts like the float, with -0 < +0 (qparams.ts reduceMinMax). Its own
  * inverse. */
 QD_INLINE int32_t qd_key(float v) {
@@ -121,6 +128,9 @@ QD_INLINE float qd_f16_to_f32(uint16_t h) {
   if (exp == 0x1f) return qd_float(mant ? 0x7fc00000u : (sign | 0x7f800000u)); /* canonical NaN */
   return qd_float(sign | ((exp - 15 + 127) << 23) | (mant << 13));
 }
+
+/* x rounded to the nearest float16 (ties to even) and read back: one float16 operation's result. */
+QD_INLINE float qd_f16_round(float x) { return qd_f16_to_f32(qd_f32_to_f16(x)); }
 
 QD_INLINE uint16_t qd_f32_to_bf16(float x) {
   uint32_t bits = qd_bits(x);

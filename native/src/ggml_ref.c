@@ -14,13 +14,6 @@
  * a value outside int32 — reached only by degenerate blocks whose reciprocal overflows. */
 static int32_t c_int(float v) { return (v >= -2147483648.0f && v < 2147483648.0f) ? (int32_t)v : INT32_MIN; }
 
-/* roundf, half away from zero; exact because v - trunc(v) is exact in float32. */
-static float c_roundf(float v) {
-  float t = __builtin_truncf(v);
-  if (__builtin_fabsf(v - t) >= 0.5f) t += v < 0.0f ? -1.0f : 1.0f;
-  return t;
-}
-
 static void put_f16(uint8_t *out, float d) {
   uint16_t h = qd_f32_to_f16(d);
   out[0] = (uint8_t)h;
@@ -52,7 +45,7 @@ void qd_ggml_q8_0_block_ref(const float *x, uint8_t *out) {
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   put_f16(out, d);
-  for (int j = 0; j < 32; j++) out[2 + j] = (uint8_t)(c_int(c_roundf(x[j] * id)) & 0xff);
+  for (int j = 0; j < 32; j++) out[2 + j] = (uint8_t)(c_int(qd_roundf(x[j] * id)) & 0xff);
 }
 
 void qd_ggml_q4_0_block_ref(const float *x, uint8_t *out) {

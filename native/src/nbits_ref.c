@@ -6,13 +6,6 @@
 #include "common.h"
 #include "ref.h"
 
-/* roundf, half away from zero; exact because v - trunc(v) is exact in float32. */
-QD_INLINE float round_away(float v) {
-  float t = __builtin_truncf(v);
-  if (__builtin_fabsf(v - t) >= 0.5f) t += v < 0.0f ? -1.0f : 1.0f;
-  return t;
-}
-
 int qd_nbits_params(float min, float max, int32_t sym, int32_t f16, float *stored, uint8_t *zp, float *recip) {
   float scale;
   if (sym) {
@@ -24,15 +17,15 @@ int qd_nbits_params(float min, float max, int32_t sym, int32_t f16, float *store
     if (max < 0.0f) max = 0.0f;
     scale = (max - min) / 15.0f;
     float zpf = scale != 0.0f ? 0.0f - min / scale : min;
-    *zp = zpf < 0.0f ? 0 : zpf > 15.0f ? 15 : (uint8_t)round_away(zpf);
+    *zp = zpf < 0.0f ? 0 : zpf > 15.0f ? 15 : (uint8_t)qd_roundf(zpf);
   }
-  *stored = f16 ? qd_f16_to_f32(qd_f32_to_f16(scale)) : scale;
+  *stored = f16 ? qd_f16_round(scale) : scale;
   *recip = *stored != 0.0f ? 1.0f / *stored : 0.0f;
   return qd_is_finite(*recip);
 }
 
 uint8_t qd_nbits_code(float v, float recip, uint8_t zp) {
-  float r = round_away(v * recip + (float)zp); /* two float32 operations: -ffp-contract=off */
+  float r = qd_roundf(v * recip + (float)zp); /* two float32 operations: -ffp-contract=off */
   return r < 0.0f ? 0 : r > 15.0f ? 15 : (uint8_t)r;
 }
 
