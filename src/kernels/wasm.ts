@@ -107,8 +107,9 @@ class WasmKernels implements KernelModule {
       new Uint8Array(this.e.memory.buffer, ptr, bytes),
     );
   }
-  private status(s: number): number {
-    this.bad = s === 0 ? -1 : this.e.last_bad();
+  /** `offset`: where the call's input starts, in the units of the index the kernel reports. */
+  private status(s: number, offset = 0): number {
+    this.bad = s === 0 ? -1 : this.e.last_bad() + offset;
     return s;
   }
   private copyIn(src: ArrayBufferView): number {
@@ -427,16 +428,12 @@ class WasmKernels implements KernelModule {
       const part = x.subarray(off, off + span);
       this.put(pX, part);
       s = this.e.bnb_quantize(type, pX, part.length, blocksize, pPacked, pAbsmax);
-      if (s !== 0) {
-        this.bad = s === 1 ? this.e.last_bad() + off : -1;
-        return s;
-      }
+      if (s !== 0) return this.status(s, off);
       this.take(pPacked, packed, off / 2, Math.ceil(part.length / 2));
       this.take(pAbsmax, absmax, (off / blocksize) * 4, Math.ceil(part.length / blocksize) * 4);
       off += span;
     } while (off < x.length);
-    this.bad = -1;
-    return 0;
+    return this.status(0);
   }
 
   nbitsQuantize(
@@ -465,18 +462,14 @@ class WasmKernels implements KernelModule {
       const n = Math.min(rows, nCols - row);
       this.put(pW, w.subarray(row * kLen, (row + n) * kLen));
       const s = this.e.nbits_quantize(pW, n, kLen, blockSize, +sym, +f16, pB, pScales, pZp);
-      if (s !== 0) {
-        const unit = s === 1 ? kLen : kBlocks; // the index is of an element, or of a block
-        this.bad = s === 1 || s === 2 ? this.e.last_bad() + row * unit : -1;
-        return s;
-      }
+      // the index is of an element (not finite), or of a block (its scale)
+      if (s !== 0) return this.status(s, row * (s === 1 ? kLen : kBlocks));
       this.take(pB, b, row * rowBytes, n * rowBytes);
       this.take(pScales, scales, row * kBlocks * 4, n * kBlocks * 4);
       if (!sym) this.take(pZp, zeroPoints, row * zpBytes, n * zpBytes);
       row += rows;
     } while (row < nCols);
-    this.bad = -1;
-    return 0;
+    return this.status(0);
   }
 
   /** One call over the whole weight: its packed words interleave rows eight at a time. */
