@@ -17,7 +17,8 @@ COPY src ./src
 COPY workers ./workers
 COPY bin ./bin
 COPY proto ./proto
-# npm ci runs the install script (native addon) and prepare (TypeScript → dist/)
+COPY ui ./ui
+# npm ci runs the install script (native addon) and prepare (TypeScript → dist/, the console → dist/ui)
 RUN npm ci --no-audit --no-fund \
  && test -f build/Release/quantd.node \
  && npm prune --omit=dev

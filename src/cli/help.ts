@@ -70,7 +70,7 @@ const SECTIONS: ReadonlyArray<readonly [string, readonly OptionHelp[]]> = [
       ...RECIPE_OPTION_ROWS.map(rowHelp),
       line(
         'report',
-        '  --report FILE         the quality report (JSON; recipe runs write OUT.report.json by default)',
+        '  --report FILE         the quality report: JSON, or a self-contained page when FILE ends in .html (recipe runs write OUT.report.json by default)',
       ),
     ],
   ],

@@ -31,6 +31,7 @@ import { humanBytes, renderFolderSummary, renderSummary } from './output.js';
 import type { Io } from './io.js';
 import { guardCommand } from './output-guard.js';
 import { cleanUpOnSignals } from './signals.js';
+import { reportFormatter } from './report-file.js';
 import { ProgressReporter } from './progress.js';
 import { runRemote } from './remote.js';
 
@@ -131,6 +132,7 @@ async function runTransform(parsed: ParsedCommand, io: Io): Promise<void> {
   }
   const explicitReport = parsed.values['report'] as string | undefined;
   if (explicitReport !== undefined) await checkWritableDirectory(explicitReport);
+  const formatReport = await reportFormatter(explicitReport ?? 'report.json');
   const quiet = parsed.values['quiet'] === true;
   const progress =
     io.progress && !quiet && !parsed.values['no-progress'] ? new ProgressReporter(io.progress, op) : null;
@@ -152,8 +154,7 @@ async function runTransform(parsed: ParsedCommand, io: Io): Promise<void> {
   const reportPath =
     (parsed.values['report'] as string | undefined) ??
     (recipe || result.sharded ? defaultReportPath(output, result.folder) : undefined);
-  if (reportPath !== undefined)
-    await writeFileAtomic(reportPath, `${JSON.stringify(result.report, null, 2)}\n`);
+  if (reportPath !== undefined) await writeFileAtomic(reportPath, formatReport(result.report));
   if (!quiet) {
     const { summary, report } = result;
     const quality =
@@ -209,6 +210,7 @@ async function runLayout(
       : null;
   const reportPath = parsed.values['report'] as string | undefined;
   if (reportPath !== undefined) await checkWritableDirectory(reportPath);
+  const formatReport = await reportFormatter(reportPath ?? 'report.json');
   const handle = createCompute();
   try {
     const { summary, report } = await writeLayout(text!, input, output, {
@@ -217,7 +219,7 @@ async function runLayout(
     });
     progress?.done();
     // the per-tensor types (and, for a GGUF mixture, each tensor's error), when asked
-    if (reportPath !== undefined) await writeFileAtomic(reportPath, `${JSON.stringify(report, null, 2)}\n`);
+    if (reportPath !== undefined) await writeFileAtomic(reportPath, formatReport(report));
     if (!quiet) io.stderr(reportPath !== undefined ? `${summary} and ${reportPath}` : summary);
   } finally {
     progress?.done();

@@ -26,6 +26,7 @@ import type { Io } from './io.js';
 import type { ParsedCommand } from './args.js';
 import { defaultReportPath, readRecipeFile, usesRecipe } from './model-options.js';
 import { humanBytes } from './output.js';
+import { reportFormatter } from './report-file.js';
 import { ProgressReporter } from './progress.js';
 
 type Values = ParsedCommand['values'];
@@ -308,8 +309,9 @@ export async function runRemote(
     (parsed.values['report'] as string | undefined) ??
     (usesRecipe(parsed.values) ? defaultReportPath(output, false) : undefined);
   if (reportPath !== undefined) {
+    const format = await reportFormatter(reportPath);
     const report = await text((await send(new URL(`v1/jobs/${job.id}/report`, root), 'GET', {})).body);
-    await writeFileAtomic(reportPath, report);
+    await writeFileAtomic(reportPath, /\.html?$/i.test(reportPath) ? format(JSON.parse(report)) : report);
   }
   // downloaded: the server need not keep it (its key's QUANTD_JOB_LIMIT counts kept jobs)
   const keep = parsed.values['keep-job'] === true;

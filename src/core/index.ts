@@ -15,3 +15,4 @@ export * from './spec-options.js';
 export * from './tensor.js';
 export * from './validate-qparams.js';
 export * from './quality.js';
+export * from './error-histogram.js';

@@ -22,6 +22,8 @@ import { registerOpRoutes, OCTET_TYPE, SAFETENSORS_TYPE } from './op-routes.js';
 import { registerJobRoutes } from './job-routes.js';
 import { registerCalibrationRoutes } from './calibration-routes.js';
 import { registerLinearErrorRoute } from './linear-error-route.js';
+import { registerInspectRoute } from './inspect-route.js';
+import { registerConsole } from './ui-routes.js';
 import type { CalibrationStore } from '../service/calibration/store.js';
 import { registerOipRoutes } from './oip-routes.js';
 import type { JobManager } from '../jobs/manager.js';
@@ -135,13 +137,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // draining comes first: retry elsewhere or later (503 + Retry-After), whatever the request
     if (!options.isReady()) throw new QuantdError('SHUTTING_DOWN', {});
     // the route's own limit where it sets one (uploads to /v1/jobs: QUANTD_UPLOAD_LIMIT)
-    const own = request.routeOptions.config as { limitSetting?: string } | undefined;
+    const own = request.routeOptions.config as { limitSetting?: string; holdsNoSlot?: boolean } | undefined;
     declaredLength(
       request.headers['content-length'],
       request.routeOptions.bodyLimit ?? config.bodyLimit,
       own?.limitSetting ?? 'QUANTD_BODY_LIMIT',
     );
-    release = admitRequest({ admission, isReady: options.isReady });
+    // a live stream (GET /v1/jobs/events) computes nothing: it must not hold a compute slot
+    if (own?.holdsNoSlot !== true) release = admitRequest({ admission, isReady: options.isReady });
   });
 
   // While draining, every response closes its connection: keep-alive clients must not hold the
@@ -203,6 +206,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     inlineLimit: config.inlineLimit,
   });
   await registerLinearErrorRoute(app, { compute: handle.compute, requestTimeoutMs: config.requestTimeoutMs });
+  registerInspectRoute(app);
+  await registerConsole(app);
   if (options.jobs) await registerJobRoutes(app, { jobs: options.jobs, uploadLimit: config.uploadLimit });
   if (options.calibrations) {
     await registerCalibrationRoutes(app, {

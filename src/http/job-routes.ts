@@ -7,6 +7,7 @@
  *                                      or a model folder (application/x-tar), unpacked as it arrives
  *   POST   /v1/jobs                    body: application/json {"input", "op", "params", "recipe"} → 202 job
  *   GET    /v1/jobs                    {"jobs": [job, …]} newest first
+ *   GET    /v1/jobs/events             the caller's jobs as server-sent events (job-events.ts)
  *   GET    /v1/jobs/ID                 the job
  *   GET    /v1/jobs/ID/result          single file: the file; sharded: {"sharded": true, "files": […]}
  *   GET    /v1/jobs/ID/result/FILE     one file of the result
@@ -40,6 +41,7 @@ import {
 } from './body.js';
 import { jobRouteSchemas } from './openapi.js';
 import { verifyResultFile } from '../jobs/verify.js';
+import { registerJobEvents } from './job-events.js';
 
 export interface JobRouteDeps {
   readonly jobs: JobManager;
@@ -341,6 +343,8 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
     scope.get('/v1/jobs', { schema: schemas.list }, async (request, reply) =>
       sendJson(reply, 200, pageOf(jobs, request)),
     );
+
+    registerJobEvents(scope, jobs);
 
     scope.get('/v1/jobs/:id', { schema: schemas.get }, async (request, reply) =>
       sendJson(reply, 200, jobs.get((request.params as { id: string }).id, callerOf(request))),

@@ -21,7 +21,7 @@ import { DataDir, clientError, newJobId, resolveInputPath } from './paths.js';
 import { referenceEncoding, type Encoding } from '../kernels/encoders.js';
 import type { JobLog } from './log.js';
 import { patientCompute, patientEncoding } from './patient-compute.js';
-import { JobBook, now, type Entry } from './records.js';
+import { JobBook, now, owns, type Entry } from './records.js';
 import { unpackedFolder } from './folder-upload.js';
 import { isLayoutJob, jobPlan, type JobPlan } from './request.js';
 import { runJob, totalBytes, validatePlan, type RunDeps } from './runner.js';
@@ -71,6 +71,9 @@ export const DEFAULT_PAGE = 100;
 export const MAX_PAGE = 1000;
 
 const noLog = { info: () => {}, warn: () => {}, error: () => {} };
+
+/** A change the console's live stream carries (JobManager.watch): a job as shown, or removed. */
+export type JobEvent = { readonly job: Job } | { readonly removed: string };
 
 export class JobManager {
   readonly data: DataDir;
@@ -382,6 +385,20 @@ export class JobManager {
   /** Calls `listener` each time a job changes into a final state (succeeded, failed, cancelled). */
   onFinished(listener: (state: JobState) => void): void {
     this.book.finishedListeners.add(listener);
+  }
+
+  /**
+   * Calls `listener` with each change `caller` may see: a job as the API now shows it, or the id
+   * of a job removed. Returns the function that stops it.
+   */
+  watch(caller: Caller, listener: (event: JobEvent) => void): () => void {
+    const onChange = (entry: Entry): void => {
+      if (entry.record.receiving !== null || !owns(caller, entry)) return;
+      const job = entry.record.job;
+      listener(entry.deleted ? { removed: job.id } : { job: entry.shown ?? job });
+    };
+    this.book.changeListeners.add(onChange);
+    return () => this.book.changeListeners.delete(onChange);
   }
 
   /**

@@ -40,13 +40,23 @@ export interface Entry {
 export const now = (): string => new Date().toISOString();
 
 /** Whether `caller` may see the job: an admin sees all; a key, the jobs it submitted. */
-const owns = (caller: Caller, entry: Entry): boolean => caller.admin || entry.record.owner === caller.owner;
+export const owns = (caller: Caller, entry: Entry): boolean =>
+  caller.admin || entry.record.owner === caller.owner;
 
 export class JobBook {
   /** In the order the jobs were created (loaded by created_at at start-up). */
   readonly entries = new Map<string, Entry>();
   /** Told each change of a job into a final state: succeeded, failed, cancelled (/metrics). */
   readonly finishedListeners = new Set<(state: JobState) => void>();
+  /**
+   * Told each change of what the API shows of a job (the console's live events): after update,
+   * once a final state is written (finish), and when the job is removed (entry.deleted).
+   */
+  readonly changeListeners = new Set<(entry: Entry) => void>();
+
+  private changed(entry: Entry): void {
+    for (const listener of this.changeListeners) listener(entry);
+  }
 
   constructor(private readonly store: JobStore) {}
 
@@ -126,7 +136,10 @@ export class JobBook {
       if (entry) entry.deleted = false; // still there: a later sweep or DELETE tries again
       throw err;
     }
-    if (entry) this.entries.delete(id);
+    if (entry) {
+      this.entries.delete(id);
+      this.changed(entry);
+    }
   }
 
   update(entry: Entry, change: Partial<Job>): void {
@@ -134,6 +147,7 @@ export class JobBook {
     entry.record = { ...entry.record, job: { ...entry.record.job, ...change } };
     const to = entry.record.job.state;
     if (to !== from && FINISHED.includes(to)) for (const listener of this.finishedListeners) listener(to);
+    if (entry.shown === undefined) this.changed(entry);
   }
 
   /** A change to a final state: shown once job.json holds it (see the file comment). */
@@ -144,6 +158,7 @@ export class JobBook {
       await this.save(entry);
     } finally {
       entry.shown = undefined;
+      this.changed(entry);
     }
   }
 

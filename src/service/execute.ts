@@ -6,8 +6,11 @@
 import {
   ST_DTYPE_SIZE,
   bytesOf,
+  histogramOf,
   numelOf,
+  sampledQuantizeErrors,
   typedView,
+  type ErrorHistogram,
   type QParams,
   type QualityStats,
 } from '../core/index.js';
@@ -42,6 +45,8 @@ export interface StepReport {
   readonly bytesOut: number;
   /** quantize steps run with ExecuteOptions.quality: how well the codes represent the input. */
   readonly quality?: QualityStats;
+  /** With quality: the distribution of the error on a sample of the tensor. */
+  readonly histogram?: ErrorHistogram;
 }
 
 export interface RunSummary {
@@ -69,6 +74,7 @@ interface StepOutput {
   /** The tensor data read for the step, handed back to the compute once outputs are written. */
   readonly inputs: Uint8Array[];
   readonly quality?: QualityStats | undefined;
+  readonly histogram?: ErrorHistogram | undefined;
 }
 
 /** Runs one step and returns its outputs' bytes, in the order of step.outputs. */
@@ -112,7 +118,10 @@ async function runStep(
   switch (step.kind) {
     case 'quantize': {
       const out = await compute.quantize(input, spec, given, signal, { quality });
-      return { outputs: [out.data, ...qparamBytes(out.qparams)], inputs, quality: out.quality };
+      const histogram = quality
+        ? histogramOf(sampledQuantizeErrors(data, step.dtype, out.data, spec, step.layout, out.qparams))
+        : undefined;
+      return { outputs: [out.data, ...qparamBytes(out.qparams)], inputs, quality: out.quality, histogram };
     }
     case 'qparams':
       return { outputs: qparamBytes(await compute.chooseQParams(input, spec, given, signal)), inputs };
@@ -214,6 +223,7 @@ export async function executePlan(
           bytesIn: read,
           bytesOut: written,
           ...(done.quality && { quality: done.quality }),
+          ...(done.histogram && { histogram: done.histogram }),
         });
       },
     },

@@ -6,6 +6,7 @@
  */
 import {
   emptyQuality,
+  type ErrorHistogram,
   mergeQuality,
   summarizeQuality,
   type QualityStats,
@@ -28,6 +29,8 @@ export interface TensorQuality extends QualitySummary {
   readonly source_dtype: string;
   readonly bytes_in: number;
   readonly bytes_out: number;
+  /** The error's distribution on a sample of the tensor (absent where the path does not take it). */
+  readonly error_histogram?: ErrorHistogram;
 }
 
 export interface PassedThrough {
@@ -100,6 +103,7 @@ export class ReportBuilder {
       bytes_in: r.bytesIn,
       bytes_out: r.bytesOut,
       ...summarizeQuality(r.quality),
+      ...(r.histogram && { error_histogram: r.histogram }),
     });
   }
 

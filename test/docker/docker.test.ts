@@ -131,6 +131,10 @@ describe('Dockerfile', () => {
       expect(body.status).toBe('ok');
       // the runtime stage's files hold the native addon, and the server found it
       expect(body.backend).toBe('native');
+      // and the console, built in the build stage
+      const page = await fetch(`http://127.0.0.1:${port}/ui/`);
+      expect(page.status).toBe(200);
+      expect(await page.text()).toContain('<title>quantd console</title>');
     } finally {
       child.kill('SIGTERM');
     }

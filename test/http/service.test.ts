@@ -225,14 +225,15 @@ describe('/docs', () => {
     };
     expect(doc.openapi).toMatch(/^3\./);
     expect(doc.info).toMatchObject({ title: 'quantd', version: VERSION });
-    // the operations; /v1/jobs*, /v1/calibrations* and /v1/linear-error are documented too
-    // (test/jobs, test/calibration, test/http/linear-error.test.ts)
+    // the operations; /v1/jobs*, /v1/calibrations*, /v1/linear-error and /v1/inspect are documented
+    // too (test/jobs, test/calibration, test/http/linear-error.test.ts, console-routes.test.ts)
     const ops = Object.keys(doc.paths).filter(
       (p) =>
         p.startsWith('/v1/') &&
         !p.startsWith('/v1/jobs') &&
         !p.startsWith('/v1/calibrations') &&
-        p !== '/v1/linear-error',
+        p !== '/v1/linear-error' &&
+        p !== '/v1/inspect',
     );
     expect(ops.sort()).toEqual(['/v1/dequantize', '/v1/fake-quantize', '/v1/qparams', '/v1/quantize']);
     for (const path of ops) {

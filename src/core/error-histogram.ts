@@ -1,0 +1,110 @@
+/**
+ * The distribution of a tensor's quantization error, dequantize(quantize(x)) − x, for the quality
+ * report and the console's histogram. The report's totals (RMSE, max error, SQNR) cover every
+ * element; the histogram is taken on a sample — HISTOGRAM_SAMPLES elements evenly spaced over the
+ * tensor — which shows the shape of the distribution at a cost independent of the tensor's size
+ * (a few thousand element reads, cheap enough for the thread that plans the run).
+ */
+import { QDTYPE_INFO, type FloatDType, type QDType } from './dtypes.js';
+import { float32FromBfloat16Bits, float32FromFloat16Bits } from './float16.js';
+import { fp8DecodeTable, type Fp8Format } from './fp8.js';
+import type { Layout } from './layout.js';
+import type { QParams } from './qparams.js';
+import { fround } from './rounding.js';
+import type { QuantSpec } from './spec.js';
+
+export const HISTOGRAM_SAMPLES = 4096;
+export const HISTOGRAM_BINS = 41;
+
+export interface ErrorHistogram {
+  /** How many elements were measured (evenly spaced over the tensor). */
+  readonly samples: number;
+  /** The bins span [−limit, +limit]: limit is the largest |error| in the sample (0: all exact). */
+  readonly limit: number;
+  /**
+   * counts[k]: errors in [−limit + k·w, −limit + (k+1)·w), w = 2·limit / counts.length, the last
+   * bin closed; with limit 0 every sample is in the middle bin. An odd count centres a bin on 0.
+   */
+  readonly counts: readonly number[];
+}
+
+/** Up to `count` indices in [0, numel), evenly spaced, ascending and distinct. */
+export function sampleIndices(numel: number, count = HISTOGRAM_SAMPLES): number[] {
+  const n = Math.min(count, numel);
+  const out: number[] = [];
+  for (let k = 0; k < n; k++) out.push(Math.floor((k * numel) / n));
+  return out;
+}
+
+export function histogramOf(errors: ArrayLike<number>, bins = HISTOGRAM_BINS): ErrorHistogram {
+  let limit = 0;
+  for (let i = 0; i < errors.length; i++) limit = Math.max(limit, Math.abs(errors[i]!));
+  const counts = new Array<number>(bins).fill(0);
+  for (let i = 0; i < errors.length; i++) {
+    const k = limit === 0 ? (bins - 1) >> 1 : Math.floor(((errors[i]! + limit) / (2 * limit)) * bins);
+    counts[Math.min(bins - 1, Math.max(0, k))]! += 1;
+  }
+  return { samples: errors.length, limit, counts };
+}
+
+/** Element i of a float tensor's bytes, as float32 (float16 and bfloat16 widen exactly). */
+function valueReader(x: Uint8Array, dtype: FloatDType): (i: number) => number {
+  const view = new DataView(x.buffer, x.byteOffset, x.byteLength);
+  if (dtype === 'float32') return (i) => view.getFloat32(4 * i, true);
+  if (dtype === 'float16') return (i) => float32FromFloat16Bits(view.getUint16(2 * i, true));
+  return (i) => float32FromBfloat16Bits(view.getUint16(2 * i, true));
+}
+
+/** Code i of a tensor's codes (packed ones unpacked as unpackSubByte does), as a number. */
+function codeReader(codes: Uint8Array, qdtype: QDType): (i: number) => number {
+  const { bits, signed } = QDTYPE_INFO[qdtype];
+  if (bits < 8) {
+    const perByte = 8 / bits;
+    const mask = (1 << bits) - 1;
+    const signBit = 1 << (bits - 1);
+    return (i) => {
+      const field = (codes[(i / perByte) | 0]! >>> ((i % perByte) * bits)) & mask;
+      return signed && field & signBit ? field - (1 << bits) : field;
+    };
+  }
+  const view = new DataView(codes.buffer, codes.byteOffset, codes.byteLength);
+  switch (qdtype) {
+    case 'int8':
+      return (i) => view.getInt8(i);
+    case 'uint8':
+      return (i) => codes[i]!;
+    case 'int16':
+      return (i) => view.getInt16(2 * i, true);
+    case 'int32':
+      return (i) => view.getInt32(4 * i, true);
+    default: {
+      const table = fp8DecodeTable(qdtype as Fp8Format);
+      return (i) => table[codes[i]!]!;
+    }
+  }
+}
+
+/**
+ * The errors of the sampled elements of a quantized tensor: x from the input bytes (`dtype`),
+ * the code from `codes`, dequantized with the element's scale and zero point in float32 as
+ * dequantize does. Reads only the sampled elements: a few thousand, whatever the tensor's size.
+ */
+export function sampledQuantizeErrors(
+  x: Uint8Array,
+  dtype: FloatDType,
+  codes: Uint8Array,
+  spec: QuantSpec,
+  layout: Layout,
+  qp: QParams,
+): Float64Array {
+  const value = valueReader(x, dtype);
+  const code = codeReader(codes, spec.qdtype);
+  const indices = sampleIndices(layout.numel);
+  const errors = new Float64Array(indices.length);
+  indices.forEach((i, k) => {
+    const c = Math.floor(i / layout.inner) % layout.channels;
+    const zp = fround(qp.zeroPoint[c]!);
+    errors[k] = fround(fround(fround(code(i)) - zp) * qp.scale[c]!) - value(i);
+  });
+  return errors;
+}

@@ -1,0 +1,324 @@
+/**
+ * The console (/ui) in a real browser (Debian's Chromium through playwright-core): a job submitted
+ * through the page, its progress followed live to 100 %, its report opened, sorted and read back
+ * against the API's JSON, two reports compared, a file inspected, validation errors shown beside
+ * their field, an axe-core audit of every page; then the same with API keys on (the key entered
+ * once, kept for the tab's session), and the CLI's self-contained HTML report opened from disk.
+ */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Browser, Page } from 'playwright-core';
+import { REPO, quantd } from '../cli/run-cli.js';
+import { send } from '../http/helpers.js';
+import { f32Tensor, json, startJobServer, tempDir, writeModel, type Tensor } from '../jobs/helpers.js';
+import { HAVE_BROWSER, launchBrowser, seriousViolations } from './browser.js';
+
+interface ReportTensor {
+  readonly name: string;
+  readonly sqnr_db: number | null;
+  readonly rmse: number;
+  readonly max_abs_error: number;
+  readonly error_histogram?: { readonly samples: number; readonly counts: readonly number[] };
+}
+interface Report {
+  readonly tensors: readonly ReportTensor[];
+}
+
+/** A llama-shaped model small enough for a browser test: 3 blocks × 3 projections. */
+function llamaLike(seed: number): Tensor[] {
+  const tensors: Tensor[] = [];
+  for (let layer = 0; layer < 3; layer++) {
+    for (const [k, kind] of ['self_attn.q_proj', 'self_attn.v_proj', 'mlp.down_proj'].entries()) {
+      tensors.push(f32Tensor(`model.layers.${layer}.${kind}.weight`, [32, 64], seed + 10 * layer + k));
+    }
+  }
+  return tensors;
+}
+
+const rowNames = (page: Page, table: string): Promise<string[]> =>
+  page.$$eval(`${table} tbody tr`, (rows) => rows.map((r) => r.getAttribute('data-name') ?? ''));
+
+async function expectAccessible(page: Page, what: string): Promise<void> {
+  expect(await seriousViolations(page), `axe-core on ${what}`).toEqual([]);
+}
+
+/** Waits for the job row to reach `state`; returns its id. */
+async function waitRow(page: Page, id: string, state: string): Promise<void> {
+  await page.waitForSelector(`#jobs-table tr[data-id="${id}"][data-state="${state}"]`, { timeout: 30_000 });
+}
+
+describe.skipIf(!HAVE_BROWSER)('the console in Chromium', () => {
+  let browser: Browser;
+  const dir = tempDir('ui');
+  const model = writeModel(join(dir, 'model.safetensors'), llamaLike(3));
+
+  beforeAll(async () => {
+    browser = await launchBrowser();
+  });
+  afterAll(async () => {
+    await browser?.close();
+  });
+
+  it('submits, follows, reports, sorts, compares and inspects, with auth off', async () => {
+    // every tensor goes to the pool, whose tasks are each held 100 ms: the job runs long enough
+    // for its progress to be seen moving
+    const { server, port, base } = await startJobServer(dir, { QUANTD_INLINE_LIMIT: '0' }, 100);
+    const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    const requests: string[] = [];
+    page.on('request', (r) => requests.push(`${r.method()} ${new URL(r.url()).pathname}`));
+    try {
+      await page.goto(`${base}/ui/#/submit`);
+      await expectAccessible(page, 'the submit page');
+
+      // a bad option: the API's problem, beside its field
+      await page.check('#source-path');
+      await page.fill('#input', 'model.safetensors');
+      await page.selectOption('#preset', { label: 'Custom options (below)' });
+      await page.click('details summary');
+      await page.fill('#qdtype', 'int3');
+      await page.click('#submit-form button[type=submit]');
+      await page.waitForSelector('#error-qdtype:not(:empty)');
+      const direct = await send(port, '/v1/jobs', {
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ input: 'model.safetensors', op: 'quantize', params: { qdtype: 'int3' } }),
+      });
+      const problem = json<{ code: string; detail: string }>(direct);
+      expect(await page.textContent('#error-qdtype')).toBe(`${problem.code}: ${problem.detail}`);
+      expect(await page.getAttribute('#qdtype', 'aria-invalid')).toBe('true');
+      await expectAccessible(page, 'the submit page with an error');
+
+      // an upload through the page: int4 per_group g32
+      await page.fill('#qdtype', '');
+      await page.check('#source-file');
+      await page.setInputFiles('#file', model);
+      await page.selectOption('#preset', { label: 'int4 per_group g32' });
+      requests.length = 0;
+      await page.click('#submit-form button[type=submit]');
+      await page.waitForSelector('#jobs-table tbody tr[data-id]');
+      const first = (await page.getAttribute('#jobs-table tbody tr[data-id]', 'data-id'))!;
+      // progress moves while it runs, and reaches 100 % when it succeeds
+      const seen = new Set<string>();
+      for (let i = 0; i < 600; i++) {
+        const value = await page.getAttribute(`tr[data-id="${first}"] .percent`, 'data-progress');
+        if (value !== null) seen.add(value);
+        if ((await page.getAttribute(`tr[data-id="${first}"]`, 'data-state')) === 'succeeded') break;
+        await page.waitForTimeout(25);
+      }
+      await waitRow(page, first, 'succeeded');
+      expect(await page.getAttribute(`tr[data-id="${first}"] .percent`, 'data-progress')).toBe('100');
+      expect(
+        [...seen].some((v) => v !== '0' && v !== '100'),
+        `progress seen: ${[...seen]}`,
+      ).toBe(true);
+      // live: one event stream, no polling of the job list or the job
+      expect(requests.filter((r) => r === 'GET /v1/jobs/events')).toHaveLength(1);
+      expect(requests.filter((r) => /^GET \/v1\/jobs(\/[^/]+)?$/.test(r) && !r.endsWith('/events'))).toEqual(
+        [],
+      );
+      await expectAccessible(page, 'the jobs page');
+
+      // a second job, from the data directory: int8 per_channel
+      await page.click('nav a[href="#/submit"]');
+      await page.check('#source-path');
+      await page.fill('#input', 'model.safetensors');
+      await page.selectOption('#preset', { label: 'int8 per_channel (symmetric)' });
+      await page.click('#submit-form button[type=submit]');
+      await page.waitForSelector('#jobs-table tbody tr[data-id]:nth-child(2)');
+      const second = (await page.getAttribute('#jobs-table tbody tr[data-id]', 'data-id'))!;
+      expect(second).not.toBe(first);
+      await waitRow(page, second, 'succeeded');
+
+      // the report: every value is the API's
+      await page.click(`tr[data-id="${first}"] a:text("Report")`);
+      await page.waitForSelector('#tensor-table');
+      const report = json<Report>(await send(port, `/v1/jobs/${first}/report`));
+      const worstFirst = [...report.tensors].map((t) => t.name);
+      expect(await rowNames(page, '#tensor-table')).toEqual(worstFirst);
+      for (const t of report.tensors) {
+        const cell = (key: string): Promise<string | null> =>
+          page.getAttribute(`#tensor-table tr[data-name="${t.name}"] td[data-key="${key}"]`, 'data-value');
+        expect(Number(await cell('sqnr_db'))).toBe(t.sqnr_db);
+        expect(Number(await cell('rmse'))).toBe(t.rmse);
+        expect(Number(await cell('max_abs_error'))).toBe(t.max_abs_error);
+      }
+      // sorted by a column header, by keyboard as a user without a mouse would
+      await page.focus('#tensor-table th[data-key="rmse"] button');
+      await page.keyboard.press('Enter');
+      expect(await page.getAttribute('#tensor-table th[data-key="rmse"]', 'aria-sort')).toBe('ascending');
+      const byRmse = [...report.tensors].sort((a, b) => a.rmse - b.rmse).map((t) => t.name);
+      expect(await rowNames(page, '#tensor-table')).toEqual(byRmse);
+      await page.keyboard.press('Enter');
+      expect(await page.getAttribute('#tensor-table th[data-key="rmse"]', 'aria-sort')).toBe('descending');
+      expect(await rowNames(page, '#tensor-table')).toEqual([...byRmse].reverse());
+      // the heat map: three layer kinds across three blocks
+      expect(await page.$$eval('#heat-map tbody tr', (rows) => rows.length)).toBe(3);
+      expect(await page.$$eval('#heat-map thead th', (cells) => cells.length)).toBe(4);
+      // a tensor's histogram, chosen in the table
+      const chosen = report.tensors[2]!;
+      await page.click(`#tensor-table tr[data-name="${chosen.name}"] th button`);
+      expect(await page.inputValue('#histogram-tensor')).toBe(chosen.name);
+      expect(await page.textContent('#histogram-note')).toContain(
+        `${chosen.error_histogram!.samples} elements`,
+      );
+      expect(await page.$$eval('canvas', (c) => c.length)).toBe(2);
+      await expectAccessible(page, 'the report page');
+      const shot = await page.screenshot({ fullPage: true });
+      mkdirSync(join(REPO, 'build'), { recursive: true });
+      writeFileSync(join(REPO, 'build', 'ui-report.png'), shot);
+      expect(shot.readUInt32BE(16), 'screenshot width').toBe(1200);
+
+      // compare the two jobs
+      await page.click('nav a[href="#/jobs"]');
+      await page.check(`input[aria-label="choose job ${first} to compare"]`);
+      await page.check(`input[aria-label="choose job ${second} to compare"]`);
+      await page.click('#compare-button');
+      await page.waitForSelector('#compare-table');
+      const other = json<Report>(await send(port, `/v1/jobs/${second}/report`));
+      const sqnrOf = new Map(other.tensors.map((t) => [t.name, t.sqnr_db!]));
+      const [a, b] = new URL(page.url()).hash.split('/').slice(2);
+      const [ra, rb] = a === first ? [report, other] : [other, report];
+      const sqnrB = b === first ? new Map(report.tensors.map((t) => [t.name, t.sqnr_db!])) : sqnrOf;
+      for (const t of ra.tensors) {
+        const delta = await page.getAttribute(
+          `#compare-table tr[data-name="${t.name}"] td[data-value]`,
+          'data-value',
+        );
+        expect(Number(delta)).toBeCloseTo(sqnrB.get(t.name)! - t.sqnr_db!, 10);
+      }
+      expect(rb.tensors).toHaveLength(ra.tensors.length);
+      await expectAccessible(page, 'the compare page');
+
+      // inspect the int4 result: the page sends only the header
+      const result = join(dir, 'result.safetensors');
+      writeFileSync(result, (await send(port, `/v1/jobs/${first}/result`)).body);
+      await page.click('nav a[href="#/inspect"]');
+      await page.setInputFiles('#inspect-file', result);
+      await page.waitForSelector('#inspect-table');
+      const summary = json<{ tensors: Array<{ name: string; scheme: string; group_size: number }> }>(
+        await send(port, '/v1/inspect', {
+          headers: { 'content-type': 'application/x-safetensors' },
+          body: new Uint8Array(readFileSync(result)),
+        }),
+      );
+      expect(await rowNames(page, '#inspect-table')).toEqual(summary.tensors.map((t) => t.name));
+      expect(summary.tensors.every((t) => t.scheme === 'per_group' && t.group_size === 32)).toBe(true);
+      await expectAccessible(page, 'the inspect page');
+      expect(errors).toEqual([]);
+    } finally {
+      await page.close();
+      await server.shutdown('test');
+    }
+  });
+
+  it('asks for the API key once and keeps it for the session, with auth on', async () => {
+    const data = tempDir('ui-auth');
+    writeModel(join(data, 'model.safetensors'), llamaLike(5));
+    const { server, port, base } = await startJobServer(data, {
+      QUANTD_API_KEYS: 'key-one-0123456789,key-two-0123456789',
+    });
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    try {
+      await page.goto(`${base}/ui/`);
+      await page.waitForSelector('#key-form:not([hidden])');
+      expect(await page.textContent('#key-message')).toBe('This server needs an API key.');
+      await expectAccessible(page, 'the key prompt');
+      await page.fill('#api-key', 'wrong');
+      await page.click('#key-form button[type=submit]');
+      await page.waitForSelector('#key-form:not([hidden])');
+      expect(await page.textContent('#key-message')).toContain('UNAUTHORIZED');
+      await page.fill('#api-key', 'key-one-0123456789');
+      await page.click('#key-form button[type=submit]');
+      await page.waitForSelector('#live-status[data-live="true"]');
+      // a job of the other key is not this key's to see
+      const theirs = await send(port, '/v1/jobs', {
+        headers: { 'content-type': 'application/json', authorization: 'Bearer key-two-0123456789' },
+        body: JSON.stringify({ input: 'nothing.safetensors' }),
+      });
+      expect(theirs.status).toBe(404);
+      const mine = await send(port, '/v1/jobs', {
+        headers: { 'content-type': 'application/json', authorization: 'Bearer key-one-0123456789' },
+        body: JSON.stringify({ input: 'model.safetensors' }),
+      });
+      const id = json<{ id: string }>(mine).id;
+      await waitRow(page, id, 'succeeded');
+      // a reload in the same tab: no prompt, the key is still there
+      await page.reload();
+      await page.waitForSelector('#live-status[data-live="true"]');
+      expect(await page.isHidden('#key-form')).toBe(true);
+      await waitRow(page, id, 'succeeded');
+      await page.click(`tr[data-id="${id}"] a:text("Report")`);
+      await page.waitForSelector('#tensor-table');
+      // forgetting it asks again
+      await page.click('#forget-key');
+      await page.waitForSelector('#key-form:not([hidden])');
+    } finally {
+      await context.close();
+      await server.shutdown('test');
+    }
+  });
+
+  it("opens the CLI's self-contained HTML report from disk, with the JSON report's values", async () => {
+    const out = join(dir, 'cli-out.safetensors');
+    const html = join(dir, 'report.html');
+    const run = quantd([
+      'quantize',
+      model,
+      '-o',
+      out,
+      '--qdtype',
+      'int4',
+      '--scheme',
+      'per_group',
+      '--group-size',
+      '32',
+      '--report',
+      html,
+    ]);
+    expect(run.code, run.stderr).toBe(0);
+    const jsonRun = quantd([
+      'quantize',
+      model,
+      '-o',
+      out,
+      '--force',
+      '--qdtype',
+      'int4',
+      '--scheme',
+      'per_group',
+      '--group-size',
+      '32',
+      '--report',
+      join(dir, 'report.json'),
+    ]);
+    expect(jsonRun.code, jsonRun.stderr).toBe(0);
+    const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as Report;
+    const page = await browser.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    page.on('request', (r) => {
+      if (!r.url().startsWith('file:')) errors.push(`fetched ${r.url()}`);
+    });
+    try {
+      await page.goto(pathToFileURL(html).href);
+      await page.waitForSelector('#tensor-table');
+      expect(await rowNames(page, '#tensor-table')).toEqual(report.tensors.map((t) => t.name));
+      for (const t of report.tensors) {
+        const sqnr = await page.getAttribute(
+          `#tensor-table tr[data-name="${t.name}"] td[data-key="sqnr_db"]`,
+          'data-value',
+        );
+        expect(Number(sqnr)).toBe(t.sqnr_db);
+      }
+      expect(await page.$$eval('#heat-map tbody tr', (rows) => rows.length)).toBe(3);
+      await expectAccessible(page, 'the HTML report');
+      expect(errors).toEqual([]);
+    } finally {
+      await page.close();
+    }
+  });
+});
