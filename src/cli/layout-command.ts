@@ -11,10 +11,12 @@ import { isAbsolute, relative, resolve, sep } from 'node:path';
 import { QuantdError } from '../errors/index.js';
 import { LAYOUTS, type InteropLayout } from '../service/layouts/index.js';
 import { parseLayout } from '../service/layouts/parse.js';
-import type { LayoutHooks, LayoutOptions, LayoutWriteResult } from '../service/layouts/types.js';
+import { layoutReport, type LayoutReport } from '../service/layouts/report.js';
+import type { LayoutHooks } from '../service/layouts/types.js';
 import { writeLayoutOutput } from '../service/layouts/write-folder.js';
 
 export { parseLayout };
+export type { LayoutReport };
 
 /** The layout that recognizes the file at `path`, or undefined (then it is a qtensor file). */
 export async function detectLayout(path: string): Promise<InteropLayout | undefined> {
@@ -67,33 +69,6 @@ export async function writeLayout(
         : '') +
       `; wrote ${result.files.join(', ')}`,
     report,
-  };
-}
-
-export const LAYOUT_REPORT_FORMAT = 'quantd.layout-report/1';
-
-/** What `--report FILE` writes for a layout: each tensor's type and why, worst measured first. */
-export interface LayoutReport {
-  readonly format: typeof LAYOUT_REPORT_FORMAT;
-  readonly layout: string;
-  readonly options: LayoutOptions;
-  readonly files: readonly string[];
-  readonly bits_per_weight: number | null;
-  readonly tensors: LayoutWriteResult['tensors'];
-}
-
-function layoutReport(name: string, options: LayoutOptions, result: LayoutWriteResult): LayoutReport {
-  // lowest SQNR first (the tensors worth more bits), then the unmeasured in file order
-  const sqnr = (t: LayoutWriteResult['tensors'][number]): number =>
-    t.quality === undefined ? Infinity : (t.quality.sqnr_db ?? Number.MAX_VALUE);
-  return {
-    format: LAYOUT_REPORT_FORMAT,
-    layout: name,
-    options,
-    files: result.files,
-    bits_per_weight:
-      result.size !== undefined && result.size.weights > 0 ? result.size.bits / result.size.weights : null,
-    tensors: [...result.tensors].sort((a, b) => sqnr(a) - sqnr(b)),
   };
 }
 

@@ -14,6 +14,7 @@
  * - Stopping (server shutdown) aborts running jobs without changing their state: the next start
  *   runs them again.
  */
+import { existsSync } from 'node:fs';
 import { EVERYONE, type Caller } from '../service/auth.js';
 import { QuantdError } from '../errors/index.js';
 import type { Compute } from '../service/index.js';
@@ -472,19 +473,21 @@ export class JobManager {
   }
 
   /**
-   * The quality report of a succeeded job (JOB_NOT_READY before). A layout job has none, ever:
-   * NOT_FOUND, whatever its state (docs/models.md).
+   * The report of a succeeded job (JOB_NOT_READY before): the quality report, or a layout job's
+   * report (quantd.layout-report/1). A layout job that finished under a version that kept no
+   * such report has none: NOT_FOUND (docs/models.md).
    */
   reportPath(id: string, caller: Caller = EVERYONE): string {
     const entry = this.book.visible(id, caller);
     const job = entry.shown ?? entry.record.job;
-    if (isLayoutJob(entry.record.submission)) {
+    if (job.state !== 'succeeded') throw new QuantdError('JOB_NOT_READY', { id, state: job.state });
+    const path = this.data.reportFile(id);
+    if (isLayoutJob(entry.record.submission) && !existsSync(path)) {
       throw new QuantdError('NOT_FOUND', {
-        detail: `job ${id} writes layout ${String(entry.record.submission.params['layout'])}, which has no quality report (reports are made for quantd's own quantize, qparams and fake-quantize)`,
+        detail: `job ${id} (layout ${String(entry.record.submission.params['layout'])}) finished before layout jobs kept a report; run it again for one`,
       });
     }
-    if (job.state !== 'succeeded') throw new QuantdError('JOB_NOT_READY', { id, state: job.state });
-    return this.data.reportFile(id);
+    return path;
   }
 
   // --- cancel and delete -------------------------------------------------------------------

@@ -2,8 +2,8 @@
  * Running one job (runJob): its state from running to succeeded or failed in job.json, its
  * progress, and its plan (request.ts) — a whole-model operation with runModel, or an interop
  * layout's writer (`layout.write`): where its input is read, where its result goes, what it
- * leaves (result files with their sizes and data SHA-256, a quality report or none). Also the
- * checks of a submission that need the model's headers but no tensor data.
+ * leaves (result files with their sizes and data SHA-256; the quality report, or the layout's
+ * report). Also the checks of a submission that need the model's headers but no tensor data.
  *
  * Result names: an upload's result is `model.safetensors` (a layout's: `model.gguf`, `model.onnx`,
  * `model.safetensors`, beside which the layout writes its side files, named after it —
@@ -26,6 +26,7 @@ import {
   type Progress,
 } from '../service/index.js';
 import { layoutExtension } from '../service/layouts/parse.js';
+import { layoutReport } from '../service/layouts/report.js';
 import type { JobLog } from './log.js';
 import { DataDir, UPLOAD_RESULT_NAME, clientError, resolveInputPath } from './paths.js';
 import { now, type Entry, type JobBook } from './records.js';
@@ -49,7 +50,7 @@ export interface RunOutcome {
   readonly sharded: boolean;
   /** Every result file, named relative to the result directory. */
   readonly files: readonly ResultFile[];
-  /** The quality report (model operations); null for a layout, which writes none. */
+  /** The quality report (model operations) or the layout's report (types, bits, errors). */
   readonly report: unknown;
 }
 
@@ -132,7 +133,8 @@ export async function runPlan(
     }
     files.push({ name, ...(await checksums(path)), data_sha256: await dataSha256(path) });
   }
-  return { sharded: false, files, report: null };
+  const names = files.map((f) => f.name);
+  return { sharded: false, files, report: layoutReport(plan.layout.name, plan.options, written, names) };
 }
 
 async function runOperation(

@@ -132,10 +132,16 @@ describe('layout jobs', () => {
     expect((await httpGet(t.base, `/v1/jobs/${job.id}/result`)).body.equals(files.get('tiny.gguf')!)).toBe(
       true,
     );
-    // a layout job has no quality report, ever
-    expectGrpcError((await receive(client.Report({ id: job.id }))).error!, 'NOT_FOUND', [
-      'no quality report',
-    ]);
+    // a layout job's report (its tensors' types) is HTTP's, byte for byte
+    const report = await receive(client.Report({ id: job.id }));
+    expect(report.error?.details ?? null).toBeNull();
+    const httpReport = await httpGet(t.base, `/v1/jobs/${job.id}/report`);
+    expect(report.files[0]!.bytes.equals(httpReport.body)).toBe(true);
+    expect(JSON.parse(httpReport.body.toString())).toMatchObject({
+      format: 'quantd.layout-report/1',
+      layout: 'gguf',
+      files: ['tiny.gguf'],
+    });
   });
 
   it('onnx: both files in one stream, or one by name, byte-identical to the CLI', async () => {

@@ -2,8 +2,9 @@
  * Layout jobs (docs/models.md, "Jobs over HTTP": `layout=NAME:key=value`): a model uploaded or
  * named by path is written in an interop layout by the server in the background, and every result
  * file — the model file and its side files — downloads byte-identical to `quantd quantize --layout`;
- * a layout job has no report (404 NOT_FOUND); bad layouts, bad layout options and options that do
- * not apply with a layout are 400 at submission, with no job made.
+ * a layout job's report is the CLI's --report (files named as the result's); bad layouts, bad
+ * layout options and options that do not apply with a layout are 400 at submission, with no job
+ * made.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createHash } from 'node:crypto';
@@ -109,13 +110,25 @@ describe('a layout job of an uploaded model', () => {
     expect(whole.status).toBe(200);
     expect(whole.headers['content-type']).toBe('application/octet-stream');
     expect(whole.body.equals(expected.get('model.gguf')!)).toBe(true);
-    // no quality report for a layout, ever
-    expectProblem(await send(t.port, `/v1/jobs/${job.id}/report`), 'NOT_FOUND', [
-      job.id,
+    // the layout's report, as the CLI's --report writes it, naming the result's files
+    const report = await send(t.port, `/v1/jobs/${job.id}/report`);
+    expect(report.status, report.body.toString()).toBe(200);
+    const cliReport = join(scratch, 'gguf-report.json');
+    const r = await quantdAsync([
+      'quantize',
+      upload,
+      '-o',
+      join(scratch, 'gguf-report.gguf'),
+      '--layout',
       'gguf:type=Q4_K',
-      'no quality report',
+      '--report',
+      cliReport,
+      '-q',
     ]);
-    expect(readdirSync(join(data, 'jobs', job.id)).sort()).toEqual(['job.json', 'result']);
+    expect(r.code, r.stderr).toBe(0);
+    const expectedReport = JSON.parse(readFileSync(cliReport, 'utf8')) as Record<string, unknown>;
+    expect(JSON.parse(report.body.toString())).toEqual({ ...expectedReport, files: ['model.gguf'] });
+    expect(readdirSync(join(data, 'jobs', job.id)).sort()).toEqual(['job.json', 'report.json', 'result']);
   });
 
   it('gptq: model.safetensors and model.quantize_config.json, both byte-identical, listed by /result', async () => {

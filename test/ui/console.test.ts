@@ -5,14 +5,26 @@
  * their field, an axe-core audit of every page; then the same with API keys on (the key entered
  * once, kept for the tab's session), and the CLI's self-contained HTML report opened from disk.
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
 import { REPO, quantd } from '../cli/run-cli.js';
 import { send } from '../http/helpers.js';
-import { f32Tensor, json, startJobServer, tempDir, writeModel, type Tensor } from '../jobs/helpers.js';
+import {
+  f32Tensor,
+  finished,
+  json,
+  manyTensors,
+  startJobServer,
+  tempDir,
+  waitJob,
+  writeModel,
+  type Job,
+  type Tensor,
+} from '../jobs/helpers.js';
+import { fixtureDir } from '../gguf-hf/llama-cpp.js';
 import { HAVE_BROWSER, launchBrowser, seriousViolations } from './browser.js';
 
 interface ReportTensor {
@@ -24,6 +36,13 @@ interface ReportTensor {
 }
 interface Report {
   readonly tensors: readonly ReportTensor[];
+}
+interface LayoutReportJson {
+  readonly tensors: ReadonlyArray<{
+    readonly name: string;
+    readonly type: string;
+    readonly quality?: { readonly sqnr_db: number | null };
+  }>;
 }
 
 /** A llama-shaped model small enough for a browser test: 3 blocks × 3 projections. */
@@ -53,6 +72,8 @@ describe.skipIf(!HAVE_BROWSER)('the console in Chromium', () => {
   let browser: Browser;
   const dir = tempDir('ui');
   const model = writeModel(join(dir, 'model.safetensors'), llamaLike(3));
+  // 40 tensors, each task held 100 ms: a job that runs for seconds, to be cancelled
+  writeModel(join(dir, 'many.safetensors'), manyTensors(40));
 
   beforeAll(async () => {
     browser = await launchBrowser();
@@ -192,6 +213,25 @@ describe.skipIf(!HAVE_BROWSER)('the console in Chromium', () => {
       expect(rb.tensors).toHaveLength(ra.tensors.length);
       await expectAccessible(page, 'the compare page');
 
+      // a running job is cancelled from the list; a finished one's result downloads as the API serves it
+      await page.click('nav a[href="#/jobs"]');
+      const long = json<Job>(
+        await send(port, '/v1/jobs', {
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ input: 'many.safetensors', params: { qdtype: 'int8' } }),
+        }),
+      );
+      await page.click(`tr[data-id="${long.id}"] button:text("Cancel")`);
+      await waitRow(page, long.id, 'cancelled');
+      expect(json<Job>(await send(port, `/v1/jobs/${long.id}`)).state).toBe('cancelled');
+      const [download] = await Promise.all([
+        page.waitForEvent('download'),
+        page.click(`tr[data-id="${first}"] button:text("Download")`),
+      ]);
+      expect(download.suggestedFilename()).toBe('model.safetensors');
+      const served = (await send(port, `/v1/jobs/${first}/result`)).body;
+      expect(readFileSync(await download.path()).equals(served)).toBe(true);
+
       // inspect the int4 result: the page sends only the header
       const result = join(dir, 'result.safetensors');
       writeFileSync(result, (await send(port, `/v1/jobs/${first}/result`)).body);
@@ -208,6 +248,58 @@ describe.skipIf(!HAVE_BROWSER)('the console in Chromium', () => {
       expect(summary.tensors.every((t) => t.scheme === 'per_group' && t.group_size === 32)).toBe(true);
       await expectAccessible(page, 'the inspect page');
       expect(errors).toEqual([]);
+    } finally {
+      await page.close();
+      await server.shutdown('test');
+    }
+  });
+
+  it('compares two llama-quantize file types (Q4_K_M against Q5_K_M) from their layout reports', async () => {
+    const data = tempDir('ui-gguf');
+    cpSync(fixtureDir('llama-spm'), join(data, 'llama'), { recursive: true });
+    const { server, port, base } = await startJobServer(data);
+    const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+    try {
+      const run = async (ftype: string): Promise<{ id: string; report: LayoutReportJson }> => {
+        const submitted = json<Job>(
+          await send(port, '/v1/jobs', {
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ input: 'llama', params: { layout: `gguf:ftype=${ftype}` } }),
+          }),
+        );
+        const job = await waitJob(port, submitted.id, finished);
+        expect(job.state, JSON.stringify(job.error)).toBe('succeeded');
+        return { id: job.id, report: json<LayoutReportJson>(await send(port, `/v1/jobs/${job.id}/report`)) };
+      };
+      const q4 = await run('Q4_K_M');
+      const q5 = await run('Q5_K_M');
+      const measured = q4.report.tensors.filter((t) => t.quality !== undefined);
+      expect(measured.length).toBeGreaterThan(0);
+
+      await page.goto(`${base}/ui/#/report/${q4.id}`);
+      await page.waitForSelector('#tensor-table');
+      expect((await rowNames(page, '#tensor-table')).sort()).toEqual(
+        q4.report.tensors.map((t) => t.name).sort(),
+      );
+      for (const t of q4.report.tensors) {
+        const row = `#tensor-table tr[data-name="${t.name}"]`;
+        expect(await page.textContent(`${row} td[data-key="type"]`)).toBe(t.type);
+        const sqnr = await page.getAttribute(`${row} td[data-key="sqnr_db"]`, 'data-value');
+        expect(sqnr === '' ? null : Number(sqnr)).toBe(t.quality?.sqnr_db ?? null);
+      }
+      await expectAccessible(page, 'a layout report');
+
+      await page.goto(`${base}/ui/#/compare/${q4.id}/${q5.id}`);
+      await page.waitForSelector('#compare-table');
+      const q5Sqnr = new Map(q5.report.tensors.map((t) => [t.name, t.quality?.sqnr_db ?? null]));
+      for (const t of measured) {
+        const delta = await page.getAttribute(
+          `#compare-table tr[data-name="${t.name}"] td[data-value]`,
+          'data-value',
+        );
+        expect(Number(delta), t.name).toBeCloseTo(q5Sqnr.get(t.name)! - t.quality!.sqnr_db!, 10);
+      }
+      await expectAccessible(page, 'the compare page of two file types');
     } finally {
       await page.close();
       await server.shutdown('test');

@@ -48,7 +48,15 @@ whenUnauthorized(askForKey);
 
 async function showReport(id: string, signal: AbortSignal): Promise<void> {
   main.replaceChildren(h('h2', {}, `Report of job ${id}`), h('p', { role: 'status' }, 'loading…'));
-  const report = await getJson<RawReport>(`/v1/jobs/${encodeURIComponent(id)}/report`);
+  let report: RawReport;
+  try {
+    report = await getJson<RawReport>(`/v1/jobs/${encodeURIComponent(id)}/report`);
+  } catch (err) {
+    // a layout job (GGUF, GPTQ, …) writes no report: say so rather than show an error page
+    if (!(err instanceof ApiError) || err.code !== 'NOT_FOUND') throw err;
+    main.replaceChildren(h('h2', {}, `Report of job ${id}`), h('p', { role: 'status' }, err.detail));
+    return;
+  }
   if (signal.aborted) return;
   const body = h('div', { id: 'report' });
   main.replaceChildren(h('h2', {}, `Report of job ${id}`), body);

@@ -22,6 +22,11 @@ export const PRESETS: readonly Preset[] = [
   { label: 'int4 per_group g128', params: { qdtype: 'int4', scheme: 'per_group', group_size: '128' } },
   { label: 'int4 per_group g32', params: { qdtype: 'int4', scheme: 'per_group', group_size: '32' } },
   { label: 'uint8 per_tensor (affine)', params: { qdtype: 'uint8', scheme: 'per_tensor', mode: 'affine' } },
+  // layouts: files other tools load (no quality report; op quantize, no other option)
+  { label: 'GGUF Q8_0 (llama.cpp)', params: { layout: 'gguf:type=Q8_0' } },
+  { label: 'GGUF Q4_K (llama.cpp)', params: { layout: 'gguf:type=Q4_K' } },
+  { label: 'GPTQ 4-bit g128 (vLLM, transformers)', params: { layout: 'gptq' } },
+  { label: 'bitsandbytes NF4', params: { layout: 'nf4' } },
   { label: 'Custom options (below)', params: {} },
 ];
 
