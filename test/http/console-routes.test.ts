@@ -13,6 +13,7 @@ import { quantd } from '../cli/run-cli.js';
 import { expectProblem, send, type TestServer } from './helpers.js';
 import { json, smallModel, startJobServer, tempDir, writeModel, type Job } from '../jobs/helpers.js';
 import { loadConsole, registerConsole } from '../../src/http/ui-routes.js';
+import { STREAMS_PER_KEY } from '../../src/http/job-events.js';
 import { asQuantdError, sendProblem } from '../../src/http/problem.js';
 
 const ALICE = 'alice-key-0123456789';
@@ -44,8 +45,14 @@ function openStream(port: number, key?: string): Promise<Stream> {
         agent: false,
       },
       (response) => {
-        expect(response.statusCode).toBe(200);
-        expect(response.headers['content-type']).toMatch(/^text\/event-stream/);
+        if (
+          response.statusCode !== 200 ||
+          !/^text\/event-stream/.test(response.headers['content-type'] ?? '')
+        ) {
+          response.resume();
+          reject(new Error(`event stream refused: ${response.statusCode}`));
+          return;
+        }
         let buffer = '';
         response.setEncoding('utf8');
         response.on('data', (chunk: string) => {
@@ -151,6 +158,36 @@ describe('GET /v1/jobs/events', () => {
     try {
       const health = await send(t.port, '/v1/jobs', { headers: { authorization: `Bearer ${ALICE}` } });
       expect(health.status, health.body.toString()).toBe(200);
+    } finally {
+      for (const s of streams) s.close();
+    }
+  });
+
+  it('lets one key hold at most STREAMS_PER_KEY streams (429 QUOTA_EXCEEDED), others unaffected', async () => {
+    const streams = await Promise.all(
+      Array.from({ length: STREAMS_PER_KEY }, () => openStream(t.port, ALICE)),
+    );
+    try {
+      expectProblem(
+        await send(t.port, '/v1/jobs/events', { headers: { authorization: `Bearer ${ALICE}` } }),
+        'QUOTA_EXCEEDED',
+        ['event streams'],
+      );
+      const bob = await openStream(t.port, BOB);
+      await bob.next((e) => e.event === 'snapshot');
+      bob.close();
+      // a closed stream gives its place back
+      streams.pop()!.close();
+      let again: Stream | undefined;
+      for (let i = 0; i < 50 && again === undefined; i++) {
+        try {
+          again = await openStream(t.port, ALICE);
+        } catch {
+          await new Promise((r) => setTimeout(r, 20)); // the server has not seen the close yet
+        }
+      }
+      expect(again, 'a place after a stream closed').toBeDefined();
+      again?.close();
     } finally {
       for (const s of streams) s.close();
     }
