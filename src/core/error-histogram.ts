@@ -108,3 +108,8 @@ export function sampledQuantizeErrors(
   });
   return errors;
 }
+
+/** The errors of the sampled elements of `x` decoded as `decoded` (a layout's own decoder). */
+export function sampledDecodedErrors(x: Float32Array, decoded: Float32Array): Float64Array {
+  return Float64Array.from(sampleIndices(x.length), (i) => decoded[i]! - x[i]!);
+}

@@ -39,6 +39,7 @@ import {
 import { bytesOf, fromFloat32, toFloat32, typedView } from '../core/tensor.js';
 import { QuantdError, throwIfAborted } from '../errors/index.js';
 import { decodedQuality } from '../core/quality.js';
+import { histogramOf, sampledDecodedErrors, type ErrorHistogram } from '../core/error-histogram.js';
 import type { QualityStats } from '../core/quality-stats.js';
 import { BNB_KERNEL_TYPES, type KernelModule } from './module.js';
 
@@ -135,6 +136,8 @@ export interface EncodeReply {
   readonly notes: readonly string[];
   /** How far the decoded output is from the input, when the call asked (`quality`). */
   readonly quality?: QualityStats;
+  /** With quality: the error's distribution on a sample of the tensor. */
+  readonly histogram?: ErrorHistogram;
 }
 
 /** Where a layout's encode tasks run: the worker pool, or inline (the CLI without kernels, tests). */
@@ -165,6 +168,7 @@ type Results = {
   readonly outputs: readonly Uint8Array[];
   readonly notes?: readonly string[];
   readonly quality?: QualityStats;
+  readonly histogram?: ErrorHistogram;
 };
 
 function floatsOf(dtype: FloatDType, data: Uint8Array): Float32Array {
@@ -303,7 +307,12 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
           : ggmlBytes(module, call.type, x, call.ne0);
       checkGgmlEncodable(x, call.type, bytes, call.tensor);
       if (call.quality !== true) return { outputs: [bytes] };
-      return { outputs: [bytes], quality: decodedQuality(x, ggmlDecode(call.type, bytes, x.length)) };
+      const decoded = ggmlDecode(call.type, bytes, x.length);
+      return {
+        outputs: [bytes],
+        quality: decodedQuality(x, decoded),
+        histogram: histogramOf(sampledDecodedErrors(x, decoded)),
+      };
     }
     case 'ggml-decode':
       return { outputs: [bytesOf(ggmlDecode(call.type, a!, call.numel))] };
@@ -384,7 +393,7 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
  * the layout planned; a result of another size is a bug (INTERNAL), never a short file.
  */
 export function runEncodeTask(module: KernelModule | null, task: EncodeTask): EncodeReply {
-  const { outputs, notes = [], quality } = encode(module, task.call, task.inputs);
+  const { outputs, notes = [], quality, histogram } = encode(module, task.call, task.inputs);
   if (outputs.length !== task.outputs.length) {
     throw new QuantdError('INTERNAL', {
       detail: `encoder ${task.call.kind} made ${outputs.length} outputs, the plan has ${task.outputs.length}`,
@@ -399,5 +408,9 @@ export function runEncodeTask(module: KernelModule | null, task: EncodeTask): En
     }
     if (bytes !== into) into.set(bytes);
   });
-  return quality !== undefined ? { notes, quality } : { notes };
+  return {
+    notes,
+    ...(quality !== undefined && { quality }),
+    ...(histogram !== undefined && { histogram }),
+  };
 }

@@ -8,6 +8,7 @@ import {
   HISTOGRAM_SAMPLES,
   histogramOf,
   sampleIndices,
+  sampledDecodedErrors,
   sampledQuantizeErrors,
 } from '../../src/core/error-histogram.js';
 import { planLayout } from '../../src/core/layout.js';
@@ -75,5 +76,16 @@ describe('sampledQuantizeErrors', () => {
     expect(errors).toHaveLength(Math.min(HISTOGRAM_SAMPLES, layout.numel));
     indices.forEach((i, k) => expect(errors[k], `element ${i}`).toBe(back[i]! - x[i]!));
     expect(errors.some((e) => e !== 0)).toBe(true);
+  });
+});
+
+describe('sampledDecodedErrors', () => {
+  it('takes decoded − x at the sampled elements', () => {
+    const x = values(10_000, 3);
+    const decoded = x.map((v) => Math.round(v * 8) / 8);
+    const errors = sampledDecodedErrors(x, decoded);
+    const indices = sampleIndices(x.length);
+    expect(errors).toHaveLength(HISTOGRAM_SAMPLES);
+    indices.forEach((i, k) => expect(errors[k]).toBe(decoded[i]! - x[i]!));
   });
 });

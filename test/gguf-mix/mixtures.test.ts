@@ -25,6 +25,7 @@ import {
 import { GgufFileReader } from '../../src/format/gguf-file.js';
 import { ggufLayout } from '../../src/service/layouts/gguf.js';
 import { mixtureOptions } from '../../src/service/layouts/gguf-mixture.js';
+import { histogramOf, sampleIndices } from '../../src/core/error-histogram.js';
 import type { LayoutReport } from '../../src/cli/layout-command.js';
 import { quantd } from '../cli/run-cli.js';
 import { argmax, loadModel, logitsAfterEach } from '../gguf-hf/llama-cpp.js';
@@ -396,6 +397,12 @@ describe('the report of a mixture (--report)', () => {
     expect(worst.quality!.sqnr_db).toBeCloseTo(10 * Math.log10(sig / err), 9);
     expect(worst.bits_per_weight).toBe(4.5);
     expect(report.bits_per_weight).toBeCloseTo(4.8329, 4);
+    // its error histogram: the same errors, at the sampled elements, binned
+    const errors = Float64Array.from(sampleIndices(x!.length), (i) => y![i]! - x![i]!);
+    expect(worst.error_histogram).toEqual(histogramOf(errors));
+    expect(measured.every((t) => t.error_histogram!.samples === Math.min(4096, t.quality!.elements))).toBe(
+      true,
+    );
   }, 60_000);
 });
 

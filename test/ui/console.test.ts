@@ -287,6 +287,8 @@ describe.skipIf(!HAVE_BROWSER)('the console in Chromium', () => {
         const sqnr = await page.getAttribute(`${row} td[data-key="sqnr_db"]`, 'data-value');
         expect(sqnr === '' ? null : Number(sqnr)).toBe(t.quality?.sqnr_db ?? null);
       }
+      // a measured tensor's histogram is there to choose
+      expect(await page.$$eval('#histogram-tensor option', (o) => o.length)).toBe(measured.length);
       await expectAccessible(page, 'a layout report');
 
       await page.goto(`${base}/ui/#/compare/${q4.id}/${q5.id}`);

@@ -9,6 +9,7 @@
 import { throwIfAborted } from '../../errors/index.js';
 import { referenceEncoding, type EncoderCall, type Encoding } from '../../kernels/encoders.js';
 import type { QualityStats } from '../../core/quality-stats.js';
+import type { ErrorHistogram } from '../../core/error-histogram.js';
 import type { Progress } from '../model.js';
 import { runInOrder } from '../ordered.js';
 
@@ -21,8 +22,8 @@ export interface EncodeJob<E> {
   readonly call?: EncoderCall;
   /** Receives the encoder's remarks (for the layout's report). */
   readonly onNotes?: (notes: readonly string[]) => void;
-  /** Receives the error measured when the call asked for it (`quality`). */
-  readonly onQuality?: (quality: QualityStats) => void;
+  /** Receives the error measured when the call asked for it (`quality`), and its histogram. */
+  readonly onQuality?: (quality: QualityStats, histogram?: ErrorHistogram) => void;
   /** The name progress reports for this job. */
   readonly label: string;
 }
@@ -102,7 +103,7 @@ export async function runEncodeJobs<E>(
           const outputs = job.outputs.map((o) => allocate(o.bytes, shared));
           const reply = await encoding.encode({ op: 'encode', call: job.call, inputs, outputs }, signal);
           if (reply.notes.length > 0) job.onNotes?.(reply.notes);
-          if (reply.quality !== undefined) job.onQuality?.(reply.quality);
+          if (reply.quality !== undefined) job.onQuality?.(reply.quality, reply.histogram);
           return outputs;
         },
         finish: async (i, outputs) => {

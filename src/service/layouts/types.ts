@@ -8,6 +8,7 @@
  */
 import type { FloatDType } from '../../core/dtypes.js';
 import type { QualitySummary } from '../../core/quality.js';
+import type { ErrorHistogram } from '../../core/error-histogram.js';
 import type { QuantizationConfig } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
 
@@ -28,6 +29,8 @@ export interface LayoutWriteResult {
     /** Bits per weight of its data and dequantize(quantize(x)) against x (GGUF with ftype). */
     readonly bits_per_weight?: number;
     readonly quality?: QualitySummary;
+    /** With quality: the error's distribution on a sample of the tensor. */
+    readonly error_histogram?: ErrorHistogram;
   }>;
   /** Weights written and the bits their data takes (GGUF: llama-quantize's "BPW" summary). */
   readonly size?: { readonly weights: number; readonly bits: number };

@@ -10,6 +10,7 @@ import { basename } from 'node:path';
 import { floatDTypeOfSt, numelOf } from '../../../core/dtypes.js';
 import { summarizeQuality } from '../../../core/quality.js';
 import type { QualityStats } from '../../../core/quality-stats.js';
+import type { ErrorHistogram } from '../../../core/error-histogram.js';
 import { toFloat32 } from '../../../core/tensor.js';
 import { ggmlTensorBytes, ggmlTypeByName, isQuantType, QUANT_TYPES } from '../../../core/interop/ggml.js';
 import type { GgmlWriteType } from '../../../core/interop/ggml.js';
@@ -264,7 +265,7 @@ export async function writeGgufFromFolder(
       label: g.name,
     }));
     // a mixture's report measures each quantized tensor, as llama-quantize users compare files
-    const measured = new Map<string, QualityStats>();
+    const measured = new Map<string, { quality: QualityStats; histogram?: ErrorHistogram | undefined }>();
     const measure = (p: Planned): boolean => o.mixture !== undefined && isQuantType(p.type);
     const encodeJob = (p: Planned): EncodeJob<JobInput> => ({
       inputs: [p.source],
@@ -281,7 +282,10 @@ export async function writeGgufFromFolder(
         ...(p.imatrix !== undefined && { imatrix: p.imatrix }),
         ...(measure(p) && { quality: true }),
       },
-      ...(measure(p) && { onQuality: (q: QualityStats) => measured.set(p.name, q) }),
+      ...(measure(p) && {
+        onQuality: (quality: QualityStats, histogram?: ErrorHistogram) =>
+          measured.set(p.name, { quality, histogram }),
+      }),
       label: p.name,
     });
     const jobs = planned.map((p): EncodeJob<JobInput> =>
@@ -308,10 +312,15 @@ export async function writeGgufFromFolder(
       size.bits += 8 * ggmlTensorBytes(ggmlTypeByName(p.type)!, p.dims[0]!, numelOf(p.dims));
     }
     const tensors = report.map((r) => {
-      const q = measured.get(r.name);
-      if (q === undefined) return r;
+      const m = measured.get(r.name);
+      if (m === undefined) return r;
       const t = ggmlTypeByName(r.type)!;
-      return { ...r, bits_per_weight: (8 * t.typeSize) / t.blockSize, quality: summarizeQuality(q) };
+      return {
+        ...r,
+        bits_per_weight: (8 * t.typeSize) / t.blockSize,
+        quality: summarizeQuality(m.quality),
+        ...(m.histogram !== undefined && { error_histogram: m.histogram }),
+      };
     });
     return { files: writer.files, tensors, size };
   } finally {
