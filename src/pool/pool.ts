@@ -27,7 +27,8 @@ export interface PoolOptions {
   readonly workerHeapMb?: number;
 }
 
-export const WORKER_PATH = join(packageRoot(), 'dist', 'workers', 'kernel-worker.js');
+/** A CommonJS entry that loads kernel-worker.js with import() (see workers/kernel-entry.cts). */
+export const WORKER_PATH = join(packageRoot(), 'dist', 'workers', 'kernel-entry.cjs');
 
 /** QUANTD_TEST_TASK_DELAY_MS: a non-negative integer of milliseconds, else 0. */
 function testTaskDelayMs(): number {

@@ -1,6 +1,6 @@
 /**
- * The Piscina worker pool (dist/workers/kernel-worker.js, built by the test setup) with small
- * pools (2 threads): tensors of ~100k elements split across the workers give the reference's and
+ * The Piscina worker pool (dist/workers/kernel-worker.js, started through kernel-entry.cjs, built
+ * by the test setup) with small pools (2 threads): tensors of ~100k elements split across the workers give the reference's and
  * the inline kernels' bytes (inputs in ArrayBuffers and in SharedArrayBuffers); admission control
  * (OVERLOADED, idempotent release); cancellation (CANCELLED, a spinning task aborted at once);
  * worker death (WORKER_FAILED naming the tensor, the worker replaced); the backend loader

@@ -70,15 +70,25 @@ export function sendJson<T>(path: string, method: string, body: unknown): Promis
   }).then((r) => r.json() as Promise<T>);
 }
 
-/** Saves a response body as a file the browser downloads (a result needs the key, so no plain link). */
+/**
+ * Saves a result file. Without a key the browser fetches it itself, straight to disk, whatever
+ * its size; with one (a plain link cannot send the Authorization header) the file is fetched
+ * here and handed over as a blob, which holds it in the browser's memory first — for results of
+ * many gigabytes, use curl or `quantd … --remote` instead.
+ */
 export async function download(path: string, fallbackName: string): Promise<void> {
+  const link = document.createElement('a');
+  if (apiKey() === null) {
+    link.href = path;
+    link.download = fallbackName;
+    link.click();
+    return;
+  }
   const response = await call(path);
   const disposition = response.headers.get('Content-Disposition') ?? '';
-  const name = /filename="([^"]+)"/.exec(disposition)?.[1] ?? fallbackName;
   const url = URL.createObjectURL(await response.blob());
-  const link = document.createElement('a');
   link.href = url;
-  link.download = name;
+  link.download = /filename="([^"]+)"/.exec(disposition)?.[1] ?? fallbackName;
   link.click();
   setTimeout(() => URL.revokeObjectURL(url), 10_000);
 }

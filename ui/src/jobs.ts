@@ -37,7 +37,8 @@ export function renderJobs(container: HTMLElement, signal: AbortSignal, flash?: 
   const jobs = new Map<string, Job>();
   const chosen = new Set<string>();
   const status = h('p', { className: 'status', id: 'live-status', role: 'status' }, 'connecting…');
-  const message = h('p', { className: 'message', role: 'alert' }, flash ?? '');
+  const message = h('p', { className: 'message', role: 'alert' });
+  const notice = h('p', { className: 'note', role: 'status' }, flash ?? '');
   const body = h('tbody');
   const compare = h(
     'button',
@@ -146,6 +147,7 @@ export function renderJobs(container: HTMLElement, signal: AbortSignal, flash?: 
   container.replaceChildren(
     h('h2', {}, 'Jobs'),
     status,
+    notice,
     message,
     h(
       'div',
