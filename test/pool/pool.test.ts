@@ -1,7 +1,7 @@
 /**
  * The Piscina worker pool (dist/workers/kernel-worker.js, started through kernel-entry.cjs, built
- * by the test setup) with small pools (2 threads): tensors of ~100k elements split across the workers give the reference's and
- * the inline kernels' bytes (inputs in ArrayBuffers and in SharedArrayBuffers); admission control
+ * by the test setup) with small pools (2 threads): tensors of ~100k elements split across the
+ * workers give the reference's and the inline kernels' bytes (inputs in ArrayBuffers and in SharedArrayBuffers); admission control
  * (OVERLOADED, idempotent release); cancellation (CANCELLED, a spinning task aborted at once);
  * worker death (WORKER_FAILED naming the tensor, the worker replaced); the backend loader
  * (BACKEND_UNAVAILABLE with a one-line reason, auto → native here); and pools that do not keep
