@@ -358,39 +358,16 @@ describe.skipIf(!HAVE_BROWSER)('the console in Chromium', () => {
   });
 
   it("opens the CLI's self-contained HTML report (local and --remote) from disk, with the JSON report's values", async () => {
-    const out = join(dir, 'cli-out.safetensors');
     const html = join(dir, 'report.html');
-    const run = quantd([
-      'quantize',
-      model,
-      '-o',
-      out,
-      '--qdtype',
-      'int4',
-      '--scheme',
-      'per_group',
-      '--group-size',
-      '32',
-      '--report',
-      html,
-    ]);
-    expect(run.code, run.stderr).toBe(0);
-    const jsonRun = quantd([
-      'quantize',
-      model,
-      '-o',
-      out,
-      '--force',
-      '--qdtype',
-      'int4',
-      '--scheme',
-      'per_group',
-      '--group-size',
-      '32',
-      '--report',
-      join(dir, 'report.json'),
-    ]);
-    expect(jsonRun.code, jsonRun.stderr).toBe(0);
+    const int4 = ['--qdtype', 'int4', '--scheme', 'per_group', '--group-size', '32'];
+    // the page, then the JSON of the same run to compare it with
+    for (const [report, out] of [
+      [html, 'cli-out.safetensors'],
+      [join(dir, 'report.json'), 'cli-out-json.safetensors'],
+    ] as const) {
+      const run = quantd(['quantize', model, '-o', join(dir, out), ...int4, '--report', report]);
+      expect(run.code, run.stderr).toBe(0);
+    }
     const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as Report;
     // the same through a server: --remote fetches the job's report and writes the page
     const { server, base } = await startJobServer(tempDir('ui-remote'));
@@ -401,7 +378,7 @@ describe.skipIf(!HAVE_BROWSER)('the console in Chromium', () => {
         model,
         '-o',
         join(dir, 'remote-out.safetensors'),
-        ...['--qdtype', 'int4', '--scheme', 'per_group', '--group-size', '32'],
+        ...int4,
         ...['--remote', base, '--report', remoteHtml],
       ]);
       expect(remote.code, remote.stderr).toBe(0);

@@ -4,7 +4,7 @@
  * first as grouped bars.
  */
 import { barChart } from './charts';
-import { formatDb, h } from './dom';
+import { formatDb, h, scrollTable } from './dom';
 import { bySqnr, rowsOf, type TensorRow } from './report';
 import type { RawReport } from './types';
 
@@ -36,23 +36,26 @@ export function renderCompare(container: HTMLElement, a: Side, b: Side): void {
       h('td', {}, String(side.report.tensors.length)),
     );
   };
+  const perTensor = names.map((name) => {
+    const x = byName.get(name);
+    const y = rowsB.get(name);
+    const before = x?.sqnr_db ?? null;
+    const after = y?.sqnr_db ?? null;
+    const delta = before !== null && after !== null ? after - before : null;
+    return h(
+      'tr',
+      { 'data-name': name },
+      h('th', { scope: 'row' }, name),
+      h('td', {}, `${db(x)} ${x ? `(${x.type})` : ''}`),
+      h('td', {}, `${db(y)} ${y ? `(${y.type})` : ''}`),
+      h('td', { 'data-value': delta ?? '' }, delta === null ? '—' : delta.toFixed(2)),
+    );
+  });
   container.replaceChildren(
-    h(
-      'table',
+    scrollTable(
       { className: 'data', id: 'compare-summary' },
-      h('caption', {}, 'The two runs'),
-      h(
-        'thead',
-        {},
-        h(
-          'tr',
-          {},
-          h('th', { scope: 'col' }, 'Job'),
-          h('th', { scope: 'col' }, 'SQNR (model)'),
-          h('th', { scope: 'col' }, 'Compression'),
-          h('th', { scope: 'col' }, 'Tensors'),
-        ),
-      ),
+      'The two runs',
+      ['Job', 'SQNR (model)', 'Compression', 'Tensors'],
       h('tbody', {}, summaryRow(a), summaryRow(b)),
     ),
     h(
@@ -61,45 +64,11 @@ export function renderCompare(container: HTMLElement, a: Side, b: Side): void {
       h('div', { className: 'chart', style: `height:${80 + worst.length * 26}px` }, canvas),
       h('figcaption', {}, `SQNR (dB) of ${a.title}'s worst tensors in both runs`),
     ),
-    h(
-      'div',
-      { className: 'scroll' },
-      h(
-        'table',
-        { className: 'data', id: 'compare-table' },
-        h('caption', {}, 'SQNR per tensor; Δ is the second run minus the first'),
-        h(
-          'thead',
-          {},
-          h(
-            'tr',
-            {},
-            h('th', { scope: 'col' }, 'Tensor'),
-            h('th', { scope: 'col' }, `${a.title}`),
-            h('th', { scope: 'col' }, `${b.title}`),
-            h('th', { scope: 'col' }, 'Δ (dB)'),
-          ),
-        ),
-        h(
-          'tbody',
-          {},
-          ...names.map((name) => {
-            const x = byName.get(name);
-            const y = rowsB.get(name);
-            const before = x?.sqnr_db ?? null;
-            const after = y?.sqnr_db ?? null;
-            const delta = before !== null && after !== null ? after - before : null;
-            return h(
-              'tr',
-              { 'data-name': name },
-              h('th', { scope: 'row' }, name),
-              h('td', {}, `${db(x)} ${x ? `(${x.type})` : ''}`),
-              h('td', {}, `${db(y)} ${y ? `(${y.type})` : ''}`),
-              h('td', { 'data-value': delta ?? '' }, delta === null ? '—' : delta.toFixed(2)),
-            );
-          }),
-        ),
-      ),
+    scrollTable(
+      { className: 'data', id: 'compare-table' },
+      'SQNR per tensor; Δ is the second run minus the first',
+      ['Tensor', a.title, b.title, 'Δ (dB)'],
+      h('tbody', {}, ...perTensor),
     ),
   );
   if (worst.length > 0) {

@@ -39,3 +39,21 @@ export const formatDb = (db: number | null): string => (db === null ? 'lossless'
 
 export const formatNumber = (x: number): string =>
   x === 0 ? '0' : Math.abs(x) >= 1e4 || Math.abs(x) < 1e-3 ? x.toExponential(3) : x.toPrecision(4);
+
+/**
+ * A table that scrolls sideways when narrow: its caption (what a screen reader announces), its
+ * column headers (text, or a ready header cell) and its body.
+ */
+export function scrollTable(
+  attributes: Record<string, unknown>,
+  caption: string,
+  columns: ReadonlyArray<string | number | HTMLElement>,
+  body: HTMLElement,
+): HTMLElement {
+  const head = columns.map((c) => (c instanceof HTMLElement ? c : h('th', { scope: 'col' }, c)));
+  return h(
+    'div',
+    { className: 'scroll' },
+    h('table', attributes, h('caption', {}, caption), h('thead', {}, h('tr', {}, ...head)), body),
+  );
+}

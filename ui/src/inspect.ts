@@ -3,7 +3,7 @@
  * file's size), so a multi-gigabyte model is inspected in one small request.
  */
 import { ApiError, call } from './api';
-import { h, humanBytes } from './dom';
+import { h, humanBytes, scrollTable } from './dom';
 import type { FileSummary } from './types';
 
 async function inspectFile(file: File): Promise<FileSummary> {
@@ -51,45 +51,26 @@ export function renderInspect(container: HTMLElement): void {
 function summaryTable(name: string, s: FileSummary): HTMLElement {
   const scheme = (t: FileSummary['tensors'][number]): string =>
     t.scheme === null ? '—' : `${t.scheme}${t.group_size !== null ? ` g${t.group_size}` : ''}`;
-  return h(
-    'div',
-    { className: 'scroll' },
+  return scrollTable(
+    { className: 'data', id: 'inspect-table' },
+    `${name}: ${s.format ?? 'plain safetensors'}, ${humanBytes(s.size)}, ${s.tensors.length} tensors, ` +
+      `${s.total.ratio}× smaller than its source dtypes`,
+    ['Tensor', 'Kind', 'Dtype', 'Shape', 'Scheme', 'Source dtype', 'Bytes', 'Ratio'],
     h(
-      'table',
-      { className: 'data', id: 'inspect-table' },
-      h(
-        'caption',
-        {},
-        `${name}: ${s.format ?? 'plain safetensors'}, ${humanBytes(s.size)}, ${s.tensors.length} tensors, ` +
-          `${s.total.ratio}× smaller than its source dtypes`,
-      ),
-      h(
-        'thead',
-        {},
+      'tbody',
+      {},
+      ...s.tensors.map((t) =>
         h(
           'tr',
-          {},
-          ...['Tensor', 'Kind', 'Dtype', 'Shape', 'Scheme', 'Source dtype', 'Bytes', 'Ratio'].map((t) =>
-            h('th', { scope: 'col' }, t),
-          ),
-        ),
-      ),
-      h(
-        'tbody',
-        {},
-        ...s.tensors.map((t) =>
-          h(
-            'tr',
-            { 'data-name': t.name },
-            h('th', { scope: 'row' }, t.name),
-            h('td', {}, t.kind),
-            h('td', {}, t.dtype),
-            h('td', {}, `[${t.shape.join(', ')}]`),
-            h('td', {}, scheme(t)),
-            h('td', {}, t.source_dtype ?? '—'),
-            h('td', { 'data-value': t.bytes }, humanBytes(t.bytes)),
-            h('td', {}, `${t.ratio}×`),
-          ),
+          { 'data-name': t.name },
+          h('th', { scope: 'row' }, t.name),
+          h('td', {}, t.kind),
+          h('td', {}, t.dtype),
+          h('td', {}, `[${t.shape.join(', ')}]`),
+          h('td', {}, scheme(t)),
+          h('td', {}, t.source_dtype ?? '—'),
+          h('td', { 'data-value': t.bytes }, humanBytes(t.bytes)),
+          h('td', {}, `${t.ratio}×`),
         ),
       ),
     ),

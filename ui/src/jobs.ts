@@ -4,7 +4,7 @@
  * result; queued and running ones can be cancelled. Two succeeded jobs can be compared.
  */
 import { ApiError, call, download, followJobs, getJson } from './api';
-import { h, humanBytes } from './dom';
+import { h, humanBytes, scrollTable } from './dom';
 import type { Job } from './types';
 
 /** Percent done: bytes when known, else tensors; 100 once succeeded. */
@@ -149,26 +149,11 @@ export function renderJobs(container: HTMLElement, signal: AbortSignal, flash?: 
     status,
     notice,
     message,
-    h(
-      'div',
-      { className: 'scroll' },
-      h(
-        'table',
-        { className: 'data', id: 'jobs-table' },
-        h('caption', {}, 'Your jobs, newest first, updated live'),
-        h(
-          'thead',
-          {},
-          h(
-            'tr',
-            {},
-            ...['Compare', 'Job', 'Operation', 'Input', 'State', 'Progress', 'Created', 'Actions'].map((t) =>
-              h('th', { scope: 'col' }, t),
-            ),
-          ),
-        ),
-        body,
-      ),
+    scrollTable(
+      { className: 'data', id: 'jobs-table' },
+      'Your jobs, newest first, updated live',
+      ['Compare', 'Job', 'Operation', 'Input', 'State', 'Progress', 'Created', 'Actions'],
+      body,
     ),
     compare,
   );

@@ -6,7 +6,7 @@
  * quantd.report/1 and a layout's quantd.layout-report/1.
  */
 import { barChart } from './charts';
-import { formatDb, formatNumber, h, humanBytes } from './dom';
+import { formatDb, formatNumber, h, humanBytes, scrollTable } from './dom';
 import type { ErrorHistogram, QualityFields, RawReport } from './types';
 
 export interface TensorRow {
@@ -142,20 +142,11 @@ export function tensorTable(rows: readonly TensorRow[], onPick: (name: string) =
     render();
   };
   render();
-  return h(
-    'div',
-    { className: 'scroll' },
-    h(
-      'table',
-      { id: 'tensor-table', className: 'data' },
-      h(
-        'caption',
-        {},
-        'Every quantized tensor; choose a column to sort, a tensor to see its error histogram',
-      ),
-      h('thead', {}, h('tr', {}, ...headers)),
-      body,
-    ),
+  return scrollTable(
+    { id: 'tensor-table', className: 'data' },
+    'Every quantized tensor; choose a column to sort, a tensor to see its error histogram',
+    headers,
+    body,
   );
 }
 
@@ -187,48 +178,36 @@ export function heatMap(rows: readonly TensorRow[]): HTMLElement | null {
   const low = Math.min(...values);
   const high = Math.max(...values);
   const columns = Array.from({ length: blocks }, (_, b) => b);
-  return h(
-    'div',
-    { className: 'scroll' },
-    h(
-      'table',
-      { id: 'heat-map', className: 'heat' },
-      h(
-        'caption',
-        {},
-        `SQNR (dB) per layer across blocks, red ${low.toFixed(1)} to green ${high.toFixed(1)}`,
+  const body = h(
+    'tbody',
+    {},
+    ...[...cells.entries()]
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([kind, byBlock]) =>
+        h(
+          'tr',
+          {},
+          h('th', { scope: 'row' }, kind),
+          ...columns.map((b) => {
+            const row = byBlock.get(b);
+            if (!row || row.sqnr_db === null) return h('td', { className: 'empty' }, '');
+            return h(
+              'td',
+              {
+                style: `background:${heat(row.sqnr_db, low, high)}`,
+                title: `${row.name}: ${formatDb(row.sqnr_db)}`,
+              },
+              row.sqnr_db.toFixed(1),
+            );
+          }),
+        ),
       ),
-      h(
-        'thead',
-        {},
-        h('tr', {}, h('th', { scope: 'col' }, 'Layer'), ...columns.map((b) => h('th', { scope: 'col' }, b))),
-      ),
-      h(
-        'tbody',
-        {},
-        ...[...cells.entries()]
-          .sort(([a], [b]) => a.localeCompare(b))
-          .map(([kind, byBlock]) =>
-            h(
-              'tr',
-              {},
-              h('th', { scope: 'row' }, kind),
-              ...columns.map((b) => {
-                const row = byBlock.get(b);
-                if (!row || row.sqnr_db === null) return h('td', { className: 'empty' }, '');
-                return h(
-                  'td',
-                  {
-                    style: `background:${heat(row.sqnr_db, low, high)}`,
-                    title: `${row.name}: ${formatDb(row.sqnr_db)}`,
-                  },
-                  row.sqnr_db.toFixed(1),
-                );
-              }),
-            ),
-          ),
-      ),
-    ),
+  );
+  return scrollTable(
+    { id: 'heat-map', className: 'heat' },
+    `SQNR (dB) per layer across blocks, red ${low.toFixed(1)} to green ${high.toFixed(1)}`,
+    ['Layer', ...columns],
+    body,
   );
 }
 
