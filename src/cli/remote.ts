@@ -26,7 +26,7 @@ import type { Io } from './io.js';
 import type { ParsedCommand } from './args.js';
 import { defaultReportPath, readRecipeFile, usesRecipe } from './model-options.js';
 import { humanBytes } from './output.js';
-import { reportFormatter } from './report-file.js';
+import { isHtmlReport, reportFormatter } from './report-file.js';
 import { ProgressReporter } from './progress.js';
 
 type Values = ParsedCommand['values'];
@@ -313,10 +313,7 @@ export async function runRemote(
   if (reportPath !== undefined) {
     const report = await text((await send(new URL(`v1/jobs/${job.id}/report`, root), 'GET', {})).body);
     // the server's JSON as it sent it, or the page drawing it
-    await writeFileAtomic(
-      reportPath,
-      /\.html?$/i.test(reportPath) ? formatReport(JSON.parse(report)) : report,
-    );
+    await writeFileAtomic(reportPath, isHtmlReport(reportPath) ? formatReport(JSON.parse(report)) : report);
   }
   // downloaded: the server need not keep it (its key's QUANTD_JOB_LIMIT counts kept jobs)
   const keep = parsed.values['keep-job'] === true;

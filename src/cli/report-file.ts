@@ -5,13 +5,14 @@
  * network: it can be mailed, attached to a ticket or opened from a CI artifact.
  */
 import { readFile } from 'node:fs/promises';
-import { basename, join } from 'node:path';
+import { basename, extname, join } from 'node:path';
 import { QuantdError } from '../errors/index.js';
 import { packageRoot } from '../package-info.js';
 
 export type ReportFormatter = (report: unknown) => string;
 
-const isHtml = (path: string): boolean => /\.html?$/i.test(path);
+/** Whether `--report` names a page (FILE.html, FILE.htm) rather than JSON. */
+export const isHtmlReport = (path: string): boolean => /\.html?$/i.test(path);
 
 /** Text safe inside <script> or <style>: no "</" can close the element early. */
 const inert = (text: string): string => text.replace(/<\//g, '<\\/');
@@ -24,7 +25,7 @@ const escapeHtml = (text: string): string =>
  * build is reported before a long run, not after it.
  */
 export async function reportFormatter(path: string): Promise<ReportFormatter> {
-  if (!isHtml(path)) return (report) => `${JSON.stringify(report, null, 2)}\n`;
+  if (!isHtmlReport(path)) return (report) => `${JSON.stringify(report, null, 2)}\n`;
   const dir = join(packageRoot(), 'dist', 'report');
   let script: string;
   let style: string;
@@ -39,7 +40,7 @@ export async function reportFormatter(path: string): Promise<ReportFormatter> {
       detail: `an HTML report needs the console's build (${dir} is missing): run npm run build:ui, or write the report as JSON`,
     });
   }
-  const title = `quantd report: ${basename(path).replace(/\.html?$/i, '')}`;
+  const title = `quantd report: ${basename(path, extname(path))}`;
   return (report) =>
     [
       '<!doctype html>',

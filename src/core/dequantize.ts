@@ -33,6 +33,10 @@ export function decodeValues(data: Uint8Array, qdtype: QDType, numel: number): A
   }
 }
 
+/** One code's value: `(float32(q) - zp) · scale`, each operation rounded to float32; `zp` is float32. */
+export const dequantizeCode = (q: number, zp: number, scale: number): number =>
+  fround(fround(fround(q) - zp) * scale);
+
 export function dequantize(data: Uint8Array, qdtype: QDType, layout: Layout, qp: QParams): Float32Array {
   const q = decodeValues(data, qdtype, layout.numel);
   const out = new Float32Array(layout.numel);
@@ -43,7 +47,7 @@ export function dequantize(data: Uint8Array, qdtype: QDType, layout: Layout, qp:
       const scale = qp.scale[c]!;
       const zp = fround(qp.zeroPoint[c]!);
       const end = i + inner;
-      for (; i < end; i++) out[i] = fround(fround(fround(q[i]!) - zp) * scale);
+      for (; i < end; i++) out[i] = dequantizeCode(q[i]!, zp, scale);
     }
   }
   return out;

@@ -8,7 +8,9 @@
 import { QDTYPE_INFO, type FloatDType, type QDType } from './dtypes.js';
 import { float32FromBfloat16Bits, float32FromFloat16Bits } from './float16.js';
 import { fp8DecodeTable, type Fp8Format } from './fp8.js';
+import { dequantizeCode } from './dequantize.js';
 import type { Layout } from './layout.js';
+import { subByteValue } from './pack.js';
 import type { QParams } from './qparams.js';
 import { fround } from './rounding.js';
 import type { QuantSpec } from './spec.js';
@@ -55,18 +57,10 @@ function valueReader(x: Uint8Array, dtype: FloatDType): (i: number) => number {
   return (i) => float32FromBfloat16Bits(view.getUint16(2 * i, true));
 }
 
-/** Code i of a tensor's codes (packed ones unpacked as unpackSubByte does), as a number. */
+/** Code i of a tensor's codes, as a number. */
 function codeReader(codes: Uint8Array, qdtype: QDType): (i: number) => number {
   const { bits, signed } = QDTYPE_INFO[qdtype];
-  if (bits < 8) {
-    const perByte = 8 / bits;
-    const mask = (1 << bits) - 1;
-    const signBit = 1 << (bits - 1);
-    return (i) => {
-      const field = (codes[(i / perByte) | 0]! >>> ((i % perByte) * bits)) & mask;
-      return signed && field & signBit ? field - (1 << bits) : field;
-    };
-  }
+  if (bits < 8) return (i) => subByteValue(codes, i, bits, signed);
   const view = new DataView(codes.buffer, codes.byteOffset, codes.byteLength);
   switch (qdtype) {
     case 'int8':
@@ -103,8 +97,7 @@ export function sampledQuantizeErrors(
   const errors = new Float64Array(indices.length);
   indices.forEach((i, k) => {
     const c = Math.floor(i / layout.inner) % layout.channels;
-    const zp = fround(qp.zeroPoint[c]!);
-    errors[k] = fround(fround(fround(code(i)) - zp) * qp.scale[c]!) - value(i);
+    errors[k] = dequantizeCode(code(i), fround(qp.zeroPoint[c]!), qp.scale[c]!) - value(i);
   });
   return errors;
 }

@@ -18,15 +18,16 @@ export function packSubByte(values: ArrayLike<number>, bits: number): Uint8Array
   return out;
 }
 
+/** Value `i` of packed sub-byte codes (`bits` each, lowest bits first), sign-extended when `signed`. */
+export function subByteValue(packed: Uint8Array, i: number, bits: number, signed: boolean): number {
+  const perByte = 8 / bits;
+  const field = (packed[(i / perByte) | 0]! >>> ((i % perByte) * bits)) & ((1 << bits) - 1);
+  return signed && field & (1 << (bits - 1)) ? field - (1 << bits) : field;
+}
+
 /** Inverse of packSubByte: `numel` values, sign-extended when `signed`. */
 export function unpackSubByte(packed: Uint8Array, numel: number, bits: number, signed: boolean): Int8Array {
-  const perByte = 8 / bits;
-  const mask = (1 << bits) - 1;
-  const signBit = 1 << (bits - 1);
   const out = new Int8Array(numel);
-  for (let i = 0; i < numel; i++) {
-    const field = (packed[(i / perByte) | 0]! >>> ((i % perByte) * bits)) & mask;
-    out[i] = signed && field & signBit ? field - (1 << bits) : field;
-  }
+  for (let i = 0; i < numel; i++) out[i] = subByteValue(packed, i, bits, signed);
   return out;
 }

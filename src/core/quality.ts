@@ -5,7 +5,7 @@
  * rounding rather than bit for bit (they are for people deciding which layers to keep wider).
  */
 import { QDTYPE_INFO } from './dtypes.js';
-import { decodeValues } from './dequantize.js';
+import { decodeValues, dequantizeCode } from './dequantize.js';
 import type { Layout } from './layout.js';
 import type { QParams } from './qparams.js';
 import { addsZeroPointBeforeRounding } from './quantize.js';
@@ -56,7 +56,7 @@ export function quality(
       const zp = fround(qp.zeroPoint[c]!);
       for (const end = i + inner; i < end; i++) {
         const v = x[i]!;
-        addError(stats, v, fround(fround(fround(q[i]!) - zp) * s));
+        addError(stats, v, dequantizeCode(q[i]!, zp, s));
         const t = fround(v * inv);
         const u = fp8 ? t : addFirst ? rint(fround(t + zp)) : fround(rint(t) + zp);
         if (u < qmin || u > qmax) stats.clipped++;

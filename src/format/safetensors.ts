@@ -331,15 +331,36 @@ export function parseHeader(json: Uint8Array, dataLength: number, source: string
   });
 }
 
+/**
+ * The header of a file of `fileSize` bytes from its first bytes, which must reach the header's
+ * end but need not hold the data section (a header sent alone, as the console's inspect does).
+ */
+export function parseHeaderPrefix(
+  bytes: Uint8Array,
+  fileSize: number,
+  source: string,
+  limit = DEFAULT_HEADER_LIMIT,
+): { header: SafetensorsHeader; dataOffset: number } {
+  const dataOffset = PREFIX_BYTES + readHeaderLength(bytes.subarray(0, SNIFF_BYTES), fileSize, source, limit);
+  if (dataOffset > bytes.length) {
+    throw new QuantdError('SAFETENSORS_TRUNCATED', {
+      source,
+      detail: 'the bytes given end inside the header; give at least the first 8 + header-length bytes',
+      expected: dataOffset,
+      actual: bytes.length,
+    });
+  }
+  const header = parseHeader(bytes.subarray(PREFIX_BYTES, dataOffset), fileSize - dataOffset, source);
+  return { header, dataOffset };
+}
+
 /** Parses a whole file held in memory; tensor bytes are views into `bytes`, not copies. */
 export function parseSafetensors(
   bytes: Uint8Array,
   source: string,
   limit = DEFAULT_HEADER_LIMIT,
 ): { header: SafetensorsHeader; tensorBytes(entry: TensorEntry): Uint8Array } {
-  const n = readHeaderLength(bytes.subarray(0, SNIFF_BYTES), bytes.length, source, limit);
-  const dataOffset = PREFIX_BYTES + n;
-  const header = parseHeader(bytes.subarray(PREFIX_BYTES, dataOffset), bytes.length - dataOffset, source);
+  const { header, dataOffset } = parseHeaderPrefix(bytes, bytes.length, source, limit);
   return {
     header,
     tensorBytes: (entry) => bytes.subarray(dataOffset + entry.begin, dataOffset + entry.end),

@@ -7,7 +7,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { QuantdError } from '../errors/index.js';
-import { parseHeader, readHeaderLength } from '../format/safetensors.js';
+import { parseHeaderPrefix } from '../format/safetensors.js';
 import { summarizeFile } from '../service/inspect.js';
 
 const SOURCE = 'request body';
@@ -58,16 +58,7 @@ export function registerInspectRoute(app: FastifyInstance): void {
         });
       }
       const size = sizeOf((request.query ?? {}) as Record<string, unknown>, body);
-      const headerLength = readHeaderLength(body.subarray(0, 64), size, SOURCE);
-      if (8 + headerLength > body.byteLength) {
-        throw new QuantdError('SAFETENSORS_TRUNCATED', {
-          source: SOURCE,
-          detail: 'the body ends inside the header; send at least the first 8 + header-length bytes',
-          expected: 8 + headerLength,
-          actual: body.byteLength,
-        });
-      }
-      const header = parseHeader(body.subarray(8, 8 + headerLength), size - 8 - headerLength, SOURCE);
+      const { header } = parseHeaderPrefix(body, size, SOURCE);
       return reply
         .code(200)
         .type('application/json')

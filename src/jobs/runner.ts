@@ -50,7 +50,7 @@ export interface RunOutcome {
   readonly sharded: boolean;
   /** Every result file, named relative to the result directory. */
   readonly files: readonly ResultFile[];
-  /** The quality report (model operations) or the layout's report (types, bits, errors). */
+  /** The quality report (model operations) or the layout's report (types, bits, errors): always one. */
   readonly report: unknown;
 }
 
@@ -253,7 +253,7 @@ export async function runJob(entry: Entry, deps: RunDeps): Promise<void> {
       signal: controller.signal,
       onProgress,
     });
-    if (run.report !== null) await store.writeReport(id, run.report);
+    await store.writeReport(id, run.report);
     // cancelled (or stopping) just as the run ended: the cancellation wins (checked right
     // before the state changes, with nothing awaited in between)
     if (controller.signal.aborted || entry.record.job.state !== 'running') {

@@ -199,10 +199,20 @@ describe('GET /v1/jobs/events', () => {
 
   it('ends open streams when the server shuts down', async () => {
     const other = await startJobServer(tempDir('events-stop'));
-    const stream = await openStream(other.port);
-    await stream.next((e) => e.event === 'snapshot');
-    await other.server.shutdown('test');
-    await stream.ended;
+    let running = true;
+    try {
+      const stream = await openStream(other.port);
+      try {
+        await stream.next((e) => e.event === 'snapshot');
+        running = false;
+        await other.server.shutdown('test');
+        await stream.ended;
+      } finally {
+        stream.close();
+      }
+    } finally {
+      if (running) await other.server.shutdown('test');
+    }
   });
 });
 

@@ -23,8 +23,6 @@ export function h<K extends keyof HTMLElementTagNameMap>(
   return element;
 }
 
-export const clear = (element: Element): void => element.replaceChildren();
-
 export function humanBytes(n: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let u = 0;
