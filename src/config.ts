@@ -21,6 +21,8 @@ export interface Config {
   readonly requestTimeoutMs: number;
   /** The least pace of a request body (src/http/pace.ts). */
   readonly bodyIdleMs: number;
+  /** How long a connection may take to send a request's line and headers (slowloris on heads). */
+  readonly headersTimeoutMs: number;
   readonly bodyMinRate: number;
   readonly shutdownTimeoutMs: number;
   /** Bearer tokens; empty: authentication off. */
@@ -162,6 +164,7 @@ export function loadConfig(env: Env = process.env): Config {
     queueLimit: integer(env, 'QUANTD_QUEUE_LIMIT', 64, 0, 1_000_000),
     requestTimeoutMs: integer(env, 'QUANTD_REQUEST_TIMEOUT_MS', 300_000, 100, 86_400_000),
     bodyIdleMs: integer(env, 'QUANTD_BODY_IDLE_MS', 15_000, 100, 3_600_000),
+    headersTimeoutMs: integer(env, 'QUANTD_HEADERS_TIMEOUT_MS', 15_000, 100, 3_600_000),
     bodyMinRate: integer(env, 'QUANTD_BODY_MIN_RATE', 16 * 1024, 0, Number.MAX_SAFE_INTEGER),
     shutdownTimeoutMs: integer(env, 'QUANTD_SHUTDOWN_TIMEOUT_MS', 30_000, 0, 3_600_000),
     apiKeys,

@@ -315,6 +315,14 @@ export const catalogue = {
       'the request body arrived too slowly ({received} bytes in {seconds} s): the server needs a byte every {idle} s and at least {rate} bytes/s (QUANTD_BODY_IDLE_MS, QUANTD_BODY_MIN_RATE)',
     exit: 2,
   },
+  HEAD_TOO_SLOW: {
+    http: 408,
+    grpc: 'DEADLINE_EXCEEDED',
+    title: 'Request head too slow',
+    message:
+      'the request line and headers did not arrive within {ms} ms of the connection or of the previous answer (QUANTD_HEADERS_TIMEOUT_MS)',
+    exit: 2,
+  },
   STREAM_INVALID: bad('Invalid stream', 'QuantizeStream: {detail}'),
   // Open Inference Protocol (/v2, inference.GRPCInferenceService): docs/oip.md
   INFER_REQUEST_INVALID: bad('Invalid inference request', 'inference request: {detail}'),

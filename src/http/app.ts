@@ -81,6 +81,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // requests with a problem (Fastify's own 503 would be plain JSON without a code).
     return503OnClosing: false,
     clientErrorHandler,
+    // A connection must send each request's head within headersTimeout, or it is answered 408
+    // HEAD_TOO_SLOW and closed (Node's default, 60 s checked every 30 s, let a client that sends
+    // nothing, or blank lines, hold a connection for up to 90 s). Checked every second.
+    http: {
+      headersTimeout: config.headersTimeoutMs,
+      connectionsCheckingInterval: Math.min(1000, config.headersTimeoutMs),
+    },
     // Errors Fastify raises before routing (a path with malformed percent-encoding) are problems too.
     frameworkErrors: problem,
   });

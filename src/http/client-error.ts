@@ -81,7 +81,8 @@ function errorFor(err: ParserError, headers: Map<string, string[]>, timeoutMs: n
         value: `${err.rawPacket?.byteLength ?? 'too many'} bytes`,
       });
     case 'ERR_HTTP_REQUEST_TIMEOUT':
-      return new QuantdError('REQUEST_TIMEOUT', { ms: timeoutMs });
+      // Node's headersTimeout (the server sets no requestTimeout of its own): the head was slow.
+      return new QuantdError('HEAD_TOO_SLOW', { ms: timeoutMs });
     case 'HPE_INVALID_EOF_STATE':
       return new QuantdError('USAGE', { detail: 'the connection ended in the middle of a request' });
     default:
@@ -108,8 +109,7 @@ export function clientErrorHandler(this: FastifyInstance, error: Error, socket: 
     return;
   }
   const { target, headers } = parseHead(err.rawPacket);
-  const server = this.server as { requestTimeout?: number; headersTimeout?: number };
-  const problemError = errorFor(err, headers, server.requestTimeout || server.headersTimeout || 0);
+  const problemError = errorFor(err, headers, this.server.headersTimeout);
   this.log.info({ code: problemError.code, parserError: err.code }, problemError.message);
   // As Node does: write an answer only where no response of this connection has begun.
   if (!socket.writable || (inFlight && inFlight.headersSent)) {

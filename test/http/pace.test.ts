@@ -112,3 +112,36 @@ describe('the minimum pace of a request body', () => {
     expect(problemOf(r.text).status, r.text.slice(0, 400)).toBe(200);
   });
 });
+
+describe('the time a connection has to send a request head (QUANTD_HEADERS_TIMEOUT_MS)', () => {
+  let h: TestServer;
+  beforeAll(async () => {
+    h = await startTestServer({ QUANTD_HEADERS_TIMEOUT_MS: '800', QUANTD_DATA_DIR: join(dir, 'heads') });
+  });
+  afterAll(async () => {
+    await h?.server.shutdown('test done');
+  });
+
+  // blank lines before a request line are allowed (RFC 9112 §2.2), so the parser waits for more
+  it.each([
+    ['blank lines only', '\n\r\n\r\n'],
+    ['a request line and half a header', 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-Half: a'],
+  ])('%s: 408 HEAD_TOO_SLOW within a second or two, the connection closed', async (_, bytes) => {
+    const started = Date.now();
+    const r = await rawExchange(h.port, [bytes, { waitMs: 6000 }], { timeoutMs: 6000, untilResponse: false });
+    const elapsed = Date.now() - started;
+    expect(r.closedByServer, JSON.stringify(r)).toBe(true);
+    expectProblem(problemOf(r.text), 'HEAD_TOO_SLOW', ['within 800 ms']);
+    expect(elapsed).toBeGreaterThanOrEqual(700);
+    expect(elapsed).toBeLessThan(3000);
+  });
+
+  it('an idle keep-alive connection between requests is not cut by it', async () => {
+    const get = 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n';
+    const r = await rawExchange(h.port, [get, { waitMs: 1500 }, get], {
+      timeoutMs: 3000,
+      untilResponse: false,
+    });
+    expect(r.text.match(/HTTP\/1\.1 200/g)?.length, r.text.slice(0, 600)).toBe(2);
+  });
+});

@@ -48,6 +48,7 @@ beforeAll(async () => {
     QUANTD_BODY_LIMIT: '8m',
     QUANTD_UPLOAD_LIMIT: '8m',
     QUANTD_BODY_IDLE_MS: '3000',
+    QUANTD_HEADERS_TIMEOUT_MS: '3000',
     QUANTD_LOG_LEVEL: 'error',
   });
 });
