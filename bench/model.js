@@ -165,7 +165,7 @@ const out = join(dir, 'out.safetensors');
 const rows = [
   [
     'quantd quantize --recipe (concurrent tensors)',
-    await cli(['quantize', model, '-o', out, '--recipe', recipe, '-q', '--no-progress']),
+    await cli(['quantize', model, '-o', out, '--recipe', recipe, '-q', '--no-progress', '--force']),
   ],
   [
     'quantd quantize --recipe --concurrency 1',
@@ -178,6 +178,7 @@ const rows = [
       recipe,
       '-q',
       '--no-progress',
+      '--force',
       '--concurrency',
       '1',
     ]),

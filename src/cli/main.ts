@@ -2,8 +2,6 @@
  * The quantd command line. Works offline: every command runs in this process on the kernels
  * the service uses; `--remote URL` sends the same command to a quantd server instead.
  */
-import { calibrate } from './calibrate-command.js';
-import { readFileSync } from 'node:fs';
 import { access, constants, stat } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { isFloatDType, parseSpec, type FloatDType } from '../core/index.js';
@@ -13,7 +11,7 @@ import { removeStaleTemps } from '../format/temp-files.js';
 import { describeKernels } from '../kernels/index.js';
 import { BufferArena } from '../kernels/arena.js';
 import { createCompute } from '../pool/index.js';
-import { packageVersion, startServer } from '../server/serve.js';
+import { packageVersion } from '../package-info.js';
 import {
   isDirectory,
   runModel,
@@ -25,7 +23,6 @@ import {
 } from '../service/index.js';
 import { COMMAND_OPTIONS, parseCommand, specOptionsOf, type ParsedCommand } from './args.js';
 import { commandHelp, usage } from './help.js';
-import { detectLayout, layoutWithImatrix, writeLayout } from './layout-command.js';
 import { defaultReportPath, recipeOf, runShapeOf, usesRecipe } from './model-options.js';
 import { humanBytes, renderFolderSummary, renderSummary } from './output.js';
 import type { Io } from './io.js';
@@ -33,7 +30,6 @@ import { guardCommand } from './output-guard.js';
 import { cleanUpOnSignals } from './signals.js';
 import { reportFormatter } from './report-file.js';
 import { ProgressReporter } from './progress.js';
-import { runRemote } from './remote.js';
 
 export type { Io } from './io.js';
 
@@ -43,20 +39,14 @@ const processIo: Io = {
   progress: { isTTY: process.stderr.isTTY === true, write: (text) => process.stderr.write(text) },
 };
 
-/** The package's version: the first package.json with one above this module (src/cli/, dist/src/cli/). */
-function version(): string {
-  for (let dir = new URL('./', import.meta.url); ; dir = new URL('../', dir)) {
-    let text: string | undefined;
-    try {
-      text = readFileSync(new URL('package.json', dir), 'utf8');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-    }
-    const found = text === undefined ? undefined : (JSON.parse(text) as { version?: unknown }).version;
-    if (typeof found === 'string') return found;
-    if (dir.pathname === '/') throw new Error(`no package.json with a version above ${import.meta.url}`);
-  }
-}
+/*
+ * The modules of one command are loaded when it runs (await import): the server's (Fastify,
+ * grpc-js), the remote client's, the layouts' and calibration's cost a quantize run 0.3 s of
+ * start-up otherwise, on a model that quantizes in about a second.
+ */
+const layoutCommand = (): Promise<typeof import('./layout-command.js')> => import('./layout-command.js');
+const runRemote = async (...args: Parameters<typeof import('./remote.js').runRemote>): Promise<void> =>
+  (await import('./remote.js')).runRemote(...args);
 
 /** Option names in messages as the command line spells them (--group-size, not group_size). */
 function forCommandLine(err: QuantdError): QuantdError {
@@ -102,12 +92,14 @@ async function runTransform(parsed: ParsedCommand, io: Io): Promise<void> {
   // what an earlier run killed outright (SIGKILL, a power cut) left where this one writes
   await removeStaleTemps(dirname(resolve(output)));
   await removeStaleTemps(output); // a sharded output's directory (nothing when it is a file)
-  parsed.values['layout'] = layoutWithImatrix(
-    parsed.values['layout'] as string | undefined,
-    parsed.values['imatrix'] as string | undefined,
-    input,
-    parsed.values['remote'] !== undefined,
-  );
+  if (parsed.values['imatrix'] !== undefined) {
+    parsed.values['layout'] = (await layoutCommand()).layoutWithImatrix(
+      parsed.values['layout'] as string | undefined,
+      parsed.values['imatrix'] as string,
+      input,
+      parsed.values['remote'] !== undefined,
+    );
+  }
   if (parsed.values['remote'] !== undefined && parsed.values['layout'] !== undefined) {
     // a layout runs on the server too (the jobs API's `layout`), never silently here
     if (op !== 'quantize')
@@ -182,7 +174,7 @@ async function runLayout(
 ): Promise<boolean> {
   const text = parsed.values['layout'] as string | undefined;
   if (op === 'dequantize') {
-    const layout = await detectLayout(input);
+    const layout = await (await layoutCommand()).detectLayout(input);
     if (!layout) return false;
     const handle = createCompute();
     let tensors: number;
@@ -213,7 +205,7 @@ async function runLayout(
   const formatReport = await reportFormatter(reportPath ?? 'report.json');
   const handle = createCompute();
   try {
-    const { summary, report } = await writeLayout(text!, input, output, {
+    const { summary, report } = await (await layoutCommand()).writeLayout(text!, input, output, {
       onProgress: (p) => progress?.update(p),
       encoding: handle.encoding(),
     });
@@ -269,6 +261,7 @@ async function inspect(parsed: ParsedCommand, io: Io): Promise<void> {
 
 /** Runs the servers until SIGTERM / SIGINT, then drains and returns. */
 async function serveUntilSignalled(io: Io): Promise<void> {
+  const { startServer } = await import('../server/serve.js');
   const server = await startServer();
   io.stdout(
     `quantd ${packageVersion()} listening: http://${server.config.host}:${server.httpPort} ` +
@@ -295,7 +288,7 @@ async function dispatch(argv: readonly string[], io: Io): Promise<number | void>
     return;
   }
   if (command === '--version' || command === '-v') {
-    io.stdout(version());
+    io.stdout(packageVersion());
     return;
   }
   const parsed = parseCommand(command, rest);
@@ -309,7 +302,7 @@ async function dispatch(argv: readonly string[], io: Io): Promise<number | void>
     case 'serve':
       return serveUntilSignalled(io);
     case 'calibrate':
-      return calibrate(parsed, io);
+      return (await import('./calibrate-command.js')).calibrate(parsed, io);
     default:
       return transform(parsed, io);
   }

@@ -81,9 +81,16 @@ function addError(stats: QualityStats, v: number, back: number): void {
  * quantization range, so nothing counts as clipped).
  */
 export function decodedQuality(x: Float32Array, y: Float32Array): QualityStats {
-  const stats = emptyQuality();
+  return addDecodedErrors(emptyQuality(), x, y);
+}
+
+/**
+ * decodedQuality over consecutive chunks of a tensor: `stats` gains chunk `x` decoded as `y`
+ * (the same sums in the same order as one call over the whole tensor, so the same numbers).
+ */
+export function addDecodedErrors(stats: QualityStats, x: Float32Array, y: Float32Array): QualityStats {
   for (let i = 0; i < x.length; i++) addError(stats, x[i]!, y[i]!);
-  stats.count = x.length;
+  stats.count += x.length;
   return stats;
 }
 

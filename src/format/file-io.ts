@@ -209,3 +209,44 @@ export async function hashInSlices(hash: Hash, data: Uint8Array): Promise<void> 
     hash.update(data.subarray(at, at + HASH_SLICE));
   }
 }
+
+/**
+ * Flushes of a file being written, started in the background every `every` bytes, so the disk
+ * writes while the next tensors are computed and the fsync before the rename is short (measured:
+ * 0.5 s of a 2 s model run went to one fsync at the end). One flush runs at a time.
+ */
+export class BackgroundFlush {
+  private flushing: Promise<void> | null = null;
+  private error: unknown = null;
+  private unsynced = 0;
+
+  constructor(
+    private readonly handle: FileHandle,
+    private readonly every = 64 * 1024 * 1024,
+  ) {}
+
+  /** Counts `bytes` just written; starts a flush when enough is unsynced and none is running. */
+  wrote(bytes: number): void {
+    this.unsynced += bytes;
+    if (this.unsynced < this.every || this.flushing !== null) return;
+    this.unsynced = 0;
+    this.flushing = this.handle.datasync().then(
+      () => void (this.flushing = null),
+      (err: unknown) => {
+        this.error = err;
+        this.flushing = null;
+      },
+    );
+  }
+
+  /** Waits for the flush in progress; throws what any flush failed with. */
+  async settle(): Promise<void> {
+    await this.flushing;
+    if (this.error !== null) throw this.error;
+  }
+
+  /** Waits for the flush in progress, whatever its outcome (before closing an abandoned file). */
+  async quiet(): Promise<void> {
+    await this.flushing;
+  }
+}

@@ -10,6 +10,7 @@ import { dirname } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
 import {
+  BackgroundFlush,
   openRegularFile,
   forgetTemp,
   readFully,
@@ -111,6 +112,8 @@ export class GgufFileWriter {
   private next = 0;
   private state: 'open' | 'committed' | 'aborted' = 'open';
   private readonly zeros: Uint8Array;
+  /** Writes flushed to disk in the background as they go (file-io.ts). */
+  private readonly flush: BackgroundFlush;
 
   private constructor(
     private readonly handle: FileHandle,
@@ -123,6 +126,7 @@ export class GgufFileWriter {
     readonly alignment: number,
   ) {
     this.zeros = new Uint8Array(alignment);
+    this.flush = new BackgroundFlush(handle);
   }
 
   /** Lays the file out, creates the temporary file and writes the header. */
@@ -189,6 +193,7 @@ export class GgufFileWriter {
       await this.writeAt(data, at);
       if (pad > 0) await this.writeAt(this.zeros.subarray(0, pad), at + t.bytes);
     });
+    this.flush.wrote(t.bytes + pad);
   }
 
   /** Flushes to disk and renames the file into place. */
@@ -203,6 +208,7 @@ export class GgufFileWriter {
       });
     }
     await this.step(async () => {
+      await this.flush.settle();
       await this.handle.sync();
       await this.handle.close();
       await renameTemp(this.tempPath, this.target);
@@ -220,6 +226,7 @@ export class GgufFileWriter {
   async abort(): Promise<void> {
     if (this.state !== 'open') return;
     this.state = 'aborted';
+    await this.flush.quiet();
     await this.handle.close().catch(() => undefined);
     await removeTemp(this.tempPath);
   }

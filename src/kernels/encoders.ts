@@ -25,7 +25,7 @@ import {
 } from '../core/interop/bnb.js';
 import { ggmlDecode, ggmlEncode, ggmlTypeByName, type GgmlWriteType } from '../core/interop/ggml.js';
 import { ggmlEncodeWeighted } from '../core/interop/ggml-imatrix.js';
-import { checkGgmlEncodable, permuteHeads } from '../core/interop/ggml-tensor.js';
+import { checkGgmlFinite, checkGgmlHalfFields, permuteHeads } from '../core/interop/ggml-tensor.js';
 import { gptqDequantize, gptqQuantize, type GptqBits, type GptqParams } from '../core/interop/gptq.js';
 import {
   matMulNBitsDequantize,
@@ -41,7 +41,8 @@ import { QuantdError, throwIfAborted } from '../errors/index.js';
 import { decodedQuality } from '../core/quality.js';
 import { histogramOf, sampledDecodedErrors, type ErrorHistogram } from '../core/error-histogram.js';
 import type { QualityStats } from '../core/quality-stats.js';
-import { BNB_KERNEL_TYPES, type KernelModule } from './module.js';
+import { ggmlEncodeRows, hasGgmlKernel } from './ggml-rows.js';
+import { BNB_KERNEL_TYPES, CONVERT, type KernelModule } from './module.js';
 
 /** One tensor's encoding: which encoder, and everything it needs besides the input bytes. */
 export type EncoderCall =
@@ -171,8 +172,28 @@ type Results = {
   readonly histogram?: ErrorHistogram;
 };
 
-function floatsOf(dtype: FloatDType, data: Uint8Array): Float32Array {
-  return toFloat32(data, dtype);
+/**
+ * float32 values of a weight: float16 / bfloat16 widened by the kernels' convert when loaded
+ * (exact either way; the TypeScript loop took as long as the Q4_K kernel on a bf16 checkpoint).
+ */
+function floatsOf(dtype: FloatDType, data: Uint8Array, module: KernelModule | null = null): Float32Array {
+  if (module === null || dtype === 'float32') return toFloat32(data, dtype);
+  const out = new Float32Array(data.byteLength / 2);
+  module.convert(dtype === 'float16' ? CONVERT.f16ToF32 : CONVERT.bf16ToF32, typedView(Uint16Array, data), out);
+  return out;
+}
+
+/**
+ * INPUT_NOT_FINITE for a weight holding NaN or ±Infinity (llama.cpp refuses to load them). The
+ * kernels' min/max scan stops at the first non-finite value; the TypeScript scan, run only then
+ * (or without kernels), names it.
+ */
+function checkFinite(module: KernelModule | null, x: Float32Array, type: GgmlWriteType, tensor: string): void {
+  const whole = { outer: 1, channels: 1, inner: x.length };
+  const lo = Float32Array.of(Infinity);
+  const hi = Float32Array.of(-Infinity);
+  if (module !== null && x.length > 0 && module.minmax(x, 0, whole, lo, hi) === 0) return;
+  checkGgmlFinite(x, type, tensor);
 }
 
 function floatsOfSt(dtype: StDType, data: Uint8Array): Float32Array {
@@ -293,19 +314,28 @@ function checkGIdx(gIdx: Int32Array, groups: number, source: string, module: str
   }
 }
 
-function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly Uint8Array[]): Results {
+function encode(
+  module: KernelModule | null,
+  call: EncoderCall,
+  inputs: readonly Uint8Array[],
+  into: readonly Uint8Array[],
+): Results {
   const [a, b, c, d, e] = inputs;
   switch (call.kind) {
     case 'cast':
       return { outputs: [fromFloat32(floatsOf(call.from, a!), call.to)] };
     case 'ggml': {
-      let x = floatsOf(call.dtype, a!);
+      if (call.imatrix === undefined && hasGgmlKernel(module, call.type)) {
+        return { outputs: [into[0]!], ...ggmlEncodeRows(module, call, a!, into[0]!) };
+      }
+      let x = floatsOf(call.dtype, a!, module);
       if (call.permute) x = permuteHeads(x, call.permute.rows, call.permute.heads, call.tensor);
+      checkFinite(module, x, call.type, call.tensor);
       const bytes =
         call.imatrix !== undefined
           ? ggmlEncodeWeighted(call.type, x, call.ne0, call.imatrix)
           : ggmlBytes(module, call.type, x, call.ne0);
-      checkGgmlEncodable(x, call.type, bytes, call.tensor);
+      checkGgmlHalfFields(call.type, bytes, call.tensor);
       if (call.quality !== true) return { outputs: [bytes] };
       const decoded = ggmlDecode(call.type, bytes, x.length);
       return {
@@ -317,7 +347,7 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
     case 'ggml-decode':
       return { outputs: [bytesOf(ggmlDecode(call.type, a!, call.numel))] };
     case 'gptq': {
-      const p = gptqQuantize(call.tensor, floatsOf(call.dtype, a!), call.shape, call.dtype, call.params);
+      const p = gptqQuantize(call.tensor, floatsOf(call.dtype, a!, module), call.shape, call.dtype, call.params);
       return {
         outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales), bytesOf(p.gIdx)],
         notes: gptqNotes(p.zeroPointZero, p.clampedCodes, call.params.bits),
@@ -339,7 +369,7 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
       return { outputs: [bytesOf(w)] };
     }
     case 'awq': {
-      const p = awqPacked(module, call.tensor, floatsOf(call.dtype, a!), call.shape, call.params);
+      const p = awqPacked(module, call.tensor, floatsOf(call.dtype, a!, module), call.shape, call.params);
       return { outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales)] };
     }
     case 'awq-decode': {
@@ -355,7 +385,7 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
       return { outputs: [bytesOf(w)] };
     }
     case 'bnb': {
-      const p = bnbPacked(module, call.tensor, floatsOf(call.dtype, a!), call.type, call.blocksize);
+      const p = bnbPacked(module, call.tensor, floatsOf(call.dtype, a!, module), call.type, call.blocksize);
       const state = new TextEncoder().encode(
         bnbQuantStateJson(call.type, call.blocksize, call.dtype, call.shape),
       );
@@ -376,7 +406,7 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
     }
     case 'onnx': {
       const params = { blockSize: call.blockSize, sym: call.sym, scaleType: call.scaleType };
-      const p = matMulNBitsPacked(module, call.tensor, floatsOf(call.dtype, a!), call.shape, params);
+      const p = matMulNBitsPacked(module, call.tensor, floatsOf(call.dtype, a!, module), call.shape, params);
       const outputs = [p.b, fromFloat32(p.scales, call.scaleType)];
       if (p.zeroPoints) outputs.push(p.zeroPoints);
       return { outputs };
@@ -393,7 +423,7 @@ function encode(module: KernelModule | null, call: EncoderCall, inputs: readonly
  * the layout planned; a result of another size is a bug (INTERNAL), never a short file.
  */
 export function runEncodeTask(module: KernelModule | null, task: EncodeTask): EncodeReply {
-  const { outputs, notes = [], quality, histogram } = encode(module, task.call, task.inputs);
+  const { outputs, notes = [], quality, histogram } = encode(module, task.call, task.inputs, task.outputs);
   if (outputs.length !== task.outputs.length) {
     throw new QuantdError('INTERNAL', {
       detail: `encoder ${task.call.kind} made ${outputs.length} outputs, the plan has ${task.outputs.length}`,

@@ -138,7 +138,7 @@ export const planBytes = (t: TensorPlan): number =>
   t.shape.reduce((n, d) => n * d, 1) * ST_DTYPE_SIZE[t.dtype];
 
 export const safetensorsSource = (reader: SafetensorsFileReader): JobSource<TensorEntry> => ({
-  read: (entry, shared) => reader.read(entry, shared),
+  read: (entry, shared, allocate) => reader.read(entry, shared, allocate),
   size: (entry) => entry.end - entry.begin,
 });
 

@@ -298,10 +298,10 @@ export async function writeGgufFromFolder(
         : encodeJob(p),
     );
     const source: JobSource<JobInput> = {
-      read: async (t, shared) =>
+      read: async (t, shared, allocate) =>
         'data' in t
           ? new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)
-          : t.reader.read(t.entry, shared),
+          : t.reader.read(t.entry, shared, allocate),
       size: (t) => ('data' in t ? t.data.byteLength : t.entry.end - t.entry.begin),
     };
     await runEncodeJobs(source, [...jobs, ...copies], writer, hooks);

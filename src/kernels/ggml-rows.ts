@@ -1,0 +1,145 @@
+/**
+ * A weight's GGUF blocks made a chunk of whole rows at a time, with the C kernel of its type:
+ * each chunk is widened from float16 / bfloat16 by the kernels' convert into one cache-sized
+ * scratch (q/k rows gathered in llama.cpp's head order on the way), checked finite by their
+ * min/max scan, and encoded straight into the output. No float32 copy of the tensor is made: on a
+ * bfloat16 checkpoint that copy (fresh pages, a fault per 4 KiB) cost as much as the Q4_K kernel.
+ *
+ * Blocks never span rows, so encoding by chunks of rows gives the bytes of one whole-tensor call;
+ * the quality statistics add the chunks in element order, so they are the same numbers too.
+ */
+import type { FloatDType } from '../core/dtypes.js';
+import { ggmlDecode, ggmlTypeByName, type GgmlWriteType } from '../core/interop/ggml.js';
+import { checkGgmlFinite, checkGgmlHalfFields, headRowSource } from '../core/interop/ggml-tensor.js';
+import { addDecodedErrors, emptyQuality } from '../core/quality.js';
+import type { QualityStats } from '../core/quality-stats.js';
+import { histogramOf, sampleIndices, type ErrorHistogram } from '../core/error-histogram.js';
+import { typedView } from '../core/tensor.js';
+import { QuantdError } from '../errors/index.js';
+import { CONVERT, type KernelModule } from './module.js';
+
+/** Elements per chunk: 256 KiB of float32 stay in L2 from convert to the encoder. */
+const CHUNK_ELEMENTS = 64 * 1024;
+
+export interface GgmlRowsCall {
+  readonly tensor: string;
+  readonly dtype: FloatDType;
+  readonly type: GgmlWriteType;
+  readonly ne0: number;
+  readonly permute?: { readonly rows: number; readonly heads: number };
+  readonly quality?: boolean;
+}
+
+export interface GgmlRowsResult {
+  readonly quality?: QualityStats;
+  readonly histogram?: ErrorHistogram;
+}
+
+/** Whether `type` has a C kernel in `module` (else the caller runs the TypeScript reference). */
+export function hasGgmlKernel(module: KernelModule | null, type: GgmlWriteType): module is KernelModule {
+  return module !== null && ggmlTypeByName(type)?.kernel !== undefined;
+}
+
+/** Per worker thread: the chunk's float32 values and, with quality, their decoding. */
+let scratch = new Float32Array(CHUNK_ELEMENTS);
+let decoded = new Float32Array(CHUNK_ELEMENTS);
+
+/** Encodes `data` (call.dtype values, rows of call.ne0) as call.type into `into`. */
+export function ggmlEncodeRows(
+  module: KernelModule,
+  call: GgmlRowsCall,
+  data: Uint8Array,
+  into: Uint8Array,
+): GgmlRowsResult {
+  const t = ggmlTypeByName(call.type)!;
+  const { ne0 } = call;
+  const float32 = call.dtype === 'float32';
+  const n = data.byteLength / (float32 ? 4 : 2);
+  const source = float32 ? typedView(Float32Array, data) : typedView(Uint16Array, data);
+  const kind = call.dtype === 'float16' ? CONVERT.f16ToF32 : CONVERT.bf16ToF32;
+  const sourceRow = call.permute ? headRowSource(call.permute.rows, call.permute.heads, call.tensor) : null;
+  const rowsPerChunk = Math.max(1, Math.floor(CHUNK_ELEMENTS / ne0));
+  if (scratch.length < rowsPerChunk * ne0) scratch = new Float32Array(rowsPerChunk * ne0);
+  const rowBytes = (ne0 / t.blockSize) * t.typeSize;
+  const lo = new Float32Array(1);
+  const hi = new Float32Array(1);
+  const stats = call.quality === true ? emptyQuality() : null;
+  const samples = stats ? sampleIndices(n) : [];
+  const errors = new Float64Array(samples.length);
+  let sampled = 0;
+  let overflow: unknown = null;
+
+  for (let row = 0; row * ne0 < n; row += rowsPerChunk) {
+    const rows = Math.min(rowsPerChunk, n / ne0 - row);
+    const count = rows * ne0;
+    const at = row * ne0;
+    let x: Float32Array;
+    if (sourceRow === null && float32) {
+      x = (source as Float32Array).subarray(at, at + count);
+    } else {
+      x = scratch.subarray(0, count);
+      // consecutive rows when not permuted; one row at a time when they are gathered
+      const runs = sourceRow === null ? [[row, 0, rows]] : rowRuns(sourceRow, row, rows);
+      for (const [from, to, length] of runs) widen(module, kind, source, from! * ne0, length! * ne0, x, to! * ne0);
+    }
+    lo[0] = Infinity;
+    hi[0] = -Infinity;
+    if (module.minmax(x, 0, { outer: 1, channels: 1, inner: count }, lo, hi) !== 0) {
+      checkGgmlFinite(x, call.type, call.tensor, at);
+      throw new QuantdError('INTERNAL', { detail: `the min/max kernel refused finite values of ${call.tensor}` });
+    }
+    const out = into.subarray(row * rowBytes, (row + rows) * rowBytes);
+    const status = module.ggmlQuantize(t.kernel!, x, out);
+    if (status !== 0)
+      throw new QuantdError('INTERNAL', { detail: `ggml ${call.type} kernel returned status ${status}` });
+    // as one whole-tensor call reports: a non-finite value anywhere before an overflowed block
+    if (overflow === null) overflow = halfFieldsError(call.type, out, call.tensor, at);
+    if (stats) {
+      if (decoded.length < count) decoded = new Float32Array(scratch.length);
+      const y = ggmlDecode(call.type, out, count, decoded.subarray(0, count));
+      addDecodedErrors(stats, x, y);
+      for (; sampled < samples.length && samples[sampled]! < at + count; sampled++) {
+        const i = samples[sampled]! - at;
+        errors[sampled] = y[i]! - x[i]!;
+      }
+    }
+  }
+  if (overflow !== null) throw overflow;
+  return stats ? { quality: stats, histogram: histogramOf(errors) } : {};
+}
+
+function halfFieldsError(type: GgmlWriteType, out: Uint8Array, tensor: string, at: number): unknown {
+  try {
+    checkGgmlHalfFields(type, out, tensor, at);
+    return null;
+  } catch (err) {
+    return err;
+  }
+}
+
+/** [source row, chunk row, rows] runs of consecutive source rows for chunk rows [row, row + rows). */
+function rowRuns(sourceRow: (row: number) => number, row: number, rows: number): number[][] {
+  const runs: number[][] = [];
+  for (let i = 0; i < rows; i++) {
+    const from = sourceRow(row + i);
+    const last = runs[runs.length - 1];
+    if (last && last[0]! + last[2]! === from) last[2]!++;
+    else runs.push([from, i, 1]);
+  }
+  return runs;
+}
+
+/** `count` source values from `at` as float32 into `x` from `to`. */
+function widen(
+  module: KernelModule,
+  kind: number,
+  source: Float32Array | Uint16Array,
+  at: number,
+  count: number,
+  x: Float32Array,
+  to: number,
+): void {
+  const target = x.subarray(to, to + count);
+  if (source instanceof Float32Array) target.set(source.subarray(at, at + count));
+  else module.convert(kind, source.subarray(at, at + count), target);
+}
