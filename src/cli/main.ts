@@ -205,7 +205,9 @@ async function runLayout(
   const formatReport = await reportFormatter(reportPath ?? 'report.json');
   const handle = createCompute();
   try {
-    const { summary, report } = await (await layoutCommand()).writeLayout(text!, input, output, {
+    const { summary, report } = await (
+      await layoutCommand()
+    ).writeLayout(text!, input, output, {
       onProgress: (p) => progress?.update(p),
       encoding: handle.encoding(),
     });

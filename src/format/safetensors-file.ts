@@ -165,7 +165,6 @@ export class SafetensorsFileReader {
   }
 }
 
-
 /** Metadata key of the data section's SHA-256 (WriterOptions.checksum). */
 export const DATA_SHA256_KEY = 'quantd.data_sha256';
 const PLACEHOLDER = '0'.repeat(64);

@@ -66,6 +66,7 @@ export function patientEncoding(encoding: Encoding): Encoding {
   return {
     parallelism: encoding.parallelism,
     shared: encoding.shared,
+    kernels: encoding.kernels,
     encode: (task, signal) => patiently(signal, () => encoding.encode(task, signal)),
   };
 }

@@ -41,7 +41,7 @@ import { QuantdError, throwIfAborted } from '../errors/index.js';
 import { decodedQuality } from '../core/quality.js';
 import { histogramOf, sampledDecodedErrors, type ErrorHistogram } from '../core/error-histogram.js';
 import type { QualityStats } from '../core/quality-stats.js';
-import { ggmlEncodeRows, hasGgmlKernel } from './ggml-rows.js';
+import { ggmlEncodeRows, hasGgmlKernel, type RowRange } from './ggml-rows.js';
 import { BNB_KERNEL_TYPES, CONVERT, type KernelModule } from './module.js';
 
 /** One tensor's encoding: which encoder, and everything it needs besides the input bytes. */
@@ -60,6 +60,8 @@ export type EncoderCall =
       readonly imatrix?: Float32Array;
       /** Measure dequantize(quantize(x)) against x for the layout's report. */
       readonly quality?: boolean;
+      /** Only these rows (kernel types without an imatrix): a part of a tensor split across threads. */
+      readonly part?: RowRange;
     }
   | { readonly kind: 'ggml-decode'; readonly type: string; readonly numel: number }
   | {
@@ -139,6 +141,8 @@ export interface EncodeReply {
   readonly quality?: QualityStats;
   /** With quality: the error's distribution on a sample of the tensor. */
   readonly histogram?: ErrorHistogram;
+  /** With quality on a part of a tensor: its share of the sample's errors, for the caller to bin. */
+  readonly sampleErrors?: Float64Array;
 }
 
 /** Where a layout's encode tasks run: the worker pool, or inline (the CLI without kernels, tests). */
@@ -147,6 +151,8 @@ export interface Encoding {
   readonly parallelism: number;
   /** Whether task buffers must be SharedArrayBuffer views (the tasks run in other threads). */
   readonly shared: boolean;
+  /** Whether tasks run with C kernels (a GGUF tensor may then be split into parts by rows). */
+  readonly kernels: boolean;
   encode(task: EncodeTask, signal?: AbortSignal): Promise<EncodeReply>;
 }
 
@@ -155,6 +161,7 @@ export function inlineEncoding(module: KernelModule | null): Encoding {
   return {
     parallelism: 1,
     shared: false,
+    kernels: module !== null,
     encode: async (task, signal) => {
       throwIfAborted(signal);
       return runEncodeTask(module, task);
@@ -170,6 +177,7 @@ type Results = {
   readonly notes?: readonly string[];
   readonly quality?: QualityStats;
   readonly histogram?: ErrorHistogram;
+  readonly sampleErrors?: Float64Array;
 };
 
 /**
@@ -179,7 +187,11 @@ type Results = {
 function floatsOf(dtype: FloatDType, data: Uint8Array, module: KernelModule | null = null): Float32Array {
   if (module === null || dtype === 'float32') return toFloat32(data, dtype);
   const out = new Float32Array(data.byteLength / 2);
-  module.convert(dtype === 'float16' ? CONVERT.f16ToF32 : CONVERT.bf16ToF32, typedView(Uint16Array, data), out);
+  module.convert(
+    dtype === 'float16' ? CONVERT.f16ToF32 : CONVERT.bf16ToF32,
+    typedView(Uint16Array, data),
+    out,
+  );
   return out;
 }
 
@@ -188,7 +200,12 @@ function floatsOf(dtype: FloatDType, data: Uint8Array, module: KernelModule | nu
  * kernels' min/max scan stops at the first non-finite value; the TypeScript scan, run only then
  * (or without kernels), names it.
  */
-function checkFinite(module: KernelModule | null, x: Float32Array, type: GgmlWriteType, tensor: string): void {
+function checkFinite(
+  module: KernelModule | null,
+  x: Float32Array,
+  type: GgmlWriteType,
+  tensor: string,
+): void {
   const whole = { outer: 1, channels: 1, inner: x.length };
   const lo = Float32Array.of(Infinity);
   const hi = Float32Array.of(-Infinity);
@@ -328,6 +345,11 @@ function encode(
       if (call.imatrix === undefined && hasGgmlKernel(module, call.type)) {
         return { outputs: [into[0]!], ...ggmlEncodeRows(module, call, a!, into[0]!) };
       }
+      if (call.part !== undefined) {
+        throw new QuantdError('INTERNAL', {
+          detail: `a part of ${call.tensor} without the ${call.type} kernel`,
+        });
+      }
       let x = floatsOf(call.dtype, a!, module);
       if (call.permute) x = permuteHeads(x, call.permute.rows, call.permute.heads, call.tensor);
       checkFinite(module, x, call.type, call.tensor);
@@ -347,7 +369,13 @@ function encode(
     case 'ggml-decode':
       return { outputs: [bytesOf(ggmlDecode(call.type, a!, call.numel))] };
     case 'gptq': {
-      const p = gptqQuantize(call.tensor, floatsOf(call.dtype, a!, module), call.shape, call.dtype, call.params);
+      const p = gptqQuantize(
+        call.tensor,
+        floatsOf(call.dtype, a!, module),
+        call.shape,
+        call.dtype,
+        call.params,
+      );
       return {
         outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales), bytesOf(p.gIdx)],
         notes: gptqNotes(p.zeroPointZero, p.clampedCodes, call.params.bits),
@@ -423,7 +451,13 @@ function encode(
  * the layout planned; a result of another size is a bug (INTERNAL), never a short file.
  */
 export function runEncodeTask(module: KernelModule | null, task: EncodeTask): EncodeReply {
-  const { outputs, notes = [], quality, histogram } = encode(module, task.call, task.inputs, task.outputs);
+  const {
+    outputs,
+    notes = [],
+    quality,
+    histogram,
+    sampleErrors,
+  } = encode(module, task.call, task.inputs, task.outputs);
   if (outputs.length !== task.outputs.length) {
     throw new QuantdError('INTERNAL', {
       detail: `encoder ${task.call.kind} made ${outputs.length} outputs, the plan has ${task.outputs.length}`,
@@ -442,5 +476,6 @@ export function runEncodeTask(module: KernelModule | null, task: EncodeTask): En
     notes,
     ...(quality !== undefined && { quality }),
     ...(histogram !== undefined && { histogram }),
+    ...(sampleErrors !== undefined && { sampleErrors }),
   };
 }

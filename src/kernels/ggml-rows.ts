@@ -28,11 +28,21 @@ export interface GgmlRowsCall {
   readonly ne0: number;
   readonly permute?: { readonly rows: number; readonly heads: number };
   readonly quality?: boolean;
+  /** Only these rows (in output order): a part of a tensor split across the pool's threads. */
+  readonly part?: RowRange;
+}
+
+export interface RowRange {
+  readonly first: number;
+  readonly count: number;
 }
 
 export interface GgmlRowsResult {
   readonly quality?: QualityStats;
+  /** With quality, the whole tensor's: the error's distribution on a sample of it. */
   readonly histogram?: ErrorHistogram;
+  /** With quality, a part's: the errors of the tensor's sample elements that fall in the part. */
+  readonly sampleErrors?: Float64Array;
 }
 
 /** Whether `type` has a C kernel in `module` (else the caller runs the TypeScript reference). */
@@ -63,14 +73,16 @@ export function ggmlEncodeRows(
   const rowBytes = (ne0 / t.blockSize) * t.typeSize;
   const lo = new Float32Array(1);
   const hi = new Float32Array(1);
+  const first = call.part?.first ?? 0;
+  const end = call.part ? first + call.part.count : n / ne0;
   const stats = call.quality === true ? emptyQuality() : null;
-  const samples = stats ? sampleIndices(n) : [];
+  const samples = stats ? sampleIndices(n).filter((i) => i >= first * ne0 && i < end * ne0) : [];
   const errors = new Float64Array(samples.length);
   let sampled = 0;
   let overflow: unknown = null;
 
-  for (let row = 0; row * ne0 < n; row += rowsPerChunk) {
-    const rows = Math.min(rowsPerChunk, n / ne0 - row);
+  for (let row = first; row < end; row += rowsPerChunk) {
+    const rows = Math.min(rowsPerChunk, end - row);
     const count = rows * ne0;
     const at = row * ne0;
     let x: Float32Array;
@@ -80,13 +92,16 @@ export function ggmlEncodeRows(
       x = scratch.subarray(0, count);
       // consecutive rows when not permuted; one row at a time when they are gathered
       const runs = sourceRow === null ? [[row, 0, rows]] : rowRuns(sourceRow, row, rows);
-      for (const [from, to, length] of runs) widen(module, kind, source, from! * ne0, length! * ne0, x, to! * ne0);
+      for (const [from, to, length] of runs)
+        widen(module, kind, source, from! * ne0, length! * ne0, x, to! * ne0);
     }
     lo[0] = Infinity;
     hi[0] = -Infinity;
     if (module.minmax(x, 0, { outer: 1, channels: 1, inner: count }, lo, hi) !== 0) {
       checkGgmlFinite(x, call.type, call.tensor, at);
-      throw new QuantdError('INTERNAL', { detail: `the min/max kernel refused finite values of ${call.tensor}` });
+      throw new QuantdError('INTERNAL', {
+        detail: `the min/max kernel refused finite values of ${call.tensor}`,
+      });
     }
     const out = into.subarray(row * rowBytes, (row + rows) * rowBytes);
     const status = module.ggmlQuantize(t.kernel!, x, out);
@@ -105,7 +120,10 @@ export function ggmlEncodeRows(
     }
   }
   if (overflow !== null) throw overflow;
-  return stats ? { quality: stats, histogram: histogramOf(errors) } : {};
+  if (stats === null) return {};
+  return call.part
+    ? { quality: stats, sampleErrors: errors }
+    : { quality: stats, histogram: histogramOf(errors) };
 }
 
 function halfFieldsError(type: GgmlWriteType, out: Uint8Array, tensor: string, at: number): unknown {

@@ -43,6 +43,8 @@ export class KernelPool implements Executor {
   readonly parallelism: number;
   readonly shared = true;
   readonly maxQueue: number;
+  /** Whether the workers run C kernels (native or wasm), not the TypeScript reference. */
+  private readonly kernels: boolean;
   private readonly piscina: Piscina;
   private inFlight = 0;
   private closed = false;
@@ -50,6 +52,7 @@ export class KernelPool implements Executor {
   constructor(options: PoolOptions) {
     this.parallelism = Math.max(1, options.threads ?? availableParallelism());
     this.maxQueue = options.maxQueue ?? 64;
+    this.kernels = options.backend !== 'js';
     this.piscina = new Piscina({
       filename: WORKER_PATH,
       minThreads: this.parallelism,
@@ -164,6 +167,7 @@ export class KernelPool implements Executor {
     return {
       parallelism: this.parallelism,
       shared: true,
+      kernels: this.kernels,
       encode: async (task, signal) => {
         const release = this.admit();
         try {

@@ -84,13 +84,23 @@ export function checkGgmlEncodable(
 export function checkGgmlFinite(x: Float32Array, type: GgmlWriteType, tensor: string, offset = 0): void {
   for (let i = 0; i < x.length; i++) {
     if (!Number.isFinite(x[i]!)) {
-      throw new QuantdError('INPUT_NOT_FINITE', { tensor, value: x[i], index: offset + i, op: `GGUF ${type}` });
+      throw new QuantdError('INPUT_NOT_FINITE', {
+        tensor,
+        value: x[i],
+        index: offset + i,
+        op: `GGUF ${type}`,
+      });
     }
   }
 }
 
 /** FEATURE_UNSUPPORTED for the first block of `bytes` whose float16 fields overflowed. */
-export function checkGgmlHalfFields(type: GgmlWriteType, bytes: Uint8Array, tensor: string, offset = 0): void {
+export function checkGgmlHalfFields(
+  type: GgmlWriteType,
+  bytes: Uint8Array,
+  tensor: string,
+  offset = 0,
+): void {
   const t = ggmlTypeByName(type)!;
   // the first overflowed block over all fields: one strided scan per field (a block-by-block
   // loop over the field list cost a third of a Q8_0 encode)

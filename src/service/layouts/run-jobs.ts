@@ -6,9 +6,18 @@
  * atomic output file, which is committed only when every job is written. Nothing heavier than
  * reading and writing runs on the calling thread when the encoding is the pool's.
  */
-import { throwIfAborted } from '../../errors/index.js';
+import { isQuantdError, throwIfAborted } from '../../errors/index.js';
 import { BufferArena } from '../../kernels/arena.js';
-import { referenceEncoding, type EncoderCall, type Encoding } from '../../kernels/encoders.js';
+import {
+  referenceEncoding,
+  type EncodeReply,
+  type EncodeTask,
+  type EncoderCall,
+  type Encoding,
+} from '../../kernels/encoders.js';
+import { ggmlTypeByName } from '../../core/interop/ggml.js';
+import { mergeQuality } from '../../core/quality.js';
+import { histogramOf } from '../../core/error-histogram.js';
 import type { QualityStats } from '../../core/quality-stats.js';
 import type { ErrorHistogram } from '../../core/error-histogram.js';
 import type { Progress } from '../model.js';
@@ -60,12 +69,15 @@ export const DEFAULT_LAYOUT_BUDGET = 1024 * 1024 * 1024;
 
 /**
  * What a job holds while it runs: its inputs, its outputs, and the encoder's float32 copy of the
- * inputs plus its own result arrays (at most about twice the input again).
+ * inputs plus its own result arrays (at most about twice the input again). A GGUF type encoded
+ * by its C kernel makes no float32 copy (src/kernels/ggml-rows.ts): its inputs and outputs only.
  */
 function jobCost<E>(job: EncodeJob<E>, source: JobSource<E>): number {
   const inputs = job.inputs.reduce((n, e) => n + source.size(e), 0);
   const outputs = job.outputs.reduce((n, o) => n + o.bytes, 0);
-  return job.call === undefined ? inputs : 3 * inputs + 2 * outputs;
+  if (job.call === undefined) return inputs;
+  if (job.call.kind === 'ggml' && job.call.imatrix === undefined) return inputs + outputs;
+  return 3 * inputs + 2 * outputs;
 }
 
 /** `data` itself, or (when `shared`) a copy in a SharedArrayBuffer for the pool's threads. */
@@ -86,6 +98,53 @@ function allocate(bytes: number, shared: boolean): Uint8Array {
  * more system time than the kernels' own). Holds at most RECYCLED_BYTES beyond the jobs in flight.
  */
 const RECYCLED_BYTES = 256 * 1024 * 1024;
+
+/** A GGUF tensor at least this large is encoded in parts, one per thread of the pool. */
+const SPLIT_BYTES = 8 * 1024 * 1024;
+
+/**
+ * One encode task, or, for a large GGUF tensor of a type with a C kernel, one per pool thread on
+ * consecutive row ranges of the same shared buffers: the last weight of a model (the output
+ * projection, the largest) no longer runs on one thread while the others wait. The parts' quality
+ * sums add up in part order and their sampled errors join into the whole tensor's histogram.
+ */
+async function encodeInParts(
+  encoding: Encoding,
+  task: EncodeTask,
+  signal?: AbortSignal,
+): Promise<EncodeReply> {
+  const { call } = task;
+  const input = task.inputs[0]!;
+  if (
+    call.kind !== 'ggml' ||
+    call.imatrix !== undefined ||
+    !encoding.kernels ||
+    encoding.parallelism < 2 ||
+    input.byteLength < SPLIT_BYTES ||
+    ggmlTypeByName(call.type)?.kernel === undefined
+  ) {
+    return encoding.encode(task, signal);
+  }
+  const rows = input.byteLength / (call.dtype === 'float32' ? 4 : 2) / call.ne0;
+  const parts = Math.min(encoding.parallelism, rows);
+  const settled = await Promise.allSettled(
+    Array.from({ length: parts }, (_, k) => {
+      const first = Math.floor((k * rows) / parts);
+      const part = { first, count: Math.floor(((k + 1) * rows) / parts) - first };
+      return encoding.encode({ ...task, call: { ...call, part } }, signal);
+    }),
+  );
+  // the error one whole-tensor task reports: its first non-finite value before any overflow
+  const failures = settled.flatMap((r) => (r.status === 'rejected' ? [r.reason as unknown] : []));
+  if (failures.length > 0) {
+    throw failures.find((e) => isQuantdError(e) && e.code === 'INPUT_NOT_FINITE') ?? failures[0];
+  }
+  const replies = settled.map((r) => (r as PromiseFulfilledResult<EncodeReply>).value);
+  if (call.quality !== true) return { notes: [] };
+  const quality = replies.map((r) => r.quality!).reduce((a, b) => mergeQuality({ ...a }, b));
+  const errors = Float64Array.from(replies.flatMap((r) => [...r.sampleErrors!]));
+  return { notes: [], quality, histogram: histogramOf(errors) };
+}
 
 /**
  * Runs the jobs into `sink` and commits it; on any failure (or cancellation) the sink is
@@ -114,7 +173,11 @@ export async function runEncodeJobs<E>(
           for (const e of job.inputs) inputs.push(await source.read(e, shared, recycled));
           if (job.call === undefined) return inputs;
           const outputs = job.outputs.map((o) => recycled(o.bytes, shared));
-          const reply = await encoding.encode({ op: 'encode', call: job.call, inputs, outputs }, signal);
+          const reply = await encodeInParts(
+            encoding,
+            { op: 'encode', call: job.call, inputs, outputs },
+            signal,
+          );
           // (only once the task is done: a cancelled one may still be reading its inputs)
           for (const input of inputs) arena.give(input);
           if (reply.notes.length > 0) job.onNotes?.(reply.notes);
