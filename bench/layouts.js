@@ -58,6 +58,17 @@ export async function benchLayouts(mib, smallMib, reps) {
         m.awqQuantize(x, x.length / COLS, COLS, 128, qweight, qzeros, scales),
       );
   }
+  {
+    const rows = x.length / COLS;
+    const qweight = new Int32Array(x.length / 8);
+    const qzeros = new Int32Array((COLS / 128) * (rows / 8));
+    const scales = new Uint16Array(x.length / 128);
+    const counts = new Float64Array(2);
+    for (const [name, m] of modules)
+      await time('gptq 4-bit g128 asym', `${name} ${m.isa}`, x.byteLength, () =>
+        m.gptqQuantize(x, rows, COLS, 4, 128, false, 0, qweight, qzeros, scales, counts),
+      );
+  }
   for (const [type, id] of Object.entries(BNB_KERNEL_TYPES)) {
     const packed = new Uint8Array(x.length / 2);
     const absmax = new Float32Array(x.length / 64);

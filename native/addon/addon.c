@@ -402,6 +402,31 @@ static napi_value js_awq_quantize(napi_env env, napi_callback_info info) {
   return status_of(env, s, bad); /* after the call: argument order is unspecified */
 }
 
+/* gptqQuantize(w, out, in, bits, groupSize, sym, store, qweight, qzeros, scales, counts): AutoGPTQ's
+ * v1 tensors of w [out, in]; counts (Float64Array of 2) gets groups with zero point 0, clamped codes */
+static napi_value js_gptq_quantize(napi_env env, napi_callback_info info) {
+  ARGS(11);
+  view w, qweight, qzeros, scales, counts;
+  uint64_t out, in, bits, group_size, bad = 0, n[2] = {0, 0};
+  int32_t sym, store;
+  if (!get_view(env, argv[0], &w) || !get_u64(env, argv[1], &out) || !get_u64(env, argv[2], &in) ||
+      !get_u64(env, argv[3], &bits) || !get_u64(env, argv[4], &group_size) || !get_i32(env, argv[5], &sym) ||
+      !get_i32(env, argv[6], &store) || !get_view(env, argv[7], &qweight) || !get_view(env, argv[8], &qzeros) ||
+      !get_view(env, argv[9], &scales) || !get_view(env, argv[10], &counts))
+    return throw_error(env, "quantd addon: gptqQuantize arguments");
+  if (out == 0 || in == 0 || out % 32 != 0 || in % 32 != 0 || group_size == 0 || (bits != 2 && bits != 4 && bits != 8))
+    return status_of(env, QD_BAD_ARGUMENT, 0);
+  const uint64_t groups = (in + group_size - 1) / group_size;
+  if (w.bytes < 4 * out * in || qweight.bytes < in * bits / 32 * out * 4 || qzeros.bytes < groups * (out * bits / 32) * 4 ||
+      scales.bytes < groups * out * 2 || counts.bytes < 2 * sizeof(double))
+    return throw_error(env, "quantd addon: gptqQuantize sizes");
+  qd_status s = kernels->gptq_quantize(w.data, out, in, (uint32_t)bits, group_size, sym, store, qweight.data,
+                                       qzeros.data, scales.data, n, &bad);
+  ((double *)counts.data)[0] = (double)n[0];
+  ((double *)counts.data)[1] = (double)n[1];
+  return status_of(env, s, bad); /* after the call: argument order is unspecified */
+}
+
 typedef napi_value (*js_fn)(napi_env, napi_callback_info);
 
 /* bind(isa: string) -> an object of kernel functions on that ISA's table, or null when the CPU
@@ -428,7 +453,7 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
       {"convert", js_convert}, {"quality", js_quality}, {"quantizeMeasured", js_quantize_measured},
       {"chooseQuantizeMeasured", js_choose_quantize_measured}, {"ggmlQuantize", js_ggml_quantize},
       {"bnbQuantize", js_bnb_quantize}, {"nbitsQuantize", js_nbits_quantize},
-      {"awqQuantize", js_awq_quantize},
+      {"awqQuantize", js_awq_quantize}, {"gptqQuantize", js_gptq_quantize},
   };
   napi_create_object(env, &out);
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {

@@ -168,6 +168,18 @@ typedef qd_status (*qd_nbits_quantize_fn)(const float *w, uint64_t n_cols, uint6
 typedef qd_status (*qd_awq_quantize_fn)(const float *w, uint64_t out, uint64_t in, uint64_t group_size,
                                         uint32_t *qweight, uint32_t *qzeros, uint16_t *scales, uint64_t *bad);
 
+/* AutoGPTQ's v1 packing of round-to-nearest groups (src/core/interop/gptq.ts): weight [out, in]
+ * (both positive multiples of 32; bits 2, 4 or 8; groups of group_size input columns, the last
+ * possibly shorter; Q stored as `store`: 0 float32, 1 float16, 2 bfloat16, before its code is
+ * re-derived) → qweight uint32[in·bits/32][out], qzeros uint32[groups][out·bits/32] (the true
+ * zero points packed, minus a 1 in every field with wrap-around), float16 scales[groups][out];
+ * counts[0]: groups whose zero point is 0, counts[1]: re-derived codes clamped to [0, 2^bits − 1].
+ * NaN and ±Infinity: QD_NOT_FINITE at the element's index; a group whose float16 scale is 0 or
+ * infinite: QD_RANGE_OVERFLOW at r · groups + g. */
+typedef qd_status (*qd_gptq_quantize_fn)(const float *w, uint64_t out, uint64_t in, uint32_t bits, uint64_t group_size,
+                                         int32_t sym, int32_t store, uint32_t *qweight, uint32_t *qzeros,
+                                         uint16_t *scales, uint64_t *counts, uint64_t *bad);
+
 typedef struct {
   const char *isa;
   qd_minmax_fn minmax;
@@ -181,6 +193,7 @@ typedef struct {
   qd_bnb_quantize_fn bnb_quantize;
   qd_nbits_quantize_fn nbits_quantize;
   qd_awq_quantize_fn awq_quantize;
+  qd_gptq_quantize_fn gptq_quantize;
 } qd_kernels;
 
 /* Qparams of each unit from its min and max (torch determine_qparams and the per_token rules).

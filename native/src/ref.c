@@ -280,4 +280,5 @@ const qd_kernels qd_kernels_ref = {
     qd_bnb_quantize_ref,
     qd_nbits_quantize_ref,
     qd_awq_quantize_ref,
+    qd_gptq_quantize_ref,
 };

@@ -107,6 +107,27 @@ qd_status qd_awq_quantize_with(qd_awq_group_fn group, const float *w, uint64_t o
                                uint32_t *qweight, uint32_t *qzeros, uint16_t *scales, uint64_t *bad);
 qd_status qd_awq_quantize_ref(const float *w, uint64_t out, uint64_t in, uint64_t group_size, uint32_t *qweight,
                               uint32_t *qzeros, uint16_t *scales, uint64_t *bad);
+/* GPTQ: a group's parameters from its minimum and maximum (0: its float16 scale is 0 or infinite,
+ * or its zero point out of range: nothing can be written). */
+typedef struct {
+  float maxq, scale, zero, half_scale, scale_zero;
+  uint16_t half;
+} qd_gptq_group_params;
+int qd_gptq_params(float lo, float hi, uint32_t bits, int32_t sym, qd_gptq_group_params *p);
+/* GPTQ: elements [begin, end) of one row → their codes OR-ed into the row's column of qweight
+ * (words `out` apart), its zero point and float16 scale, clamped codes counted; 0 when the
+ * parameters cannot be written. The driver checks finiteness, clears the words, runs `group`. */
+typedef int (*qd_gptq_group_fn)(const float *x, uint64_t begin, uint64_t end, uint64_t out, uint32_t bits, int32_t sym,
+                                int32_t store, uint32_t *qweight_col, uint32_t *zero_out, uint16_t *scale_out,
+                                uint64_t *clamped);
+int qd_gptq_group_ref(const float *x, uint64_t begin, uint64_t end, uint64_t out, uint32_t bits, int32_t sym,
+                      int32_t store, uint32_t *qweight_col, uint32_t *zero_out, uint16_t *scale_out, uint64_t *clamped);
+qd_status qd_gptq_quantize_with(qd_gptq_group_fn group, const float *w, uint64_t out, uint64_t in, uint32_t bits,
+                                uint64_t group_size, int32_t sym, int32_t store, uint32_t *qweight, uint32_t *qzeros,
+                                uint16_t *scales, uint64_t *counts, uint64_t *bad);
+qd_status qd_gptq_quantize_ref(const float *w, uint64_t out, uint64_t in, uint32_t bits, uint64_t group_size,
+                               int32_t sym, int32_t store, uint32_t *qweight, uint32_t *qzeros, uint16_t *scales,
+                               uint64_t *counts, uint64_t *bad);
 qd_status qd_nbits_quantize_ref(const float *w, uint64_t n_cols, uint64_t k_len, uint64_t block_size, int32_t sym,
                                 int32_t f16, uint8_t *b, float *scales, uint8_t *zero_points, uint64_t *bad);
 

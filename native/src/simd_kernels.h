@@ -639,17 +639,19 @@ QD_TARGET static void QD_NAME(bf16_to_f32)(const void *in, uint64_t n, void *out
   for (; i < n; i++) f[i] = qd_bf16_to_f32(h[i]);
 }
 
+/* bfloat16 bits of each lane (in the low 16 bits): round to nearest even, NaN kept quiet. */
+QD_V vi QD_NAME(bf16_bits)(vf v) {
+  vi b = vf_bits(v);
+  vi rounded = vi_srl(vi_add(vi_add(b, vi_set(0x7fff)), vi_and(vi_srl(b, 16), vi_set(1))), 16);
+  vi quiet = vi_or(vi_srl(b, 16), vi_set(0x40));
+  return vi_select(vf_unord(v), quiet, rounded);
+}
+
 QD_TARGET static void QD_NAME(f32_to_bf16)(const void *in, uint64_t n, void *out) {
   const float *f = (const float *)in;
   uint16_t *h = (uint16_t *)out;
   uint64_t i = 0;
-  for (; i + VL <= n; i += VL) {
-    vf v = vf_load(f + i);
-    vi b = vf_bits(v);
-    vi rounded = vi_srl(vi_add(vi_add(b, vi_set(0x7fff)), vi_and(vi_srl(b, 16), vi_set(1))), 16);
-    vi quiet = vi_or(vi_srl(b, 16), vi_set(0x40));
-    vi_store_u16(h + i, vi_select(vf_unord(v), quiet, rounded));
-  }
+  for (; i + VL <= n; i += VL) vi_store_u16(h + i, QD_NAME(bf16_bits)(vf_load(f + i)));
   for (; i < n; i++) h[i] = qd_f32_to_bf16(f[i]);
 }
 
@@ -680,6 +682,7 @@ QD_TARGET static void QD_NAME(f32_to_f16)(const void *in, uint64_t n, void *out)
 #include "simd_bnb.h"
 #include "simd_nbits.h"
 #include "simd_awq.h"
+#include "simd_gptq.h"
 
 const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_ISA_NAME,
@@ -697,4 +700,5 @@ const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_NAME(bnb_quantize),
     QD_NAME(nbits_quantize),
     QD_AWQ_QUANTIZE,
+    QD_NAME(gptq_quantize),
 };

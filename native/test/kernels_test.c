@@ -606,6 +606,52 @@ static void test_awq(const qd_kernels *k) {
   free(w), free(q1), free(q2), free(z1), free(z2), free(s1), free(s2);
 }
 
+/* GPTQ: the SIMD variant against the reference over bits, schemes, layer dtypes, group sizes the
+ * vector path takes and ones it leaves (a last group of 16, groups of 12), scales whose float16 is
+ * 0 (QD_RANGE_OVERFLOW), NaN / ±Infinity; the counts of zero-point-0 groups and clamped codes. */
+static void test_gptq(const qd_kernels *k) {
+  enum { OUT = 32, IN = 256 };
+  float *w = malloc(4 * OUT * IN);
+  uint32_t *q1 = malloc(4 * IN * OUT), *q2 = malloc(4 * IN * OUT), *z1 = malloc(4 * IN * OUT), *z2 = malloc(4 * IN * OUT);
+  uint16_t *s1 = malloc(2 * IN * OUT), *s2 = malloc(2 * IN * OUT);
+  static const uint64_t sizes[] = {32, 128, 256, 48, 12};
+  uint64_t lcg = 12345, clamped = 0;
+  for (int iter = 0; iter < 180; iter++) {
+    const uint64_t gs = sizes[iter % 5], in = gs == 48 ? 160 : gs == 12 ? 96 : IN, groups = (in + gs - 1) / gs;
+    const uint32_t bits = iter % 3 == 0 ? 2 : iter % 3 == 1 ? 4 : 8;
+    const int32_t sym = iter / 3 % 2, store = iter / 6 % 3;
+    const float scale = iter % 4 == 0 ? 1.0f : iter % 4 == 1 ? 1e-9f : iter % 4 == 2 ? 3e3f : 1e-3f;
+    const int specials = iter % 13 == 0;
+    for (uint64_t i = 0; i < OUT * in; i++) w[i] = interesting(scale, specials, specials) * 1e-2f;
+    if (store == 2 && !specials) { /* uniform and off-centre: bfloat16 layers at 8 bits clamp codes */
+      for (uint64_t i = 0; i < OUT * in; i++) {
+        lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = ((float)(lcg >> 40) / 16777216.0f - 0.3f) * scale;
+      }
+    }
+    uint64_t bad1 = 7, bad2 = 9, c1[2], c2[2];
+    const uint64_t words = in * bits / 32 * OUT, zwords = groups * OUT * bits / 32;
+    memset(q2, 0x5a, 4 * words), memset(z2, 0x5a, 4 * zwords);
+    qd_status r1 = qd_kernels_ref.gptq_quantize(w, OUT, in, bits, gs, sym, store, q1, z1, s1, c1, &bad1);
+    qd_status r2 = k->gptq_quantize(w, OUT, in, bits, gs, sym, store, q2, z2, s2, c2, &bad2);
+    CHECK(r1 == r2, "%s gptq status %d vs %d (iteration %d)", k->isa, r2, r1, iter);
+    if (r1 == QD_OK && r2 == QD_OK) {
+      CHECK(!memcmp(q1, q2, 4 * words) && !memcmp(z1, z2, 4 * zwords) && !memcmp(s1, s2, 2 * groups * OUT) &&
+                c1[0] == c2[0] && c1[1] == c2[1],
+            "%s gptq iteration %d", k->isa, iter);
+      clamped += c1[1];
+    } else {
+      CHECK(bad1 == bad2, "%s gptq index %llu vs %llu", k->isa, (unsigned long long)bad2, (unsigned long long)bad1);
+    }
+  }
+  CHECK(clamped > 0, "%s gptq: no clamped code compared", k->isa);
+  CHECK(k->gptq_quantize(w, 16, IN, 4, 32, 0, 0, q2, z2, s2, (uint64_t[2]){0}, &(uint64_t){0}) == QD_BAD_ARGUMENT,
+        "%s gptq: out", k->isa);
+  CHECK(k->gptq_quantize(w, OUT, IN, 3, 32, 0, 0, q2, z2, s2, (uint64_t[2]){0}, &(uint64_t){0}) == QD_BAD_ARGUMENT,
+        "%s gptq: bits", k->isa);
+  free(w), free(q1), free(q2), free(z1), free(z2), free(s1), free(s2);
+}
+
 int main(int argc, char **argv) {
   const char *all[] = {"avx2", "avx512", "simd128"};
   const char **isas = argc > 1 ? (const char **)argv + 1 : all;
@@ -633,6 +679,7 @@ int main(int argc, char **argv) {
     test_bnb(k);
     test_nbits(k);
     test_awq(k);
+    test_gptq(k);
     printf("%s: ok\n", k->isa);
     tested++;
   }

@@ -169,3 +169,15 @@ int32_t qdw_awq_quantize(const float *w, double out, double in, double group_siz
                          uint16_t *scales) {
   return kernels->awq_quantize(w, (uint64_t)out, (uint64_t)in, (uint64_t)group_size, qweight, qzeros, scales, &bad);
 }
+
+/* AutoGPTQ's v1 tensors of w [out, in]; counts_out: groups with zero point 0, clamped codes */
+EXPORT("gptq_quantize")
+int32_t qdw_gptq_quantize(const float *w, double out, double in, int32_t bits, double group_size, int32_t sym,
+                          int32_t store, uint32_t *qweight, uint32_t *qzeros, uint16_t *scales, double *counts_out) {
+  uint64_t n[2] = {0, 0};
+  int32_t s = kernels->gptq_quantize(w, (uint64_t)out, (uint64_t)in, (uint32_t)bits, (uint64_t)group_size, sym, store,
+                                     qweight, qzeros, scales, n, &bad);
+  counts_out[0] = (double)n[0];
+  counts_out[1] = (double)n[1];
+  return s;
+}

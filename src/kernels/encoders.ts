@@ -26,7 +26,14 @@ import {
 import { ggmlDecode, ggmlEncode, ggmlTypeByName, type GgmlWriteType } from '../core/interop/ggml.js';
 import { ggmlEncodeWeighted } from '../core/interop/ggml-imatrix.js';
 import { checkGgmlFinite, checkGgmlHalfFields, permuteHeads } from '../core/interop/ggml-tensor.js';
-import { gptqDequantize, gptqQuantize, type GptqBits, type GptqParams } from '../core/interop/gptq.js';
+import {
+  gptqDequantize,
+  gptqQuantize,
+  gptqShapes,
+  type GptqBits,
+  type GptqPacked,
+  type GptqParams,
+} from '../core/interop/gptq.js';
 import {
   matMulNBitsDequantize,
   matMulNBitsQuantize,
@@ -42,7 +49,7 @@ import { decodedQuality } from '../core/quality.js';
 import { histogramOf, sampledDecodedErrors, type ErrorHistogram } from '../core/error-histogram.js';
 import type { QualityStats } from '../core/quality-stats.js';
 import { ggmlEncodeRows, hasGgmlKernel, type RowRange } from './ggml-rows.js';
-import { BNB_KERNEL_TYPES, CONVERT, type KernelModule } from './module.js';
+import { BNB_KERNEL_TYPES, CONVERT, GPTQ_STORE, type KernelModule } from './module.js';
 
 /** One tensor's encoding: which encoder, and everything it needs besides the input bytes. */
 export type EncoderCall =
@@ -280,6 +287,47 @@ function matMulNBitsPacked(
 }
 
 /**
+ * gptqQuantize's result from the C kernel when there is one; a weight the kernel refuses (a
+ * non-finite value, a float16 scale of 0 or ∞) goes to the TypeScript reference, which refuses
+ * it with the catalogued error naming the value or the row and group.
+ */
+function gptqPacked(
+  module: KernelModule | null,
+  tensor: string,
+  w: Float32Array,
+  shape: readonly number[],
+  dtype: FloatDType,
+  params: GptqParams,
+): GptqPacked {
+  if (module === null) return gptqQuantize(tensor, w, shape, dtype, params);
+  const s = gptqShapes(tensor, shape, params);
+  const [out, inF] = shape as [number, number];
+  const qweight = new Int32Array(s.qweight[0] * s.qweight[1]);
+  const qzeros = new Int32Array(s.qzeros[0] * s.qzeros[1]);
+  const scales = new Uint16Array(s.scales[0] * s.scales[1]);
+  const counts = new Float64Array(2);
+  const { bits, sym } = params;
+  const store = GPTQ_STORE[dtype];
+  const status = module.gptqQuantize(
+    w,
+    out,
+    inF,
+    bits,
+    s.groupSize,
+    sym,
+    store,
+    qweight,
+    qzeros,
+    scales,
+    counts,
+  );
+  if (status === 1 || status === 2) return gptqQuantize(tensor, w, shape, dtype, params);
+  if (status !== 0) throw new QuantdError('INTERNAL', { detail: `GPTQ kernel returned status ${status}` });
+  const gIdx = Int32Array.from({ length: inF }, (_, i) => Math.floor(i / s.groupSize));
+  return { qweight, qzeros, scales, gIdx, zeroPointZero: counts[0]!, clampedCodes: counts[1]! };
+}
+
+/**
  * awqQuantize's result from the C kernel when there is one; a weight the kernel refuses goes to
  * the TypeScript reference, which refuses it with the catalogued error naming the row and group.
  */
@@ -369,7 +417,8 @@ function encode(
     case 'ggml-decode':
       return { outputs: [bytesOf(ggmlDecode(call.type, a!, call.numel))] };
     case 'gptq': {
-      const p = gptqQuantize(
+      const p = gptqPacked(
+        module,
         call.tensor,
         floatsOf(call.dtype, a!, module),
         call.shape,

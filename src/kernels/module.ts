@@ -229,4 +229,27 @@ export interface KernelModule {
     qzeros: Int32Array,
     scales: Uint16Array,
   ): number;
+  /**
+   * AutoGPTQ's v1 packing of round-to-nearest groups of w [out, in], Q stored as `store`
+   * (GPTQ_STORE): qweight [in·bits/32, out], qzeros [groups, out·bits/32], float16 scales
+   * [groups, out]; counts[0] the groups whose zero point is 0, counts[1] the clamped codes.
+   * Status 1: a non-finite value (lastBad() its index); 2: a group whose float16 scale is 0 or
+   * infinite (lastBad() r · groups + g).
+   */
+  gptqQuantize(
+    w: Float32Array,
+    out: number,
+    inF: number,
+    bits: number,
+    groupSize: number,
+    sym: boolean,
+    store: number,
+    qweight: Int32Array,
+    qzeros: Int32Array,
+    scales: Uint16Array,
+    counts: Float64Array,
+  ): number;
 }
+
+/** The layer dtype GPTQ rounds Q to before re-deriving its code (gptqQuantize's `store`). */
+export const GPTQ_STORE = { float32: 0, float16: 1, bfloat16: 2 } as const;

@@ -31,6 +31,7 @@ interface BoundKernels {
   bnbQuantize(...args: unknown[]): number;
   nbitsQuantize(...args: unknown[]): number;
   awqQuantize(...args: unknown[]): number;
+  gptqQuantize(...args: unknown[]): number;
 }
 
 interface Addon {
@@ -84,6 +85,8 @@ export function loadNative(isa = ''): KernelModule {
       k.nbitsQuantize(w, nCols, kLen, blockSize, +sym, +f16, b, scales, zeroPoints),
     awqQuantize: (w, out, inF, groupSize, qweight, qzeros, scales) =>
       k.awqQuantize(w, out, inF, groupSize, qweight, qzeros, scales),
+    gptqQuantize: (w, out, inF, bits, groupSize, sym, store, qweight, qzeros, scales, counts) =>
+      k.gptqQuantize(w, out, inF, bits, groupSize, +sym, store, qweight, qzeros, scales, counts),
     fakeQuantize: (x, start, l, scale, zp, qmin, qmax, floatZp, out, mask) =>
       k.fakeQuantize(x, start, l.outer, l.channels, l.inner, scale, zp, qmin, qmax, +floatZp, out, mask),
     chooseQuantize: (x, first, unitSize, c, q, scale, zp, out, stats) =>

@@ -50,6 +50,19 @@ interface Exports {
     scales: number,
     zeroPoints: number,
   ): number;
+  gptq_quantize(
+    w: number,
+    out: number,
+    inF: number,
+    bits: number,
+    groupSize: number,
+    sym: number,
+    store: number,
+    qweight: number,
+    qzeros: number,
+    scales: number,
+    counts: number,
+  ): number;
   awq_quantize(
     w: number,
     out: number,
@@ -492,6 +505,48 @@ class WasmKernels implements KernelModule {
       this.take(pQweight, qweight);
       this.take(pQzeros, qzeros);
       this.take(pScales, scales);
+    }
+    return this.status(s);
+  }
+
+  /** One call over the whole weight: a row's codes fill a column of qweight. */
+  gptqQuantize(
+    w: Float32Array,
+    out: number,
+    inF: number,
+    bits: number,
+    groupSize: number,
+    sym: boolean,
+    store: number,
+    qweight: Int32Array,
+    qzeros: Int32Array,
+    scales: Uint16Array,
+    counts: Float64Array,
+  ): number {
+    this.reset();
+    const pW = this.copyIn(w);
+    const pQweight = this.alloc(qweight.byteLength);
+    const pQzeros = this.alloc(qzeros.byteLength);
+    const pScales = this.alloc(scales.byteLength);
+    const pCounts = this.alloc(16);
+    const s = this.e.gptq_quantize(
+      pW,
+      out,
+      inF,
+      bits,
+      groupSize,
+      +sym,
+      store,
+      pQweight,
+      pQzeros,
+      pScales,
+      pCounts,
+    );
+    if (s === 0) {
+      this.take(pQweight, qweight);
+      this.take(pQzeros, qzeros);
+      this.take(pScales, scales);
+      this.take(pCounts, counts);
     }
     return this.status(s);
   }

@@ -23,6 +23,7 @@ const SOURCES = [
   'native/src/bnb_ref.c',
   'native/src/nbits_ref.c',
   'native/src/awq_ref.c',
+  'native/src/gptq_ref.c',
   'native/src/measured.c',
   'native/src/dispatch.c',
   'native/src/x86_avx2.c',
