@@ -72,12 +72,19 @@ export const DEFAULT_LAYOUT_BUDGET = 1024 * 1024 * 1024;
  * inputs plus its own result arrays (at most about twice the input again). A GGUF type encoded
  * by its C kernel makes no float32 copy (src/kernels/ggml-rows.ts): its inputs and outputs only.
  */
-function jobCost<E>(job: EncodeJob<E>, source: JobSource<E>): number {
+function jobCost<E>(job: EncodeJob<E>, source: JobSource<E>, kernels: boolean): number {
   const inputs = job.inputs.reduce((n, e) => n + source.size(e), 0);
   const outputs = job.outputs.reduce((n, o) => n + o.bytes, 0);
   if (job.call === undefined) return inputs;
-  if (job.call.kind === 'ggml' && job.call.imatrix === undefined) return inputs + outputs;
+  if (kernels && byRows(job.call)) return inputs + outputs;
   return 3 * inputs + 2 * outputs;
+}
+
+/** Whether a call runs through ggml-rows.ts where the workers have kernels (see encoders.ts). */
+function byRows(call: EncoderCall): call is Extract<EncoderCall, { kind: 'ggml' }> {
+  return (
+    call.kind === 'ggml' && call.imatrix === undefined && ggmlTypeByName(call.type)?.kernel !== undefined
+  );
 }
 
 /** `data` itself, or (when `shared`) a copy in a SharedArrayBuffer for the pool's threads. */
@@ -115,14 +122,7 @@ async function encodeInParts(
 ): Promise<EncodeReply> {
   const { call } = task;
   const input = task.inputs[0]!;
-  if (
-    call.kind !== 'ggml' ||
-    call.imatrix !== undefined ||
-    !encoding.kernels ||
-    encoding.parallelism < 2 ||
-    input.byteLength < SPLIT_BYTES ||
-    ggmlTypeByName(call.type)?.kernel === undefined
-  ) {
+  if (!byRows(call) || !encoding.kernels || encoding.parallelism < 2 || input.byteLength < SPLIT_BYTES) {
     return encoding.encode(task, signal);
   }
   const rows = input.byteLength / (call.dtype === 'float32' ? 4 : 2) / call.ne0;
@@ -165,7 +165,7 @@ export async function runEncodeJobs<E>(
     await runInOrder<readonly Uint8Array[]>(
       {
         count: jobs.length,
-        cost: (i) => jobCost(jobs[i]!, source),
+        cost: (i) => jobCost(jobs[i]!, source, encoding.kernels),
         run: async (i, signal) => {
           const job = jobs[i]!;
           const shared = job.call !== undefined && encoding.shared;
