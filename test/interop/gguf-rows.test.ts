@@ -24,6 +24,7 @@ import {
   type Encoding,
 } from '../../src/kernels/encoders.js';
 import type { KernelModule } from '../../src/kernels/module.js';
+import { createCompute } from '../../src/pool/index.js';
 import { LAYOUTS } from '../../src/service/layouts/index.js';
 import { describeError, parityVariants, seededUniform } from '../kernels/helpers.js';
 
@@ -182,6 +183,15 @@ describe('a tensor split into parts by rows (one per pool thread)', () => {
       await gguf.write(input, split, { type, arch: 'x' }, { encoding: threeThreads });
       await gguf.write(input, reference, { type, arch: 'x' }, { encoding: referenceEncoding });
       expect(readFileSync(split).equals(readFileSync(reference)), type).toBe(true);
+    }
+    // and on the real worker pool (shared buffers, two threads)
+    const handle = createCompute({ threads: 2 });
+    try {
+      const pooled = join(dir, 'pooled-q4_k.gguf');
+      await gguf.write(input, pooled, { type: 'q4_k', arch: 'x' }, { encoding: handle.encoding() });
+      expect(readFileSync(pooled).equals(readFileSync(join(dir, 'reference-q4_k.gguf')))).toBe(true);
+    } finally {
+      await handle.close();
     }
     expect(parts.slice(0, 3)).toEqual([
       { first: 0, count: 341 },
