@@ -25,9 +25,10 @@ import {
 } from '../core/interop/bnb.js';
 import { ggmlDecode, ggmlEncode, ggmlTypeByName, type GgmlWriteType } from '../core/interop/ggml.js';
 import { ggmlEncodeWeighted } from '../core/interop/ggml-imatrix.js';
-import { checkGgmlFinite, checkGgmlHalfFields, permuteHeads } from '../core/interop/ggml-tensor.js';
+import { checkGgmlHalfFields, permuteHeads } from '../core/interop/ggml-tensor.js';
 import {
   gptqDequantize,
+  gptqGroupIndex,
   gptqQuantize,
   gptqShapes,
   type GptqBits,
@@ -48,7 +49,7 @@ import { QuantdError, throwIfAborted } from '../errors/index.js';
 import { decodedQuality } from '../core/quality.js';
 import { histogramOf, sampledDecodedErrors, type ErrorHistogram } from '../core/error-histogram.js';
 import type { QualityStats } from '../core/quality-stats.js';
-import { ggmlEncodeRows, hasGgmlKernel, type RowRange } from './ggml-rows.js';
+import { checkFinite, encodedByRows, ggmlEncodeRows, type RowRange } from './ggml-rows.js';
 import { BNB_KERNEL_TYPES, CONVERT, GPTQ_STORE, type KernelModule } from './module.js';
 
 /** One tensor's encoding: which encoder, and everything it needs besides the input bytes. */
@@ -202,24 +203,6 @@ function floatsOf(dtype: FloatDType, data: Uint8Array, module: KernelModule | nu
   return out;
 }
 
-/**
- * INPUT_NOT_FINITE for a weight holding NaN or ±Infinity (llama.cpp refuses to load them). The
- * kernels' min/max scan stops at the first non-finite value; the TypeScript scan, run only then
- * (or without kernels), names it.
- */
-function checkFinite(
-  module: KernelModule | null,
-  x: Float32Array,
-  type: GgmlWriteType,
-  tensor: string,
-): void {
-  const whole = { outer: 1, channels: 1, inner: x.length };
-  const lo = Float32Array.of(Infinity);
-  const hi = Float32Array.of(-Infinity);
-  if (module !== null && x.length > 0 && module.minmax(x, 0, whole, lo, hi) === 0) return;
-  checkGgmlFinite(x, type, tensor);
-}
-
 function floatsOfSt(dtype: StDType, data: Uint8Array): Float32Array {
   return toFloat32(data, floatDTypeOfSt(dtype)!);
 }
@@ -323,7 +306,7 @@ function gptqPacked(
   );
   if (status === 1 || status === 2) return gptqQuantize(tensor, w, shape, dtype, params);
   if (status !== 0) throw new QuantdError('INTERNAL', { detail: `GPTQ kernel returned status ${status}` });
-  const gIdx = Int32Array.from({ length: inF }, (_, i) => Math.floor(i / s.groupSize));
+  const gIdx = gptqGroupIndex(inF, s.groupSize);
   return { qweight, qzeros, scales, gIdx, zeroPointZero: counts[0]!, clampedCodes: counts[1]! };
 }
 
@@ -390,7 +373,7 @@ function encode(
     case 'cast':
       return { outputs: [fromFloat32(floatsOf(call.from, a!), call.to)] };
     case 'ggml': {
-      if (call.imatrix === undefined && hasGgmlKernel(module, call.type)) {
+      if (module !== null && encodedByRows(call)) {
         return { outputs: [into[0]!], ...ggmlEncodeRows(module, call, a!, into[0]!) };
       }
       if (call.part !== undefined) {

@@ -45,9 +45,34 @@ export interface GgmlRowsResult {
   readonly sampleErrors?: Float64Array;
 }
 
-/** Whether `type` has a C kernel in `module` (else the caller runs the TypeScript reference). */
-export function hasGgmlKernel(module: KernelModule | null, type: GgmlWriteType): module is KernelModule {
-  return module !== null && ggmlTypeByName(type)?.kernel !== undefined;
+/**
+ * Whether workers with kernels encode `call` here: a type with a C kernel and no importance
+ * matrix (whose weighted search is TypeScript). The encoder and the layouts' scheduler both ask.
+ */
+export function encodedByRows(call: { readonly type: GgmlWriteType; readonly imatrix?: unknown }): boolean {
+  return call.imatrix === undefined && ggmlTypeByName(call.type)?.kernel !== undefined;
+}
+
+/**
+ * INPUT_NOT_FINITE for values holding NaN or ±Infinity (llama.cpp refuses to load them; `offset`:
+ * the index of x[0] in the tensor). The kernels' min/max scan stops at the first non-finite value;
+ * the TypeScript scan, run only then (or without kernels), names it.
+ */
+export function checkFinite(
+  module: KernelModule | null,
+  x: Float32Array,
+  type: GgmlWriteType,
+  tensor: string,
+  offset = 0,
+): void {
+  const whole = { outer: 1, channels: 1, inner: x.length };
+  const lo = Float32Array.of(Infinity);
+  const hi = Float32Array.of(-Infinity);
+  if (x.length === 0) return;
+  if (module === null) return checkGgmlFinite(x, type, tensor, offset);
+  if (module.minmax(x, 0, whole, lo, hi) === 0) return;
+  checkGgmlFinite(x, type, tensor, offset);
+  throw new QuantdError('INTERNAL', { detail: `the min/max kernel refused finite values of ${tensor}` });
 }
 
 /** Per worker thread: the chunk's float32 values and, with quality, their decoding. */
@@ -71,8 +96,6 @@ export function ggmlEncodeRows(
   const rowsPerChunk = Math.max(1, Math.floor(CHUNK_ELEMENTS / ne0));
   if (scratch.length < rowsPerChunk * ne0) scratch = new Float32Array(rowsPerChunk * ne0);
   const rowBytes = (ne0 / t.blockSize) * t.typeSize;
-  const lo = new Float32Array(1);
-  const hi = new Float32Array(1);
   const first = call.part?.first ?? 0;
   const end = call.part ? first + call.part.count : n / ne0;
   const stats = call.quality === true ? emptyQuality() : null;
@@ -95,14 +118,7 @@ export function ggmlEncodeRows(
       for (const [from, to, length] of runs)
         widen(module, kind, source, from! * ne0, length! * ne0, x, to! * ne0);
     }
-    lo[0] = Infinity;
-    hi[0] = -Infinity;
-    if (module.minmax(x, 0, { outer: 1, channels: 1, inner: count }, lo, hi) !== 0) {
-      checkGgmlFinite(x, call.type, call.tensor, at);
-      throw new QuantdError('INTERNAL', {
-        detail: `the min/max kernel refused finite values of ${call.tensor}`,
-      });
-    }
+    checkFinite(module, x, call.type, call.tensor, at);
     const out = into.subarray(row * rowBytes, (row + rows) * rowBytes);
     const status = module.ggmlQuantize(t.kernel!, x, out);
     if (status !== 0)

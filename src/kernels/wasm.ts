@@ -485,7 +485,24 @@ class WasmKernels implements KernelModule {
     return this.status(0);
   }
 
-  /** One call over the whole weight: its packed words interleave rows eight at a time. */
+  /**
+   * One call over a whole weight: `w` copied in, a region for each of `outputs` carved beside it,
+   * `call` given their addresses, and the outputs copied back when it succeeds.
+   */
+  private wholeWeight(
+    w: Float32Array,
+    outputs: readonly ArrayBufferView[],
+    call: (pW: number, pOutputs: readonly number[]) => number,
+  ): number {
+    this.reset();
+    const pW = this.copyIn(w);
+    const pOutputs = outputs.map((o) => this.alloc(o.byteLength));
+    const s = call(pW, pOutputs);
+    if (s === 0) outputs.forEach((o, k) => this.take(pOutputs[k]!, o));
+    return this.status(s);
+  }
+
+  /** Its packed words interleave rows eight at a time: one call over the whole weight. */
   awqQuantize(
     w: Float32Array,
     out: number,
@@ -495,21 +512,12 @@ class WasmKernels implements KernelModule {
     qzeros: Int32Array,
     scales: Uint16Array,
   ): number {
-    this.reset();
-    const pW = this.copyIn(w);
-    const pQweight = this.alloc(qweight.byteLength);
-    const pQzeros = this.alloc(qzeros.byteLength);
-    const pScales = this.alloc(scales.byteLength);
-    const s = this.e.awq_quantize(pW, out, inF, groupSize, pQweight, pQzeros, pScales);
-    if (s === 0) {
-      this.take(pQweight, qweight);
-      this.take(pQzeros, qzeros);
-      this.take(pScales, scales);
-    }
-    return this.status(s);
+    return this.wholeWeight(w, [qweight, qzeros, scales], (pW, [q, z, sc]) =>
+      this.e.awq_quantize(pW, out, inF, groupSize, q!, z!, sc!),
+    );
   }
 
-  /** One call over the whole weight: a row's codes fill a column of qweight. */
+  /** A row's codes fill a column of qweight: one call over the whole weight. */
   gptqQuantize(
     w: Float32Array,
     out: number,
@@ -523,32 +531,9 @@ class WasmKernels implements KernelModule {
     scales: Uint16Array,
     counts: Float64Array,
   ): number {
-    this.reset();
-    const pW = this.copyIn(w);
-    const pQweight = this.alloc(qweight.byteLength);
-    const pQzeros = this.alloc(qzeros.byteLength);
-    const pScales = this.alloc(scales.byteLength);
-    const pCounts = this.alloc(16);
-    const s = this.e.gptq_quantize(
-      pW,
-      out,
-      inF,
-      bits,
-      groupSize,
-      +sym,
-      store,
-      pQweight,
-      pQzeros,
-      pScales,
-      pCounts,
+    return this.wholeWeight(w, [qweight, qzeros, scales, counts], (pW, [q, z, sc, c]) =>
+      this.e.gptq_quantize(pW, out, inF, bits, groupSize, +sym, store, q!, z!, sc!, c!),
     );
-    if (s === 0) {
-      this.take(pQweight, qweight);
-      this.take(pQzeros, qzeros);
-      this.take(pScales, scales);
-      this.take(pCounts, counts);
-    }
-    return this.status(s);
   }
 
   convert(kind: number, input: Uint16Array | Float32Array, out: Float32Array | Uint16Array): void {

@@ -83,7 +83,7 @@ const blocksOf = (type: (typeof TYPES)[number], x: Float32Array): Uint8Array =>
  * out (it reaches nearest_int's mantissa bits, or the sign of IQ4_NL's fp16 scale) is neither
  * IEEE's, C's nor JavaScript's to fix — the TypeScript oracle's own bytes depend on the engine's
  * register choices. No such block is ever written: the gguf layout refuses non-finite input
- * (checkGgmlEncodable). The other 32-value types never combine two NaNs, so they are compared on
+ * (checkGgmlFinite). The other 32-value types never combine two NaNs, so they are compared on
  * every block.
  */
 function firstDifferingBlock(

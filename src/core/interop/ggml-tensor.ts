@@ -66,19 +66,11 @@ const HALF_FIELDS: Readonly<Record<GgmlWriteType, readonly number[]>> = {
   IQ4_XS: [0],
 };
 
-/**
- * INPUT_NOT_FINITE for a non-finite input, FEATURE_UNSUPPORTED for a block whose float16 fields
- * overflowed: llama.cpp refuses to load either, so quantd refuses to write them.
+/*
+ * What ggml refuses to load, quantd refuses to write: INPUT_NOT_FINITE for a non-finite input
+ * (checkGgmlFinite), FEATURE_UNSUPPORTED for a block whose float16 fields overflowed
+ * (checkGgmlHalfFields).
  */
-export function checkGgmlEncodable(
-  x: Float32Array,
-  type: GgmlWriteType,
-  bytes: Uint8Array,
-  tensor: string,
-): void {
-  checkGgmlFinite(x, type, tensor);
-  checkGgmlHalfFields(type, bytes, tensor);
-}
 
 /** INPUT_NOT_FINITE naming the first non-finite value of `x`. */
 export function checkGgmlFinite(x: Float32Array, type: GgmlWriteType, tensor: string, offset = 0): void {

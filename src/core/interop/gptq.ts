@@ -229,9 +229,12 @@ export function gptqQuantize(
   const ones = gptqOnesPattern(bits);
   const qzeros = new Int32Array(zerosV2.length);
   for (let k = 0; k < zerosV2.length; k++) qzeros[k] = (zerosV2[k]! - ones) | 0;
-  const gIdx = new Int32Array(inF);
-  for (let i = 0; i < inF; i++) gIdx[i] = Math.floor(i / groupSize);
-  return { qweight, qzeros, scales, gIdx, zeroPointZero, clampedCodes };
+  return { qweight, qzeros, scales, gIdx: gptqGroupIndex(inF, groupSize), zeroPointZero, clampedCodes };
+}
+
+/** g_idx: each input column's group, ⌊i / group_size⌋. */
+export function gptqGroupIndex(inF: number, groupSize: number): Int32Array {
+  return Int32Array.from({ length: inF }, (_, i) => Math.floor(i / groupSize));
 }
 
 function unrepresentable(

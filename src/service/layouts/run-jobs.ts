@@ -15,7 +15,7 @@ import {
   type EncoderCall,
   type Encoding,
 } from '../../kernels/encoders.js';
-import { ggmlTypeByName } from '../../core/interop/ggml.js';
+import { encodedByRows } from '../../kernels/ggml-rows.js';
 import { mergeQuality } from '../../core/quality.js';
 import { histogramOf } from '../../core/error-histogram.js';
 import type { QualityStats } from '../../core/quality-stats.js';
@@ -80,11 +80,9 @@ function jobCost<E>(job: EncodeJob<E>, source: JobSource<E>, kernels: boolean): 
   return 3 * inputs + 2 * outputs;
 }
 
-/** Whether a call runs through ggml-rows.ts where the workers have kernels (see encoders.ts). */
+/** A GGUF call that workers with kernels encode by rows (src/kernels/ggml-rows.ts). */
 function byRows(call: EncoderCall): call is Extract<EncoderCall, { kind: 'ggml' }> {
-  return (
-    call.kind === 'ggml' && call.imatrix === undefined && ggmlTypeByName(call.type)?.kernel !== undefined
-  );
+  return call.kind === 'ggml' && encodedByRows(call);
 }
 
 /** `data` itself, or (when `shared`) a copy in a SharedArrayBuffer for the pool's threads. */
