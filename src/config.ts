@@ -47,6 +47,14 @@ export interface Config {
   readonly uploadLimit: number;
   readonly tlsCert: string | null;
   readonly tlsKey: string | null;
+  /** QUANTD_REDIS_URL: cluster mode (jobs in Redis, any replica runs them); null: a single node. */
+  readonly redisUrl: string | null;
+  /** QUANTD_REDIS_PREFIX: the prefix of every Redis key; the replicas of one service share it. */
+  readonly redisPrefix: string;
+  /** QUANTD_REPLICA_ID: this replica's name in each job's runs (null: host name and process id). */
+  readonly replicaId: string | null;
+  /** QUANTD_CLUSTER_LOCK_MS: how long a replica that stopped answering keeps the job it ran. */
+  readonly clusterLockMs: number;
 }
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -181,5 +189,42 @@ export function loadConfig(env: Env = process.env): Config {
     uploadLimit: size(env, 'QUANTD_UPLOAD_LIMIT', 1024 * GiB),
     tlsCert,
     tlsKey,
+    redisUrl: redisUrl(env),
+    redisPrefix: name(env, 'QUANTD_REDIS_PREFIX', 'quantd'),
+    replicaId: env['QUANTD_REPLICA_ID']?.trim() ? name(env, 'QUANTD_REPLICA_ID', '') : null,
+    clusterLockMs: integer(env, 'QUANTD_CLUSTER_LOCK_MS', 30_000, 1000, 3_600_000),
   };
+}
+
+/** A redis:// or rediss:// URL, or null (unset: a single node). */
+function redisUrl(env: Env): string | null {
+  const raw = env['QUANTD_REDIS_URL']?.trim();
+  if (!raw) return null;
+  let protocol = '';
+  try {
+    protocol = new URL(raw).protocol;
+  } catch {
+    // reported below
+  }
+  if (protocol !== 'redis:' && protocol !== 'rediss:') {
+    throw new QuantdError('CONFIG_INVALID', {
+      key: 'QUANTD_REDIS_URL',
+      detail: 'must be a redis:// or rediss:// URL (redis://host:6379)',
+      value: raw.replace(/\/\/[^@/]*@/, '//***@'),
+    });
+  }
+  return raw;
+}
+
+/** A name for keys and logs: letters, digits and . _ : - (at most 64). */
+function name(env: Env, key: string, fallback: string): string {
+  const raw = env[key]?.trim() || fallback;
+  if (!/^[A-Za-z0-9._:-]{1,64}$/.test(raw)) {
+    throw new QuantdError('CONFIG_INVALID', {
+      key,
+      detail: 'must be 1 to 64 letters, digits, dots, underscores, colons or hyphens',
+      value: raw.slice(0, 80),
+    });
+  }
+  return raw;
 }

@@ -352,6 +352,12 @@ export const catalogue = {
     title: 'Overloaded',
     message: 'the server is busy ({queued} jobs queued, limit {limit}); retry later',
   },
+  QUEUE_UNAVAILABLE: {
+    http: 503,
+    grpc: 'UNAVAILABLE',
+    title: 'Job queue unavailable',
+    message: 'the job queue (Redis, QUANTD_REDIS_URL) cannot be reached: {detail}; retry later',
+  },
   SHUTTING_DOWN: {
     http: 503,
     grpc: 'UNAVAILABLE',

@@ -69,5 +69,6 @@ export function jobMessage(job: Job): Record<string, unknown> {
     attempts: job.attempts,
     error: error && { ...error },
     result: result && { sharded: result.sharded, files: result.files.map((f) => present({ ...f })) },
+    runs: job.runs?.map((r) => ({ ...r })) ?? null,
   });
 }

@@ -83,7 +83,9 @@ export function addJobsService(
       const { path, submission } = submissionOf(request);
       return jobMessage(await jobs.submitPath(submission, path, caller));
     }),
-    Get: unary<{ id?: string }>('Get', (request, caller) => jobMessage(jobs.get(request.id ?? '', caller))),
+    Get: unary<{ id?: string }>('Get', async (request, caller) =>
+      jobMessage(await jobs.get(request.id ?? '', caller)),
+    ),
     List: unary<{ page_size?: number; page_token?: string }>('List', (request, caller) => {
       const size = request.page_size ?? 0;
       if (!Number.isInteger(size) || size < 0 || size > MAX_PAGE) {
@@ -103,7 +105,7 @@ export function addJobsService(
     Cancel: unary<{ id?: string }>('Cancel', async (request, caller) => {
       const id = request.id ?? '';
       // HTTP's DELETE answers 204 for a finished job it removed; here the job is returned as it was
-      const before = jobs.get(id, caller);
+      const before = await jobs.get(id, caller);
       return jobMessage((await jobs.delete(id, caller)) ?? before);
     }),
     Result: streaming<{ id?: string; file?: string }>('Result', async (request, caller) => {
@@ -119,7 +121,7 @@ export function addJobsService(
       return chosen.map((file) => ({ path: join(dir, file.name), file }));
     }),
     Report: streaming<{ id?: string }>('Report', async (request, caller) => {
-      const path = jobs.reportPath(request.id ?? '', caller);
+      const path = await jobs.reportPath(request.id ?? '', caller);
       const bytes = (await fileStat(path, jobs.data.shown(path))).size;
       return [{ path, file: { name: basename(path), bytes, data_sha256: null } }];
     }),

@@ -347,7 +347,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
     registerJobEvents(scope, jobs);
 
     scope.get('/v1/jobs/:id', { schema: schemas.get }, async (request, reply) =>
-      sendJson(reply, 200, jobs.get((request.params as { id: string }).id, callerOf(request))),
+      sendJson(reply, 200, await jobs.get((request.params as { id: string }).id, callerOf(request))),
     );
 
     scope.get(
@@ -388,7 +388,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
       '/v1/jobs/:id/report',
       { schema: schemas.report, exposeHeadRoute: false },
       async (request, reply) => {
-        const path = jobs.reportPath((request.params as { id: string }).id, callerOf(request));
+        const path = await jobs.reportPath((request.params as { id: string }).id, callerOf(request));
         const handle = await openFile(path, jobs.data.shown(path));
         const size = (await handle.stat()).size;
         return reply

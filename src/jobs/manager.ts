@@ -13,16 +13,22 @@
  *   size is failed.
  * - Stopping (server shutdown) aborts running jobs without changing their state: the next start
  *   runs them again.
+ * - Cluster mode (`cluster`, cluster.ts): records live in Redis and every replica's book follows
+ *   them; the queue is BullMQ's, whose workers on every replica take jobs; start-up resumes
+ *   nothing itself (a job a replica left is taken again by the queue); a stopping replica puts
+ *   its running jobs back in the queue. Files stay in the data directory, on a shared volume.
  */
 import { existsSync } from 'node:fs';
 import { EVERYONE, type Caller } from '../service/auth.js';
 import { QuantdError } from '../errors/index.js';
 import type { Compute } from '../service/index.js';
-import { DataDir, clientError, newJobId, resolveInputPath } from './paths.js';
+import { DataDir, clientError, isJobId, newJobId, resolveInputPath } from './paths.js';
+import type { Cluster } from './cluster.js';
+import type { RunEnd } from './cluster-queue.js';
 import { referenceEncoding, type Encoding } from '../kernels/encoders.js';
 import type { JobLog } from './log.js';
 import { patientCompute, patientEncoding } from './patient-compute.js';
-import { JobBook, now, owns, type Entry } from './records.js';
+import { JobBook, RecordConflict, now, owns, type Entry } from './records.js';
 import { unpackedFolder } from './folder-upload.js';
 import { isLayoutJob, jobPlan, type JobPlan } from './request.js';
 import { runJob, totalBytes, validatePlan, type RunDeps } from './runner.js';
@@ -32,6 +38,7 @@ import {
   jobError,
   type Job,
   type JobInput,
+  type JobRecord,
   type JobResult,
   type JobState,
   type Submission,
@@ -60,6 +67,8 @@ export interface JobManagerOptions {
   readonly retentionMs?: number;
   /** Bytes the results of finished jobs may hold together; the oldest go first (QUANTD_JOB_STORE_LIMIT). */
   readonly storeLimit?: number;
+  /** Cluster mode: records and queue in Redis (QUANTD_REDIS_URL), connected. */
+  readonly cluster?: Cluster;
 }
 
 /** A page of jobs: at most `limit`, after `cursor` (the `next` of the page before). */
@@ -96,7 +105,7 @@ export class JobManager {
     this.data = new DataDir(options.dataDir);
     this.compute = patientCompute(options.compute);
     this.store = new JobStore(this.data);
-    this.book = new JobBook(this.store);
+    this.book = new JobBook(options.cluster?.records ?? this.store);
     this.log = options.log ?? noLog;
     this.runDeps = {
       book: this.book,
@@ -107,7 +116,13 @@ export class JobManager {
       threads: options.threads,
       progressIntervalMs: options.progressIntervalMs ?? 1000,
       log: () => this.log,
+      ...(options.cluster && { replica: options.cluster.replica }),
     };
+  }
+
+  /** This replica's name in cluster mode; null on a single node. */
+  get replica(): string | null {
+    return this.options.cluster?.replica ?? null;
   }
 
   // --- start-up and shutdown ---------------------------------------------------------------
@@ -118,6 +133,22 @@ export class JobManager {
    * one that cannot be made answers OUTPUT_UNWRITABLE naming it).
    */
   async start(): Promise<void> {
+    if (this.options.cluster) await this.startClustered(this.options.cluster);
+    else await this.resumeAll();
+    await this.sweep();
+    // past the store limit, room is made as soon as a result is kept
+    if (this.options.storeLimit !== undefined) this.onFinished(() => void this.sweep());
+    const retention = this.options.retentionMs ?? 0;
+    if (retention > 0 || this.options.storeLimit !== undefined) {
+      // often enough that nothing outlives its retention by much more than a quarter of it
+      const every = retention > 0 ? Math.min(Math.max(retention / 4, 1000), 600_000) : 60_000;
+      this.sweeper = setInterval(() => void this.sweep(), every);
+      this.sweeper.unref();
+    }
+  }
+
+  /** Single node: the records of the data directory loaded, and what was left resumed. */
+  private async resumeAll(): Promise<void> {
     let ids: string[];
     try {
       ids = await this.store.ids();
@@ -147,16 +178,93 @@ export class JobManager {
       }
     }
     this.pump();
-    await this.sweep();
-    // past the store limit, room is made as soon as a result is kept
-    if (this.options.storeLimit !== undefined) this.onFinished(() => void this.sweep());
-    const retention = this.options.retentionMs ?? 0;
-    if (retention > 0 || this.options.storeLimit !== undefined) {
-      // often enough that nothing outlives its retention by much more than a quarter of it
-      const every = retention > 0 ? Math.min(Math.max(retention / 4, 1000), 600_000) : 60_000;
-      this.sweeper = setInterval(() => void this.sweep(), every);
-      this.sweeper.unref();
+  }
+
+  /**
+   * Cluster mode: the book follows Redis (every change another replica makes), is filled with
+   * every record, and this replica's workers start taking jobs from the queue.
+   */
+  private async startClustered(cluster: Cluster): Promise<void> {
+    await cluster.records.subscribe((change) => this.book.take(change.id, change.record));
+    await this.reconcile(cluster);
+    cluster.queue.start(
+      this.options.concurrency,
+      (id) => this.runQueued(cluster, id),
+      (id) => void this.failStalled(cluster, id),
+    );
+    cluster.onReconnect(() => void this.reconcile(cluster));
+  }
+
+  /**
+   * Cluster mode, at start and after each reconnection to Redis (changes may have been missed):
+   * the book takes every record in Redis; a record this replica holds that Redis lost (restarted
+   * without persistence) is put back, one removed meanwhile is dropped; every job not finished is
+   * in the queue (adding an id the queue holds changes nothing). Jobs running here are left to
+   * their runs.
+   */
+  private async reconcile(cluster: Cluster): Promise<void> {
+    let stored: Map<string, JobRecord>;
+    try {
+      const records = await cluster.records.load();
+      records.sort((a, b) => a.job.created_at.localeCompare(b.job.created_at));
+      stored = new Map(records.map((r) => [r.job.id, r]));
+    } catch (err) {
+      this.log.warn({ err }, `jobs: cannot read the records in Redis: ${(err as Error).message}`);
+      return;
     }
+    for (const [id, record] of stored) this.book.take(id, record);
+    for (const entry of [...this.book.entries.values()]) {
+      const { job } = entry.record;
+      if (entry.record.receiving !== null || entry.deleted || entry.running) continue;
+      try {
+        if (!stored.has(job.id)) {
+          if (!(await cluster.records.restore(entry.record))) {
+            this.book.take(job.id, null);
+            continue;
+          }
+          this.log.warn({ job: job.id }, 'jobs: a record Redis had lost is put back');
+        }
+        if (!FINISHED.includes(job.state)) await cluster.queue.enqueue(job.id);
+      } catch (err) {
+        this.log.warn({ err, job: job.id }, `jobs: cannot reconcile with Redis: ${(err as Error).message}`);
+      }
+    }
+  }
+
+  /** Cluster mode: runs a job a worker took, unless it has finished or gone meanwhile. */
+  private async runQueued(cluster: Cluster, id: string): Promise<RunEnd> {
+    if (this.stopping) return 'requeue';
+    const record = await cluster.records.read(id);
+    if (record === null || record.receiving !== null || FINISHED.includes(record.job.state))
+      return 'finished';
+    this.book.take(id, record);
+    const entry = this.book.entries.get(id)!;
+    entry.record = record;
+    this.active++;
+    entry.running = runJob(entry, this.runDeps)
+      .catch((err: unknown) => this.log.error({ err, job: id }, `jobs: ${(err as Error).message}`))
+      .finally(() => {
+        this.active--;
+        entry.running = undefined;
+        entry.controller = undefined;
+      });
+    await entry.running;
+    return entry.stopReason === 'shutdown' ? 'requeue' : 'finished';
+  }
+
+  /** Cluster mode: a job whose runs stopped their replicas MAX_STALLS times is failed. */
+  private async failStalled(cluster: Cluster, id: string): Promise<void> {
+    const record = await cluster.records.read(id).catch(() => null);
+    if (record === null || FINISHED.includes(record.job.state)) return;
+    this.book.take(id, record);
+    const entry = this.book.entries.get(id)!;
+    const cause = new QuantdError('INTERNAL', {
+      detail: `the job stopped the replicas that ran it ${record.job.attempts} times (the last: ${record.job.runs?.at(-1)?.replica ?? 'unknown'})`,
+    });
+    await this.book
+      .finish(entry, { state: 'failed', finished_at: now(), error: jobError(cause), result: null })
+      .then(() => this.store.clearResult(id))
+      .catch((err: unknown) => this.log.warn({ err, job: id }, `jobs: ${(err as Error).message}`));
   }
 
   /**
@@ -266,6 +374,7 @@ export class JobManager {
     }
     await Promise.all(runs);
     await Promise.all([...this.book.entries.values()].map((e) => e.writing?.catch(() => {})));
+    await this.options.cluster?.close();
   }
 
   // --- submission --------------------------------------------------------------------------
@@ -300,8 +409,7 @@ export class JobManager {
     }
     this.book.entries.set(id, entry);
     const job = entry.record.job; // as accepted (the queue may start it at once)
-    this.queue.push(id);
-    this.pump();
+    await this.enqueue(id);
     return job;
   }
 
@@ -371,9 +479,27 @@ export class JobManager {
       throw clientError(err, this.data, id);
     }
     const job = entry.record.job; // as accepted (the queue may start it at once)
-    this.queue.push(id);
-    this.pump();
+    await this.enqueue(id);
     return job;
+  }
+
+  /**
+   * Queues an accepted job: in this process, or in the cluster's queue. A job the cluster's queue
+   * cannot take is removed and QUEUE_UNAVAILABLE answered: it was never accepted.
+   */
+  private async enqueue(id: string): Promise<void> {
+    const cluster = this.options.cluster;
+    if (!cluster) {
+      this.queue.push(id);
+      this.pump();
+      return;
+    }
+    try {
+      await cluster.queue.enqueue(id);
+    } catch (err) {
+      await this.book.remove(id).catch(() => {});
+      throw new QuantdError('QUEUE_UNAVAILABLE', { detail: (err as Error).message });
+    }
   }
 
   /** The upload failed (ended early, too large, disk full): no job, its files removed. */
@@ -449,9 +575,27 @@ export class JobManager {
     return { jobs, next: more ? Buffer.from(key(last), 'utf8').toString('base64url') : null };
   }
 
-  get(id: string, caller: Caller = EVERYONE): Job {
+  async get(id: string, caller: Caller = EVERYONE): Promise<Job> {
+    await this.fresh(id);
     const entry = this.book.visible(id, caller);
     return entry.shown ?? entry.record.job;
+  }
+
+  /**
+   * Cluster mode: the book takes the job's record as Redis holds it now, so that a job submitted
+   * or changed on another replica a moment ago is answered as it is (the change stream follows
+   * within milliseconds, but a client may be quicker).
+   */
+  private async fresh(id: string): Promise<void> {
+    const cluster = this.options.cluster;
+    if (!cluster || !isJobId(id)) return;
+    let record: JobRecord | null;
+    try {
+      record = await cluster.records.read(id);
+    } catch (err) {
+      throw new QuantdError('QUEUE_UNAVAILABLE', { detail: (err as Error).message });
+    }
+    this.book.take(id, record);
   }
 
   /**
@@ -459,6 +603,7 @@ export class JobManager {
    * the wrong size fails the job instead of being served.
    */
   async result(id: string, caller: Caller = EVERYONE): Promise<{ job: Job; result: JobResult; dir: string }> {
+    await this.fresh(id);
     const entry = this.book.visible(id, caller);
     const job = entry.shown ?? entry.record.job;
     if (job.state !== 'succeeded' || job.result === null) {
@@ -477,7 +622,8 @@ export class JobManager {
    * report (quantd.layout-report/1). A layout job that finished under a version that kept no
    * such report has none: NOT_FOUND (docs/models.md).
    */
-  reportPath(id: string, caller: Caller = EVERYONE): string {
+  async reportPath(id: string, caller: Caller = EVERYONE): Promise<string> {
+    await this.fresh(id);
     const entry = this.book.visible(id, caller);
     const job = entry.shown ?? entry.record.job;
     if (job.state !== 'succeeded') throw new QuantdError('JOB_NOT_READY', { id, state: job.state });
@@ -497,6 +643,7 @@ export class JobManager {
    * kept with state cancelled) and returned; a finished one is removed entirely (null).
    */
   async delete(id: string, caller: Caller = EVERYONE): Promise<Job | null> {
+    await this.fresh(id);
     const entry = this.book.visible(id, caller);
     const { job } = entry.record;
     if (FINISHED.includes(job.state)) {
@@ -511,7 +658,16 @@ export class JobManager {
       entry.stopReason = 'cancel';
       entry.controller?.abort(new QuantdError('CANCELLED', { detail: ': the job was cancelled' }));
     }
-    await this.book.save(entry);
+    try {
+      await this.book.save(entry);
+    } catch (err) {
+      if (!(err instanceof RecordConflict)) throw err;
+      // cluster mode: it finished on its replica first (answered as it finished), or was removed
+      if (entry.deleted) throw new QuantdError('JOB_NOT_FOUND', { id });
+      return entry.record.job;
+    }
+    // cluster mode: a run elsewhere stops when its replica hears of the cancel
+    await this.options.cluster?.queue.dequeue(id).catch(() => {});
     await running;
     await this.store.clearResult(id);
     await this.store.removeUpload(id);

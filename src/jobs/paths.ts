@@ -34,6 +34,9 @@ export function isJobId(id: string): boolean {
 }
 
 /** `id` if it is a job id; JOB_NOT_FOUND otherwise (it names no job, whatever it names). */
+/** Whether a name in a job's directory is a run's directory (DataDir.runDir). */
+export const isRunDirName = (name: string): boolean => /^run\.\d+$/.test(name);
+
 export function checkJobId(id: string): string {
   if (!isJobId(id)) throw new QuantdError('JOB_NOT_FOUND', { id: printable(id) });
   return id;
@@ -85,6 +88,11 @@ export class DataDir {
 
   resultDir(id: string): string {
     return join(this.jobDir(id), 'result');
+  }
+
+  /** Where attempt `attempt` of a job writes its files before they are published as its result. */
+  runDir(id: string, attempt: number): string {
+    return join(this.jobDir(id), `run.${attempt}`);
   }
 
   reportFile(id: string): string {

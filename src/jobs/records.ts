@@ -1,11 +1,15 @@
 /**
- * The job manager's book of jobs: each job's record (job.json) in memory and its writes to disk.
+ * The job manager's book of jobs: each job's record in memory and its writes to where records
+ * are kept (job.json files; Redis in cluster mode, cluster-records.ts).
  *
- * - Every state change goes to job.json. Writes of one job are serialised and always write the
- *   latest state, so a slow progress write never lands after the final one.
- * - A change to a final state is shown (by get and list) only once job.json holds it: until then
- *   the API shows the job as it was, so a client never sees a state a crash could take back.
+ * - Every state change is written. Writes of one job are serialised and always write the latest
+ *   state, so a slow progress write never lands after the final one.
+ * - A change to a final state is shown (by get and list) only once it is written: until then the
+ *   API shows the job as it was, so a client never sees a state a crash could take back.
  * - A job being removed is never written again.
+ * - In cluster mode a write can lose to another replica's (the job was cancelled there, or taken
+ *   over after this replica stalled): the entry then takes the record that won, and a run of it
+ *   here is stopped (RecordConflict).
  */
 import { EVERYONE, type Caller } from '../service/auth.js';
 import { QuantdError } from '../errors/index.js';
@@ -16,12 +20,32 @@ import {
   type JobInput,
   type JobRecord,
   type JobState,
-  type JobStore,
   type Submission,
 } from './store.js';
 
-/** Why a run stopped early: the job was cancelled, or the server is stopping. */
-export type StopReason = 'cancel' | 'shutdown';
+/**
+ * Why a run stopped early: the job was cancelled, the server is stopping, or (cluster mode)
+ * another replica took the job over.
+ */
+export type StopReason = 'cancel' | 'shutdown' | 'superseded';
+
+/** Where records are kept: job.json files (JobStore), or Redis in cluster mode. */
+export interface RecordWriter {
+  /** Writes a record; rejects with RecordConflict where another writer's state must win. */
+  write(record: JobRecord): Promise<void>;
+  /** Removes a job's record and its directory. */
+  remove(id: string): Promise<void>;
+}
+
+/** A write refused because the stored record won (cluster mode); `current` is it, null if removed. */
+export class RecordConflict extends Error {
+  constructor(
+    readonly id: string,
+    readonly current: JobRecord | null,
+  ) {
+    super(`job ${id} was changed by another replica (${current?.job.state ?? 'removed'})`);
+  }
+}
 
 export interface Entry {
   record: JobRecord;
@@ -58,7 +82,7 @@ export class JobBook {
     for (const listener of this.changeListeners) listener(entry);
   }
 
-  constructor(private readonly store: JobStore) {}
+  constructor(private readonly records: RecordWriter) {}
 
   /** A new queued job (not yet in the book, not yet written). */
   newEntry(
@@ -131,7 +155,7 @@ export class JobBook {
       await entry.writing?.catch(() => {}); // a write in flight must not land after the removal
     }
     try {
-      await this.store.remove(id);
+      await this.records.remove(id);
     } catch (err) {
       if (entry) entry.deleted = false; // still there: a later sweep or DELETE tries again
       throw err;
@@ -140,6 +164,48 @@ export class JobBook {
       this.entries.delete(id);
       this.changed(entry);
     }
+  }
+
+  /**
+   * A record as Redis holds it (cluster mode: another replica's change, or read afresh): a new
+   * job is added; a known one adopts it — unless it is this replica's own run going on, whose
+   * entry is newer than any record of that run.
+   */
+  take(id: string, record: JobRecord | null): void {
+    const entry = this.entries.get(id);
+    if (entry === undefined) {
+      if (record === null) return;
+      const added: Entry = { record, dirty: false, deleted: false };
+      this.entries.set(id, added);
+      this.changed(added);
+      return;
+    }
+    const mine = entry.record.job;
+    const ownRun =
+      entry.running !== undefined && record?.job.state === 'running' && record.job.attempts === mine.attempts;
+    if (!ownRun && !(entry.shown !== undefined && record?.job.state === mine.state))
+      this.adopt(entry, record);
+  }
+
+  /**
+   * Takes a record written elsewhere (another replica's change, or the one a write lost to):
+   * the entry shows it, and a run of it here stops, as cancelled or as taken over.
+   */
+  adopt(entry: Entry, current: JobRecord | null): void {
+    const mine = entry.record.job;
+    entry.dirty = false;
+    if (current === null) entry.deleted = true;
+    else entry.record = current;
+    const job = entry.record.job;
+    const lost = current === null || FINISHED.includes(job.state) || job.attempts !== mine.attempts;
+    if (lost && entry.controller && !entry.controller.signal.aborted) {
+      entry.stopReason = current === null || job.state === 'cancelled' ? 'cancel' : 'superseded';
+      entry.controller.abort(
+        new QuantdError('CANCELLED', { detail: ': the job was changed by another replica' }),
+      );
+    }
+    if (current === null) this.entries.delete(mine.id);
+    this.changed(entry);
   }
 
   update(entry: Entry, change: Partial<Job>): void {
@@ -172,8 +238,11 @@ export class JobBook {
       try {
         while (entry.dirty && !entry.deleted) {
           entry.dirty = false;
-          await this.store.write(entry.record);
+          await this.records.write(entry.record);
         }
+      } catch (err) {
+        if (err instanceof RecordConflict) this.adopt(entry, err.current);
+        throw err;
       } finally {
         entry.writing = undefined;
       }

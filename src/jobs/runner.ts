@@ -11,7 +11,7 @@
  * path keeps its file name (its extension the layout's), or, sharded, is a directory of shards
  * and an index (model operations only: a layout reads one file).
  */
-import { open, stat } from 'node:fs/promises';
+import { open, rm, stat } from 'node:fs/promises';
 import { basename, extname, join, relative, sep } from 'node:path';
 import { QuantdError } from '../errors/index.js';
 import { ST_DTYPE_SIZE } from '../core/dtypes.js';
@@ -29,7 +29,7 @@ import { layoutExtension } from '../service/layouts/parse.js';
 import { layoutReport } from '../service/layouts/report.js';
 import type { JobLog } from './log.js';
 import { DataDir, UPLOAD_RESULT_NAME, clientError, resolveInputPath } from './paths.js';
-import { now, type Entry, type JobBook } from './records.js';
+import { RecordConflict, now, type Entry, type JobBook } from './records.js';
 import type { Encoding } from '../kernels/encoders.js';
 import { unpackedFolder } from './folder-upload.js';
 import { jobPlan, type JobPlan } from './request.js';
@@ -196,12 +196,19 @@ export interface RunDeps {
   /** Least interval between progress writes to job.json. */
   readonly progressIntervalMs: number;
   readonly log: () => JobLog;
+  /** Cluster mode: this replica's name, recorded in each attempt it runs (Job.runs). */
+  readonly replica?: string;
 }
 
 /**
  * Runs a queued job to its end: running → succeeded (every result file in place, the report
  * written) or failed (its partial files removed). A cancelled job's files are removed and its
  * state left as cancelled; a run stopped by shutdown leaves the job as it is, to run again.
+ *
+ * A run writes into its own directory (run.N), published as the result by one rename once
+ * complete. In cluster mode the first write (running, attempt N) claims the job: where another
+ * replica's write wins instead, or wins later (a cancel, a takeover), this run stops and leaves
+ * the files of the job to the winner, removing only its own directory.
  */
 export async function runJob(entry: Entry, deps: RunDeps): Promise<void> {
   const { book, store, data } = deps;
@@ -210,11 +217,13 @@ export async function runJob(entry: Entry, deps: RunDeps): Promise<void> {
   entry.controller = controller;
   entry.stopReason = undefined;
   const started = Date.now();
+  const attempt = entry.record.job.attempts + 1;
+  const startedAt = new Date(started).toISOString();
   book.update(entry, {
     state: 'running',
-    started_at: new Date(started).toISOString(),
+    started_at: startedAt,
     finished_at: null,
-    attempts: entry.record.job.attempts + 1,
+    attempts: attempt,
     progress: {
       tensors_done: 0,
       tensors_total: null,
@@ -225,28 +234,32 @@ export async function runJob(entry: Entry, deps: RunDeps): Promise<void> {
     },
     error: null,
     result: null,
+    ...(deps.replica !== undefined && {
+      runs: [...(entry.record.job.runs ?? []), { attempt, replica: deps.replica, started_at: startedAt }],
+    }),
   });
   let lastWrite = 0;
   const onProgress = (p: Progress): void => {
-    if (entry.record.job.state !== 'running') return;
+    if (entry.record.job.state !== 'running' || controller.signal.aborted) return;
     book.update(entry, { progress: progressOf(p, started) });
     const t = Date.now();
     if (t - lastWrite >= deps.progressIntervalMs) {
       lastWrite = t;
-      book
-        .save(entry)
-        .catch((err: unknown) =>
-          deps.log().warn({ err, job: id }, `jobs: progress not saved: ${(err as Error).message}`),
-        );
+      book.save(entry).catch((err: unknown) => {
+        if (err instanceof RecordConflict) return; // the run is stopped (book.adopt)
+        deps.log().warn({ err, job: id }, `jobs: progress not saved: ${(err as Error).message}`);
+      });
     }
   };
+  const runDir = data.runDir(id, attempt);
+  let claimed = false;
   try {
     await book.save(entry);
-    await store.clearResult(id);
+    claimed = true;
+    await store.clearResult(id); // what earlier attempts left
     const plan = jobPlan(entry.record.submission);
-    const resultDir = data.resultDir(id);
-    const { input, output } = await paths(entry, plan, deps);
-    const run = await runPlan(plan, input, output, resultDir, {
+    const { input, output } = await paths(entry, plan, deps, runDir);
+    const run = await runPlan(plan, input, output, runDir, {
       compute: deps.compute,
       encoding: deps.encoding(),
       threads: deps.threads,
@@ -255,10 +268,11 @@ export async function runJob(entry: Entry, deps: RunDeps): Promise<void> {
     });
     await store.writeReport(id, run.report);
     // cancelled (or stopping) just as the run ended: the cancellation wins (checked right
-    // before the state changes, with nothing awaited in between)
+    // before the result is published, with nothing awaited in between)
     if (controller.signal.aborted || entry.record.job.state !== 'running') {
       throw new QuantdError('CANCELLED', { detail: '' });
     }
+    await store.publish(id, runDir);
     const last = entry.record.job.progress;
     await book.finish(entry, {
       state: 'succeeded',
@@ -269,27 +283,44 @@ export async function runJob(entry: Entry, deps: RunDeps): Promise<void> {
     if (entry.record.job.input.kind === 'upload') await store.removeUpload(id);
     deps.log().info({ job: id, seconds: (Date.now() - started) / 1000 }, 'jobs: succeeded');
   } catch (err) {
-    if (entry.stopReason === 'shutdown') return; // runs again on the next start
+    if (!claimed) {
+      if (err instanceof RecordConflict) return; // another replica runs it, or it was cancelled
+      throw err;
+    }
+    if (entry.stopReason === 'shutdown') return; // runs again on the next start, or elsewhere
+    if (entry.stopReason === 'superseded') {
+      await rm(runDir, { recursive: true, force: true }).catch(() => {});
+      return;
+    }
     if (entry.stopReason === 'cancel' || entry.record.job.state === 'cancelled') {
       await store.clearResult(id);
       return;
     }
     const error = jobError(clientError(err, data, id));
     deps.log().warn({ job: id, code: error.code }, `jobs: failed: ${error.message}`);
+    try {
+      // recorded first: a replica that took the job over keeps its files
+      await book.finish(entry, { state: 'failed', finished_at: now(), error, result: null });
+    } catch (e) {
+      if (e instanceof RecordConflict) {
+        await rm(runDir, { recursive: true, force: true }).catch(() => {});
+        return;
+      }
+      deps.log().error({ err: e, job: id }, `jobs: state not saved: ${(e as Error).message}`);
+    }
     await store.clearResult(id).catch(() => {});
-    await book
-      .finish(entry, { state: 'failed', finished_at: now(), error, result: null })
-      .catch((e: unknown) =>
-        deps.log().error({ err: e, job: id }, `jobs: state not saved: ${(e as Error).message}`),
-      );
     if (entry.record.job.input.kind === 'upload') await store.removeUpload(id).catch(() => {});
   }
 }
 
-/** What a job reads and where its result goes (outputPath). */
-async function paths(entry: Entry, plan: JobPlan, deps: RunDeps): Promise<{ input: string; output: string }> {
+/** What a job reads and where its result goes (outputPath), in `resultDir` (the run's directory). */
+async function paths(
+  entry: Entry,
+  plan: JobPlan,
+  deps: RunDeps,
+  resultDir: string,
+): Promise<{ input: string; output: string }> {
   const { job } = entry.record;
-  const resultDir = deps.data.resultDir(job.id);
   if (job.input.kind === 'upload' && job.input.folder === true) {
     // an uploaded folder (input/FOLDER) is named like a folder by path: after its index or weights
     const input = await unpackedFolder(deps.data.uploadFolder(job.id));

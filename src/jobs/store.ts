@@ -7,13 +7,13 @@
  * Storage errors map onto the catalogue the same way everywhere: a full disk (ENOSPC, EDQUOT) is
  * STORAGE_FULL, anything else that prevents a write OUTPUT_UNWRITABLE, both naming the path.
  */
-import { mkdir, open, readFile, readdir, rm, stat, statfs } from 'node:fs/promises';
+import { mkdir, open, readFile, readdir, rename, rm, stat, statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { QuantdError } from '../errors/index.js';
 import { writeError, writeFileAtomic } from '../format/file-io.js';
 import type { Operation } from '../service/index.js';
-import { DataDir, isJobId } from './paths.js';
+import { DataDir, isJobId, isRunDirName } from './paths.js';
 
 export type JobState = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled';
 
@@ -65,6 +65,15 @@ export interface Job {
   readonly attempts: number;
   readonly error: JobError | null;
   readonly result: JobResult | null;
+  /** Cluster mode: which replica ran each attempt (absent on a single node). */
+  readonly runs?: readonly JobRun[];
+}
+
+/** One attempt of a job in cluster mode: the replica (QUANTD_REPLICA_ID) that ran it. */
+export interface JobRun {
+  readonly attempt: number;
+  readonly replica: string;
+  readonly started_at: string;
 }
 
 /** Option values as submitted: query parameters (strings, repeated ones as lists) or JSON. */
@@ -162,10 +171,35 @@ export class JobStore {
     await rm(this.data.jobDir(id), { recursive: true, force: true });
   }
 
-  /** Removes a job's result directory and report (a run that did not finish). */
+  /** Removes a job's result directory, its report and the directories of runs that did not finish. */
   async clearResult(id: string): Promise<void> {
     await rm(this.data.resultDir(id), { recursive: true, force: true });
     await rm(this.data.reportFile(id), { force: true });
+    let names: string[];
+    try {
+      names = await readdir(this.data.jobDir(id));
+    } catch {
+      return;
+    }
+    for (const name of names.filter(isRunDirName)) {
+      await rm(join(this.data.jobDir(id), name), { recursive: true, force: true });
+    }
+  }
+
+  /**
+   * Publishes a run's files as the job's result: one rename of its directory, so no reader sees a
+   * part of it. Where a result is already in place — an earlier run of the same job that finished
+   * before its replica stopped — that result stays (a run's bytes are the same every time) and
+   * this run's directory is removed.
+   */
+  async publish(id: string, runDir: string): Promise<void> {
+    try {
+      await rename(runDir, this.data.resultDir(id));
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw writeError(this.data.resultDir(id), err);
+      await rm(runDir, { recursive: true, force: true });
+    }
   }
 
   /** Creates a directory of a job (its result directory). */

@@ -17,6 +17,9 @@ import { Admission } from '../service/index.js';
 
 export { packageVersion };
 import { JobManager } from '../jobs/manager.js';
+import { connectCluster, type Cluster } from '../jobs/cluster.js';
+import { DataDir } from '../jobs/paths.js';
+import { JobStore } from '../jobs/store.js';
 import { CalibrationStore } from '../service/calibration/store.js';
 
 export interface RunningServer {
@@ -65,6 +68,24 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
   const admission = new Admission(config.poolSize + config.queueLimit);
   let http: FastifyInstance | undefined;
   let grpc: RunningGrpc;
+  // Cluster mode: the jobs of every replica in one Redis (QUANTD_REDIS_URL)
+  let cluster: Cluster | undefined;
+  if (config.redisUrl !== null) {
+    try {
+      cluster = await connectCluster(
+        {
+          url: config.redisUrl,
+          prefix: config.redisPrefix,
+          lockMs: config.clusterLockMs,
+          ...(config.replicaId !== null && { replica: config.replicaId }),
+        },
+        new JobStore(new DataDir(config.dataDir)),
+      );
+    } catch (err) {
+      await handle.close().catch(() => {});
+      throw err;
+    }
+  }
   // Jobs (/v1/jobs, and quantd.v1.Jobs over gRPC: one manager, so one set of jobs) run in the
   // background on the same pool; each uses all its threads.
   const jobs = new JobManager({
@@ -77,6 +98,7 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
     limit: config.jobLimit,
     retentionMs: config.jobRetentionMs,
     ...(config.jobStoreLimit !== null && { storeLimit: config.jobStoreLimit }),
+    ...(cluster && { cluster }),
   });
   // Calibration sessions (/v1/calibrations): persisted beside the jobs, resumed on start
   const calibrations = new CalibrationStore({ dataDir: config.dataDir, compute: handle.compute });

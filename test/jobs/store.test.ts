@@ -246,8 +246,8 @@ describe('the manager', () => {
 
   async function until(manager: JobManager, id: string, check: (job: Job) => boolean): Promise<Job> {
     const deadline = Date.now() + 10_000;
-    while (!check(manager.get(id))) {
-      if (Date.now() > deadline) throw new Error(`job ${id}: ${JSON.stringify(manager.get(id))}`);
+    while (!check(await manager.get(id))) {
+      if (Date.now() > deadline) throw new Error(`job ${id}: ${JSON.stringify(await manager.get(id))}`);
       await new Promise((r) => setTimeout(r, 5));
     }
     return manager.get(id);
