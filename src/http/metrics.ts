@@ -114,6 +114,7 @@ export function createMetrics(handle: ComputeHandle, jobs?: JobManager): HttpMet
     registers: [registry],
   });
   if (jobs) registerJobMetrics(registry, jobs);
+  if (jobs?.replica != null) registerClusterMetrics(registry, jobs);
   return {
     registry,
     observeGrpc(method, code, seconds) {
@@ -161,4 +162,76 @@ function registerJobMetrics(registry: Registry, jobs: JobManager): void {
   });
   for (const state of FINISHED) finished.inc({ state }, 0);
   jobs.onFinished((state) => finished.inc({ state }));
+}
+
+/**
+ * Cluster mode: the shared queue's depth and running jobs (the same on every replica), the jobs
+ * running on this one, and this replica's stall, hand-back and takeover counters (sum them across
+ * replicas). Read when scraped; a Redis that does not answer leaves the queue's gauges unset.
+ */
+function registerClusterMetrics(registry: Registry, jobs: JobManager): void {
+  let stats: Awaited<ReturnType<JobManager['clusterStats']>> = null;
+  // one read of Redis per scrape, shared by the metrics below (a registry collects them at once)
+  let reading: Promise<void> | undefined;
+  const read = (): Promise<void> =>
+    (reading ??= jobs
+      .clusterStats()
+      .then((s) => void (stats = s))
+      .catch(() => {})
+      .finally(() => (reading = undefined)));
+  new Gauge({
+    name: 'quantd_cluster_queue_jobs',
+    help: "jobs in the cluster's queue: waiting for a replica, or active (running on one)",
+    labelNames: ['state'],
+    registers: [registry],
+    async collect() {
+      await read();
+      if (!stats) return;
+      this.set({ state: 'waiting' }, stats.queue.waiting);
+      this.set({ state: 'active' }, stats.queue.active);
+    },
+  });
+  new Gauge({
+    name: 'quantd_cluster_replica_running_jobs',
+    help: 'jobs running on this replica',
+    registers: [registry],
+    async collect() {
+      await read();
+      if (stats) this.set(stats.runningHere);
+    },
+  });
+  // the replica counts these itself (cluster-queue.ts); a scrape shows its totals
+  const counter = (name: string, help: string, of: (s: NonNullable<typeof stats>) => number): void => {
+    new Counter({
+      name,
+      help,
+      registers: [registry],
+      async collect() {
+        await read();
+        if (!stats) return;
+        this.reset();
+        this.inc(of(stats));
+      },
+    });
+  };
+  counter(
+    'quantd_cluster_stalled_total',
+    'jobs this replica found stalled (their replica stopped renewing the lock), since it started',
+    (s) => s.counters.stalled,
+  );
+  counter(
+    'quantd_cluster_requeued_total',
+    'running jobs this replica put back in the queue as it stopped',
+    (s) => s.counters.requeued,
+  );
+  counter(
+    'quantd_cluster_taken_over_total',
+    'jobs this replica took over from a replica that had stopped (retried runs), since it started',
+    (s) => s.counters.takenOver,
+  );
+  counter(
+    'quantd_cluster_stalled_out_total',
+    'jobs failed here for stalling too often (each run stopped its replica), since it started',
+    (s) => s.counters.stalledOut,
+  );
 }

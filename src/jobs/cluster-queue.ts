@@ -11,6 +11,7 @@
  */
 import { Queue, WaitingError, Worker, type Job as BullJob } from 'bullmq';
 import type { Redis } from 'ioredis';
+import type { JobLog } from './log.js';
 
 /** Stalls a job may have before it is failed (a job that brings its replica down, again and again). */
 export const MAX_STALLS = 3;
@@ -20,11 +21,16 @@ const QUEUE = 'jobs';
 /** How a run of the job ended: finished (whatever its state), or stopped to run again elsewhere. */
 export type RunEnd = 'finished' | 'requeue';
 
-/** Counters of this replica's worker since it started (/metrics). */
+/** Counters of this replica since it started (/metrics). */
 export interface QueueStats {
+  /** Jobs this replica's stall check found without a live lock (their replica had stopped). */
   stalled: number;
-  retried: number;
-  failed: number;
+  /** Jobs this replica put back in the queue as it stopped. */
+  requeued: number;
+  /** Jobs this replica took over from a replica that had stopped (attempt 2 and on). */
+  takenOver: number;
+  /** Jobs failed here for stalling MAX_STALLS times. */
+  stalledOut: number;
 }
 
 export interface ClusterQueueOptions {
@@ -38,7 +44,7 @@ export interface ClusterQueueOptions {
 export class ClusterQueue {
   private readonly queue: Queue;
   private worker: Worker | undefined;
-  readonly stats: QueueStats = { stalled: 0, retried: 0, failed: 0 };
+  readonly stats: QueueStats = { stalled: 0, requeued: 0, takenOver: 0, stalledOut: 0 };
 
   constructor(private readonly options: ClusterQueueOptions) {
     this.queue = new Queue(QUEUE, { connection: options.connection, prefix: options.prefix });
@@ -48,13 +54,18 @@ export class ClusterQueue {
    * Starts taking jobs: `run(id)` runs one to its end. `onStalledOut(id)` is told of a job failed
    * for stalling MAX_STALLS times (its record is still running: the caller fails it).
    */
-  start(concurrency: number, run: (id: string) => Promise<RunEnd>, onStalledOut: (id: string) => void): void {
+  start(
+    concurrency: number,
+    run: (id: string) => Promise<RunEnd>,
+    onStalledOut: (id: string) => void,
+    log: () => JobLog,
+  ): void {
     const { connection, prefix, lockMs } = this.options;
     this.worker = new Worker(
       QUEUE,
       async (job: BullJob<{ id: string }>, token?: string) => {
         if ((await run(job.data.id)) === 'requeue') {
-          this.stats.retried++;
+          this.stats.requeued++;
           await job.moveToWait(token);
           throw new WaitingError();
         }
@@ -72,11 +83,12 @@ export class ClusterQueue {
       this.stats.stalled++;
     });
     this.worker.on('failed', (job, err) => {
-      this.stats.failed++;
-      if (job && /stalled more than allowable limit/i.test(err.message)) onStalledOut(job.data.id);
+      if (!job || !/stalled more than allowable limit/i.test(err.message)) return;
+      this.stats.stalledOut++;
+      onStalledOut(job.data.id);
     });
-    // errors of the connection are retried by ioredis; without a listener they would be thrown
-    this.worker.on('error', () => {});
+    // the worker goes on (ioredis reconnects); without a listener an error would be thrown
+    this.worker.on('error', (err) => log().warn({ err }, `jobs: queue: ${err.message}`));
   }
 
   /** Adds a job (its id once: adding an id the queue holds is a no-op). */
@@ -90,17 +102,22 @@ export class ClusterQueue {
     await job?.remove().catch(() => {});
   }
 
-  /** Jobs waiting, running (active), delayed and failed in the whole cluster. */
-  async counts(): Promise<Record<string, number>> {
-    return this.queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'prioritized');
+  /** Jobs waiting and running (active) in the whole cluster's queue. */
+  async counts(): Promise<{ waiting: number; active: number }> {
+    const counts = await this.queue.getJobCounts('waiting', 'active', 'prioritized', 'delayed');
+    return {
+      waiting: (counts['waiting'] ?? 0) + (counts['prioritized'] ?? 0) + (counts['delayed'] ?? 0),
+      active: counts['active'] ?? 0,
+    };
   }
 
   /**
    * Stops taking jobs. Runs in flight are stopped by the caller first (their jobs go back to the
-   * queue): this waits for them, then closes the connections.
+   * queue): this waits for them, then closes the connections — or, `force`d (Redis gone), does not
+   * wait for anything.
    */
-  async close(): Promise<void> {
-    await this.worker?.close();
+  async close(force = false): Promise<void> {
+    await this.worker?.close(force);
     await this.queue.close();
   }
 }

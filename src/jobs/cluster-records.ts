@@ -90,6 +90,11 @@ export class ClusterRecords implements RecordWriter {
     return text === null ? null : parseRecord(text);
   }
 
+  /** Whether the job was removed (in the last day): a record missing without it was lost by Redis. */
+  async wasRemoved(id: string): Promise<boolean> {
+    return (await this.redis.exists(this.removed(id))) === 1;
+  }
+
   /** An upload being received is recorded here only once accepted (until then it is this replica's). */
   async write(record: JobRecord): Promise<void> {
     if (record.receiving !== null) return;
@@ -121,7 +126,7 @@ export class ClusterRecords implements RecordWriter {
    */
   async restore(record: JobRecord): Promise<boolean> {
     const id = record.job.id;
-    if ((await this.redis.exists(this.removed(id))) === 1) return false;
+    if (await this.wasRemoved(id)) return false;
     return (await this.redis.hsetnx(this.hash, id, JSON.stringify(record))) === 1;
   }
 

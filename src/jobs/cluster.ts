@@ -10,6 +10,9 @@ import { ClusterQueue } from './cluster-queue.js';
 import { ClusterRecords } from './cluster-records.js';
 import type { JobStore } from './store.js';
 
+/** How long closing waits for Redis before it drops the connections. */
+const CLOSE_WAIT_MS = 5000;
+
 export interface ClusterConfig {
   /** redis://[user:password@]host:port[/db] (QUANTD_REDIS_URL). */
   readonly url: string;
@@ -65,8 +68,22 @@ export async function connectCluster(config: ClusterConfig, files: JobStore): Pr
       });
     },
     async close() {
-      await queue.close();
-      await Promise.all([commands.quit().catch(() => {}), subscriber.quit().catch(() => {})]);
+      const graceful = (async () => {
+        await queue.close();
+        await Promise.all([commands.quit().catch(() => {}), subscriber.quit().catch(() => {})]);
+      })();
+      // with Redis gone, commands wait for it for ever: a stopping replica does not
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<'late'>(
+        (resolve) => (timer = setTimeout(() => resolve('late'), CLOSE_WAIT_MS)),
+      );
+      const outcome = await Promise.race([graceful, late]);
+      clearTimeout(timer);
+      if (outcome === 'late') {
+        commands.disconnect();
+        subscriber.disconnect();
+        await queue.close(true).catch(() => {});
+      }
     },
   };
 }

@@ -24,7 +24,7 @@ import { QuantdError } from '../errors/index.js';
 import type { Compute } from '../service/index.js';
 import { DataDir, clientError, isJobId, newJobId, resolveInputPath } from './paths.js';
 import type { Cluster } from './cluster.js';
-import type { RunEnd } from './cluster-queue.js';
+import type { QueueStats, RunEnd } from './cluster-queue.js';
 import { referenceEncoding, type Encoding } from '../kernels/encoders.js';
 import type { JobLog } from './log.js';
 import { patientCompute, patientEncoding } from './patient-compute.js';
@@ -120,6 +120,20 @@ export class JobManager {
     };
   }
 
+  /**
+   * Cluster mode: the queue across the cluster, the jobs running here and this replica's counters
+   * (/metrics); null on a single node.
+   */
+  async clusterStats(): Promise<{
+    queue: { waiting: number; active: number };
+    runningHere: number;
+    counters: Readonly<QueueStats>;
+  } | null> {
+    const cluster = this.options.cluster;
+    if (!cluster) return null;
+    return { queue: await cluster.queue.counts(), runningHere: this.active, counters: cluster.queue.stats };
+  }
+
   /** This replica's name in cluster mode; null on a single node. */
   get replica(): string | null {
     return this.options.cluster?.replica ?? null;
@@ -191,6 +205,7 @@ export class JobManager {
       this.options.concurrency,
       (id) => this.runQueued(cluster, id),
       (id) => void this.failStalled(cluster, id),
+      () => this.log,
     );
     cluster.onReconnect(() => void this.reconcile(cluster));
   }
@@ -214,20 +229,36 @@ export class JobManager {
     }
     for (const [id, record] of stored) this.book.take(id, record);
     for (const entry of [...this.book.entries.values()]) {
-      const { job } = entry.record;
-      if (entry.record.receiving !== null || entry.deleted || entry.running) continue;
-      try {
-        if (!stored.has(job.id)) {
-          if (!(await cluster.records.restore(entry.record))) {
-            this.book.take(job.id, null);
-            continue;
-          }
-          this.log.warn({ job: job.id }, 'jobs: a record Redis had lost is put back');
-        }
-        if (!FINISHED.includes(job.state)) await cluster.queue.enqueue(job.id);
-      } catch (err) {
-        this.log.warn({ err, job: job.id }, `jobs: cannot reconcile with Redis: ${(err as Error).message}`);
+      if (!stored.has(entry.record.job.id)) await this.restore(cluster, entry);
+      else if (!FINISHED.includes(entry.record.job.state) && entry.running === undefined) {
+        await cluster.queue
+          .enqueue(entry.record.job.id)
+          .catch((err: unknown) => this.log.warn({ err }, `jobs: cannot queue: ${(err as Error).message}`));
       }
+    }
+  }
+
+  /**
+   * Cluster mode: a record this replica holds and Redis does not. Removed meanwhile (its marker
+   * says so): dropped here too. Lost by Redis (restarted without persistence): put back as this
+   * replica last saw it, and queued again if it had not finished (a run of it here goes on; its
+   * next write puts its record back anyway).
+   */
+  private async restore(cluster: Cluster, entry: Entry): Promise<void> {
+    const { job } = entry.record;
+    if (entry.record.receiving !== null || entry.deleted) return;
+    try {
+      if (!(await cluster.records.restore(entry.record))) {
+        if (await cluster.records.wasRemoved(job.id)) this.book.take(job.id, null);
+        return;
+      }
+      this.log.warn({ job: job.id }, 'jobs: a record Redis had lost is put back');
+      if (!FINISHED.includes(job.state) && entry.running === undefined) await cluster.queue.enqueue(job.id);
+    } catch (err) {
+      this.log.warn(
+        { err, job: job.id },
+        `jobs: cannot restore a record in Redis: ${(err as Error).message}`,
+      );
     }
   }
 
@@ -240,6 +271,7 @@ export class JobManager {
     this.book.take(id, record);
     const entry = this.book.entries.get(id)!;
     entry.record = record;
+    if (record.job.state === 'running') cluster.queue.stats.takenOver++;
     this.active++;
     entry.running = runJob(entry, this.runDeps)
       .catch((err: unknown) => this.log.error({ err, job: id }, `jobs: ${(err as Error).message}`))
@@ -589,13 +621,14 @@ export class JobManager {
   private async fresh(id: string): Promise<void> {
     const cluster = this.options.cluster;
     if (!cluster || !isJobId(id)) return;
-    let record: JobRecord | null;
     try {
-      record = await cluster.records.read(id);
+      const record = await cluster.records.read(id);
+      const known = this.book.entries.get(id);
+      if (record !== null) this.book.take(id, record);
+      else if (known !== undefined) await this.restore(cluster, known);
     } catch (err) {
       throw new QuantdError('QUEUE_UNAVAILABLE', { detail: (err as Error).message });
     }
-    this.book.take(id, record);
   }
 
   /**

@@ -201,7 +201,26 @@ describe('docker-compose.yml', () => {
 
   it('builds this Dockerfile and publishes the HTTP and gRPC ports on loopback only', () => {
     expect(service['build']).toBe('.');
-    expect(service['ports']).toEqual(['127.0.0.1:8080:8080', '127.0.0.1:50051:50051']);
+    // one server: 8080 and 50051; replicas scaled in the cluster profile: one port each of the range
+    expect(service['ports']).toEqual(['127.0.0.1:8080-8087:8080', '127.0.0.1:50051-50058:50051']);
+  });
+
+  it('the cluster profile: Redis with AOF, HAProxy on loopback for HTTP and gRPC, the replicas on one volume', () => {
+    const redis = compose.services['redis']!;
+    const balancer = compose.services['balancer']!;
+    expect(redis['profiles']).toEqual(['cluster']);
+    expect(balancer['profiles']).toEqual(['cluster']);
+    expect((redis['command'] as string[]).join(' ')).toContain('--appendonly yes');
+    expect(balancer['ports']).toEqual(['127.0.0.1:8090:8080', '127.0.0.1:50090:50051']);
+    expect(balancer['volumes']).toEqual(['./deploy/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro']);
+    const env = service['environment'] as Record<string, string>;
+    expect(env['QUANTD_REDIS_URL']).toBe('${QUANTD_REDIS_URL:-}');
+    // a single server does not need Redis: the dependency is not required outside the profile
+    expect(service['depends_on']).toEqual({ redis: { condition: 'service_healthy', required: false } });
+    const haproxy = readFileSync(join(ROOT, 'deploy', 'haproxy.cfg'), 'utf8');
+    expect(haproxy).toMatch(/bind :50051 proto h2/);
+    expect(haproxy).toMatch(/server-template quantd \d+ quantd:50051 proto h2 check port 8080/);
+    expect(haproxy).toMatch(/option httpchk GET \/readyz/);
   });
 
   it('bounds uploads (the default of a bare server is 1 TiB)', () => {

@@ -20,6 +20,8 @@ export interface ChildServer {
   readonly target: string;
   /** Everything the process wrote on stderr so far. */
   stderr(): string;
+  /** Everything the process wrote on stdout so far (its log, at QUANTD_LOG_LEVEL). */
+  stdout(): string;
   /** Whether the process has not exited. */
   alive(): boolean;
   /** Its resident set size now, in bytes (Linux /proc). */
@@ -86,6 +88,7 @@ export function startChildServer(env: Readonly<Record<string, string>>): Promise
           grpcPort,
           target: `127.0.0.1:${grpcPort}`,
           stderr: () => stderr,
+          stdout: () => stdout,
           alive,
           rssBytes: () => rssOf(child.pid!),
           kill: () => stopWith('SIGKILL'),
