@@ -23,6 +23,7 @@ import {
   type ChildServer,
   type Job,
 } from '../jobs/helpers.js';
+import { call, jobsClient, receive } from '../grpc/jobs-helpers.js';
 import { dropPrefix, newPrefix, startReplica, type ClusterJob } from './helpers.js';
 import { freePort, startHaproxy, type Backend, type Balancer } from './haproxy.js';
 
