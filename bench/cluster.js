@@ -88,6 +88,9 @@ function request(port, method, path, body) {
   });
 }
 
+/** Every server started, stopped at the end whatever happens. */
+const started = [];
+
 /** `quantd serve` with `env`; resolves with its pid and HTTP port once it listens. */
 function serve(env) {
   const child = spawn(process.execPath, [BIN, 'serve'], {
@@ -101,6 +104,7 @@ function serve(env) {
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
+  started.push(child);
   return new Promise((resolve, reject) => {
     let out = '';
     child.once('exit', (code) => reject(new Error(`quantd serve exited (${code}): ${out}`)));
@@ -140,6 +144,7 @@ async function redisInfo(redis) {
 
 /** Runs JOBS jobs on `servers` (submitted round-robin, at once); returns the scenario's figures. */
 async function run(label, servers, redis) {
+  console.error(`running: ${label}`);
   const before = redis && (await redisInfo(redis));
   const cpu0 = servers.map((s) => cpuSeconds(s.child.pid));
   const t0 = performance.now();
@@ -150,7 +155,11 @@ async function run(label, servers, redis) {
       s.port,
       'POST',
       '/v1/jobs',
-      JSON.stringify({ op: 'quantize', path: 'models/m.safetensors', qdtype: 'int8', scheme: 'per_channel' }),
+      JSON.stringify({
+        op: 'quantize',
+        input: 'models/m.safetensors',
+        params: { qdtype: 'int8', scheme: 'per_channel' },
+      }),
     );
     if (r.status !== 202) throw new Error(`submit: ${r.status} ${r.body}`);
     ids.push(JSON.parse(r.body).id);
@@ -227,6 +236,7 @@ try {
     redisServer.kill('SIGTERM');
   }
 } finally {
+  for (const child of started) if (child.exitCode === null) child.kill('SIGKILL');
   rmSync(dir, { recursive: true, force: true });
 }
 

@@ -168,8 +168,7 @@ export class JobBook {
 
   /**
    * A record as Redis holds it (cluster mode: another replica's change, or read afresh): a new
-   * job is added; a known one adopts it — unless it is this replica's own run going on, whose
-   * entry is newer than any record of that run.
+   * job is added; a known one adopts it when it is newer than what the entry holds (isNewer).
    */
   take(id: string, record: JobRecord | null): void {
     const entry = this.entries.get(id);
@@ -180,11 +179,7 @@ export class JobBook {
       this.changed(added);
       return;
     }
-    const mine = entry.record.job;
-    const ownRun =
-      entry.running !== undefined && record?.job.state === 'running' && record.job.attempts === mine.attempts;
-    if (!ownRun && !(entry.shown !== undefined && record?.job.state === mine.state))
-      this.adopt(entry, record);
+    if (record === null || isNewer(record.job, entry)) this.adopt(entry, record);
   }
 
   /**
@@ -249,4 +244,19 @@ export class JobBook {
     })();
     return entry.writing;
   }
+}
+
+/**
+ * Whether a record read from Redis is newer than an entry's: reads and the change stream arrive
+ * in no set order with each other, and this replica's own run is ahead of any record of it. A
+ * finished job never changes again; a finished record ends an unfinished entry (cancelled or
+ * finished elsewhere); a later attempt replaces an earlier one (taken over); within one attempt,
+ * a record is newer only where no run of it goes on here.
+ */
+function isNewer(stored: Job, entry: Entry): boolean {
+  const mine = entry.record.job;
+  if (FINISHED.includes(mine.state)) return false;
+  if (FINISHED.includes(stored.state)) return true;
+  if (stored.attempts !== mine.attempts) return stored.attempts > mine.attempts;
+  return entry.running === undefined;
 }
