@@ -114,7 +114,7 @@ export function createMetrics(handle: ComputeHandle, jobs?: JobManager): HttpMet
     registers: [registry],
   });
   if (jobs) registerJobMetrics(registry, jobs);
-  if (jobs?.replica != null) registerClusterMetrics(registry, jobs);
+  if (jobs && jobs.replica !== null) registerClusterMetrics(registry, jobs);
   return {
     registry,
     observeGrpc(method, code, seconds) {

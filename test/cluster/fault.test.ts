@@ -185,6 +185,20 @@ describe('three replicas behind HAProxy, replicas killed and restarted under 50 
       .map((e) => relative(data, join(e.parentPath, e.name)))
       .filter((p) => /(^|\/)run\.\d+(\/|$)|quantd-tmp|input\.safetensors/.test(p));
     expect(left).toEqual([]);
+    // gRPC (HTTP/2) through the balancer too: every job, and one result streamed
+    const client = await jobsClient(`127.0.0.1:${balancer.grpcPort}`);
+    try {
+      for (const job of jobs) {
+        const message = await call(client, 'Get', { id: job.id });
+        expect(message.state).toBe('succeeded');
+        expect((message['runs'] as unknown[]).length).toBe(done.get(job.id)!.attempts);
+      }
+      const streamed = await receive(client.Result({ id: jobs[0]!.id }));
+      expect(streamed.error).toBeNull();
+      expect(sha256(streamed.files[0]!.bytes)).toBe(expected[jobs[0]!.model]);
+    } finally {
+      client.close();
+    }
     console.log(
       `cluster fault test: ${JOBS} jobs, ${faults} faults, ${retried} jobs taken over, all succeeded once`,
     );

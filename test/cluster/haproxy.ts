@@ -73,7 +73,7 @@ backend replicas_grpc
   mode http
   balance roundrobin
   option httpchk GET /readyz
-${servers((b) => b.grpcPort, ' proto h2')}
+${servers((b) => b.grpcPort, ' proto h2 check-proto h1')}
 `;
 }
 
