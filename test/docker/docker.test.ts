@@ -219,7 +219,9 @@ describe('docker-compose.yml', () => {
     expect(service['depends_on']).toEqual({ redis: { condition: 'service_healthy', required: false } });
     const haproxy = readFileSync(join(ROOT, 'deploy', 'haproxy.cfg'), 'utf8');
     expect(haproxy).toMatch(/bind :50051 proto h2/);
-    expect(haproxy).toMatch(/server-template quantd \d+ quantd:50051 proto h2 check port 8080 check-proto h1/);
+    expect(haproxy).toMatch(
+      /server-template quantd \d+ quantd:50051 proto h2 check port 8080 check-proto h1/,
+    );
     expect(haproxy).toMatch(/option httpchk GET \/readyz/);
   });
 
