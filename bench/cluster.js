@@ -4,8 +4,8 @@
 //  - a single node (no Redis), 1 pool thread, 1 job at a time; the same with 2 threads, 2 jobs;
 //  - 1 and 2 replicas in cluster mode (each 1 thread, 1 job at a time) on a redis-server of the
 //    bench's own (no persistence, a free port), sharing one data directory.
-// Each runs the same N jobs (int8 per_channel of one float32 model read by path) submitted at
-// once; reported: wall time, jobs/s, the replicas' CPU use as cores busy (utime + stime of the
+// Each runs the same N jobs (by default int4 per_group g32 of one float32 model read by path;
+// --params for others) submitted at once; reported: wall time, jobs/s, the replicas' CPU use as cores busy (utime + stime of the
 // processes over the wall time), Redis commands and network bytes per job (INFO deltas), and the
 // bytes each job reads and writes on the shared volume.
 import { spawn } from 'node:child_process';
@@ -21,10 +21,13 @@ const { values } = parseArgs({
   options: {
     jobs: { type: 'string', default: '16' },
     mib: { type: 'string', default: '64' },
+    // the job's options (the JSON form's params)
+    params: { type: 'string', default: '{"qdtype":"int4","scheme":"per_group","group_size":32}' },
     json: { type: 'boolean' },
   },
 });
 const JOBS = Number(values.jobs);
+const PARAMS = JSON.parse(values.params);
 const ROOT = new URL('..', import.meta.url).pathname;
 const BIN = join(ROOT, 'bin', 'quantd.js');
 const dir = join(tmpdir(), `quantd-bench-cluster-${process.pid}`);
@@ -158,7 +161,7 @@ async function run(label, servers, redis) {
       JSON.stringify({
         op: 'quantize',
         input: 'models/m.safetensors',
-        params: { qdtype: 'int8', scheme: 'per_channel' },
+        params: PARAMS,
       }),
     );
     if (r.status !== 202) throw new Error(`submit: ${r.status} ${r.body}`);
@@ -246,7 +249,7 @@ if (values.json) {
   );
 } else {
   console.log(
-    `${JOBS} jobs, each int8 per_channel of a ${(inputBytes / 2 ** 20).toFixed(0)} MiB float32 model by path; ${availableParallelism()} cores`,
+    `${JOBS} jobs, each ${JSON.stringify(PARAMS)} of a ${(inputBytes / 2 ** 20).toFixed(0)} MiB float32 model by path; ${availableParallelism()} cores`,
   );
   console.log(
     '| setup | wall s | jobs/s | cores busy | Redis commands / job | Redis bytes / job | volume bytes / job |',

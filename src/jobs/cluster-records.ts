@@ -17,7 +17,8 @@
  */
 import type { Redis } from 'ioredis';
 import { RecordConflict, type RecordWriter } from './records.js';
-import { RECORD_FORMAT, type JobRecord, type JobStore } from './store.js';
+import type { Artifacts } from './artifacts.js';
+import { RECORD_FORMAT, type JobRecord } from './store.js';
 
 /** A record's change as published: the replica that wrote it, and the record (null: removed). */
 export interface RecordChange {
@@ -73,7 +74,7 @@ export class ClusterRecords implements RecordWriter {
     private readonly subscriber: Redis,
     prefix: string,
     readonly replica: string,
-    private readonly files: JobStore,
+    private readonly files: Artifacts,
   ) {
     this.hash = `${prefix}:records`;
     this.channel = `${prefix}:changes`;

@@ -8,7 +8,7 @@ import { Redis } from 'ioredis';
 import { QuantdError } from '../errors/index.js';
 import { ClusterQueue } from './cluster-queue.js';
 import { ClusterRecords } from './cluster-records.js';
-import type { JobStore } from './store.js';
+import type { Artifacts } from './artifacts.js';
 
 /** How long closing waits for Redis before it drops the connections. */
 const CLOSE_WAIT_MS = 5000;
@@ -35,7 +35,7 @@ export interface Cluster {
 }
 
 /** Connects to Redis; QUEUE_UNAVAILABLE (naming the URL's host) when it cannot. */
-export async function connectCluster(config: ClusterConfig, files: JobStore): Promise<Cluster> {
+export async function connectCluster(config: ClusterConfig, files: Artifacts): Promise<Cluster> {
   const replica = config.replica ?? `${hostname()}-${process.pid}`;
   // Commands wait for a reconnection instead of failing after N tries: a run's writes must land
   // (a lost final write would leave its job running for ever), and BullMQ's workers require it.

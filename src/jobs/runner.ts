@@ -33,7 +33,8 @@ import { RecordConflict, now, type Entry, type JobBook } from './records.js';
 import type { Encoding } from '../kernels/encoders.js';
 import { unpackedFolder } from './folder-upload.js';
 import { jobPlan, type JobPlan } from './request.js';
-import { jobError, type JobProgress, type JobStore, type ResultFile } from './store.js';
+import type { Artifacts } from './artifacts.js';
+import { jobError, type JobProgress, type ResultFile } from './store.js';
 import { fileSha256 } from './verify.js';
 
 export interface RunContext {
@@ -188,7 +189,7 @@ async function dataSha256(path: string): Promise<string | null> {
 
 export interface RunDeps {
   readonly book: JobBook;
-  readonly store: JobStore;
+  readonly store: Artifacts;
   readonly data: DataDir;
   readonly compute: Compute;
   readonly encoding: () => Encoding;

@@ -13,6 +13,7 @@ import type { Readable } from 'node:stream';
 import { QuantdError } from '../errors/index.js';
 import { writeError, writeFileAtomic } from '../format/file-io.js';
 import type { Operation } from '../service/index.js';
+import type { Artifacts } from './artifacts.js';
 import { DataDir, isJobId, isRunDirName } from './paths.js';
 
 export type JobState = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled';
@@ -113,7 +114,8 @@ export function jobError(err: unknown): JobError {
   return { code, message };
 }
 
-export class JobStore {
+/** The data directory's records (job.json) and files (Artifacts): a single server's store. */
+export class JobStore implements Artifacts {
   constructor(readonly data: DataDir) {}
 
   /** Creates the jobs directory (and the data directory) if missing. */
