@@ -17,8 +17,7 @@
  */
 import type { Redis } from 'ioredis';
 import { RecordConflict, type RecordWriter } from './records.js';
-import type { Artifacts } from './artifacts.js';
-import { RECORD_FORMAT, type JobRecord } from './store.js';
+import { RECORD_FORMAT, type Artifacts, type JobRecord } from './store.js';
 
 /** A record's change as published: the replica that wrote it, and the record (null: removed). */
 export interface RecordChange {

@@ -8,7 +8,7 @@ import { Redis } from 'ioredis';
 import { QuantdError } from '../errors/index.js';
 import { ClusterQueue } from './cluster-queue.js';
 import { ClusterRecords } from './cluster-records.js';
-import type { Artifacts } from './artifacts.js';
+import type { Artifacts } from './store.js';
 
 /** How long closing waits for Redis before it drops the connections. */
 const CLOSE_WAIT_MS = 5000;

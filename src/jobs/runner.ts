@@ -33,8 +33,7 @@ import { RecordConflict, now, type Entry, type JobBook } from './records.js';
 import type { Encoding } from '../kernels/encoders.js';
 import { unpackedFolder } from './folder-upload.js';
 import { jobPlan, type JobPlan } from './request.js';
-import type { Artifacts } from './artifacts.js';
-import { jobError, type JobProgress, type ResultFile } from './store.js';
+import { jobError, type Artifacts, type JobProgress, type ResultFile } from './store.js';
 import { fileSha256 } from './verify.js';
 
 export interface RunContext {

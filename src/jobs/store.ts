@@ -13,7 +13,6 @@ import type { Readable } from 'node:stream';
 import { QuantdError } from '../errors/index.js';
 import { writeError, writeFileAtomic } from '../format/file-io.js';
 import type { Operation } from '../service/index.js';
-import type { Artifacts } from './artifacts.js';
 import { DataDir, isJobId, isRunDirName } from './paths.js';
 
 export type JobState = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled';
@@ -112,6 +111,39 @@ export function jobError(err: unknown): JobError {
       : new QuantdError('INTERNAL', { detail: err instanceof Error ? err.message : String(err) });
   const { code, message } = error.toJSON();
   return { code, message };
+}
+
+/**
+ * Where a job's files live, as the manager and the runner use them: its directory, its upload,
+ * the directories of its runs, its published result and its report. A single server and every
+ * replica of a cluster use the data directory (JobStore, below), on a shared volume in a
+ * cluster. Another store (S3-compatible) implements the same operations with the same promises:
+ * a run is published whole or not at all, and a published result is never replaced by another.
+ */
+export interface Artifacts {
+  /** Creates the directory of a new job. */
+  create(id: string): Promise<void>;
+  /** Removes everything of a job. */
+  remove(id: string): Promise<void>;
+  /** Creates a directory of a job (a run's). */
+  makeDir(path: string): Promise<void>;
+  /**
+   * Publishes a finished run's directory as the job's result, atomically; where a result is
+   * already published (an earlier run of the same bytes), keeps it and drops the run's.
+   */
+  publish(id: string, runDir: string): Promise<void>;
+  /** Removes a job's result, report and runs' directories (a run that did not finish). */
+  clearResult(id: string): Promise<void>;
+  /** Removes the temporary files a crash left in a job's directory. */
+  removeTemps(id: string): Promise<void>;
+  /** Bytes of a job's upload received so far (0: none). */
+  uploadBytes(id: string): Promise<number>;
+  removeUpload(id: string): Promise<void>;
+  writeReport(id: string, report: unknown): Promise<void>;
+  /** Bytes free for results. */
+  freeBytes(): Promise<number>;
+  /** Why a succeeded job's result cannot be served (a file missing or changed), or null. */
+  checkResult(id: string, result: JobResult): Promise<QuantdError | null>;
 }
 
 /** The data directory's records (job.json) and files (Artifacts): a single server's store. */
