@@ -13,18 +13,19 @@
  *   size is failed.
  * - Stopping (server shutdown) aborts running jobs without changing their state: the next start
  *   runs them again.
- * - Cluster mode (`cluster`, cluster.ts): records live in Redis and every replica's book follows
- *   them; the queue is BullMQ's, whose workers on every replica take jobs; start-up resumes
- *   nothing itself (a job a replica left is taken again by the queue); a stopping replica puts
- *   its running jobs back in the queue. Files stay in the data directory, on a shared volume.
+ * - Cluster mode (`cluster`, cluster.ts; its side of the manager in cluster-runs.ts): records
+ *   live in Redis and every replica's book follows them; the queue is BullMQ's, whose workers on
+ *   every replica take jobs; start-up resumes nothing itself (a job a replica left is taken again
+ *   by the queue); a stopping replica puts its running jobs back in the queue. Files stay in the
+ *   data directory, on a shared volume.
  */
 import { existsSync } from 'node:fs';
 import { EVERYONE, type Caller } from '../service/auth.js';
 import { QuantdError } from '../errors/index.js';
 import type { Compute } from '../service/index.js';
-import { DataDir, clientError, isJobId, newJobId, resolveInputPath } from './paths.js';
+import { DataDir, clientError, newJobId, resolveInputPath } from './paths.js';
 import type { Cluster } from './cluster.js';
-import type { QueueStats, RunEnd } from './cluster-queue.js';
+import { ClusterRuns, type ClusterStats } from './cluster-runs.js';
 import { referenceEncoding, type Encoding } from '../kernels/encoders.js';
 import type { JobLog } from './log.js';
 import { patientCompute, patientEncoding } from './patient-compute.js';
@@ -38,7 +39,6 @@ import {
   jobError,
   type Job,
   type JobInput,
-  type JobRecord,
   type JobResult,
   type JobState,
   type Submission,
@@ -100,6 +100,8 @@ export class JobManager {
   log: JobLog;
   /** What runJob needs (runner.ts). */
   private readonly runDeps: RunDeps;
+  /** Cluster mode's side of the manager (cluster-runs.ts); undefined on a single node. */
+  private readonly clustered: ClusterRuns | undefined;
 
   constructor(private readonly options: JobManagerOptions) {
     this.data = new DataDir(options.dataDir);
@@ -118,25 +120,25 @@ export class JobManager {
       log: () => this.log,
       ...(options.cluster && { replica: options.cluster.replica }),
     };
+    if (options.cluster) {
+      this.clustered = new ClusterRuns(options.cluster, {
+        book: this.book,
+        store: this.store,
+        runDeps: this.runDeps,
+        concurrency: options.concurrency,
+        log: () => this.log,
+      });
+    }
   }
 
-  /**
-   * Cluster mode: the queue across the cluster, the jobs running here and this replica's counters
-   * (/metrics); null on a single node.
-   */
-  async clusterStats(): Promise<{
-    queue: { waiting: number; active: number };
-    runningHere: number;
-    counters: Readonly<QueueStats>;
-  } | null> {
-    const cluster = this.options.cluster;
-    if (!cluster) return null;
-    return { queue: await cluster.queue.counts(), runningHere: this.active, counters: cluster.queue.stats };
+  /** Cluster mode: the queue, the jobs running here and this replica's counters; null on a single node. */
+  async clusterStats(): Promise<ClusterStats | null> {
+    return (await this.clustered?.stats()) ?? null;
   }
 
   /** This replica's name in cluster mode; null on a single node. */
   get replica(): string | null {
-    return this.options.cluster?.replica ?? null;
+    return this.clustered?.replica ?? null;
   }
 
   // --- start-up and shutdown ---------------------------------------------------------------
@@ -147,7 +149,7 @@ export class JobManager {
    * one that cannot be made answers OUTPUT_UNWRITABLE naming it).
    */
   async start(): Promise<void> {
-    if (this.options.cluster) await this.startClustered(this.options.cluster);
+    if (this.clustered) await this.clustered.start();
     else await this.resumeAll();
     await this.sweep();
     // past the store limit, room is made as soon as a result is kept
@@ -192,111 +194,6 @@ export class JobManager {
       }
     }
     this.pump();
-  }
-
-  /**
-   * Cluster mode: the book follows Redis (every change another replica makes), is filled with
-   * every record, and this replica's workers start taking jobs from the queue.
-   */
-  private async startClustered(cluster: Cluster): Promise<void> {
-    await cluster.records.subscribe((change) => this.book.take(change.id, change.record));
-    await this.reconcile(cluster);
-    cluster.queue.start(
-      this.options.concurrency,
-      (id) => this.runQueued(cluster, id),
-      (id) => void this.failStalled(cluster, id),
-      () => this.log,
-    );
-    cluster.onReconnect(() => void this.reconcile(cluster));
-  }
-
-  /**
-   * Cluster mode, at start and after each reconnection to Redis (changes may have been missed):
-   * the book takes every record in Redis; a record this replica holds that Redis lost (restarted
-   * without persistence) is put back, one removed meanwhile is dropped; every job not finished is
-   * in the queue (adding an id the queue holds changes nothing). Jobs running here are left to
-   * their runs.
-   */
-  private async reconcile(cluster: Cluster): Promise<void> {
-    let stored: Map<string, JobRecord>;
-    try {
-      const records = await cluster.records.load();
-      records.sort((a, b) => a.job.created_at.localeCompare(b.job.created_at));
-      stored = new Map(records.map((r) => [r.job.id, r]));
-    } catch (err) {
-      this.log.warn({ err }, `jobs: cannot read the records in Redis: ${(err as Error).message}`);
-      return;
-    }
-    for (const [id, record] of stored) this.book.take(id, record);
-    for (const entry of [...this.book.entries.values()]) {
-      if (!stored.has(entry.record.job.id)) await this.restore(cluster, entry);
-      else if (!FINISHED.includes(entry.record.job.state) && entry.running === undefined) {
-        await cluster.queue
-          .enqueue(entry.record.job.id)
-          .catch((err: unknown) => this.log.warn({ err }, `jobs: cannot queue: ${(err as Error).message}`));
-      }
-    }
-  }
-
-  /**
-   * Cluster mode: a record this replica holds and Redis does not. Removed meanwhile (its marker
-   * says so): dropped here too. Lost by Redis (restarted without persistence): put back as this
-   * replica last saw it, and queued again if it had not finished (a run of it here goes on; its
-   * next write puts its record back anyway).
-   */
-  private async restore(cluster: Cluster, entry: Entry): Promise<void> {
-    const { job } = entry.record;
-    if (entry.record.receiving !== null || entry.deleted) return;
-    try {
-      if (!(await cluster.records.restore(entry.record))) {
-        if (await cluster.records.wasRemoved(job.id)) this.book.take(job.id, null);
-        return;
-      }
-      this.log.warn({ job: job.id }, 'jobs: a record Redis had lost is put back');
-      if (!FINISHED.includes(job.state) && entry.running === undefined) await cluster.queue.enqueue(job.id);
-    } catch (err) {
-      this.log.warn(
-        { err, job: job.id },
-        `jobs: cannot restore a record in Redis: ${(err as Error).message}`,
-      );
-    }
-  }
-
-  /** Cluster mode: runs a job a worker took, unless it has finished or gone meanwhile. */
-  private async runQueued(cluster: Cluster, id: string): Promise<RunEnd> {
-    if (this.stopping) return 'requeue';
-    const record = await cluster.records.read(id);
-    if (record === null || record.receiving !== null || FINISHED.includes(record.job.state))
-      return 'finished';
-    this.book.take(id, record);
-    const entry = this.book.entries.get(id)!;
-    entry.record = record;
-    if (record.job.state === 'running') cluster.queue.stats.takenOver++;
-    this.active++;
-    entry.running = runJob(entry, this.runDeps)
-      .catch((err: unknown) => this.log.error({ err, job: id }, `jobs: ${(err as Error).message}`))
-      .finally(() => {
-        this.active--;
-        entry.running = undefined;
-        entry.controller = undefined;
-      });
-    await entry.running;
-    return entry.stopReason === 'shutdown' ? 'requeue' : 'finished';
-  }
-
-  /** Cluster mode: a job whose runs stopped their replicas MAX_STALLS times is failed. */
-  private async failStalled(cluster: Cluster, id: string): Promise<void> {
-    const record = await cluster.records.read(id).catch(() => null);
-    if (record === null || FINISHED.includes(record.job.state)) return;
-    this.book.take(id, record);
-    const entry = this.book.entries.get(id)!;
-    const cause = new QuantdError('INTERNAL', {
-      detail: `the job stopped the replicas that ran it ${record.job.attempts} times (the last: ${record.job.runs?.at(-1)?.replica ?? 'unknown'})`,
-    });
-    await this.book
-      .finish(entry, { state: 'failed', finished_at: now(), error: jobError(cause), result: null })
-      .then(() => this.store.clearResult(id))
-      .catch((err: unknown) => this.log.warn({ err, job: id }, `jobs: ${(err as Error).message}`));
   }
 
   /**
@@ -395,6 +292,7 @@ export class JobManager {
   /** Aborts running jobs (left as they are on disk, to run again on the next start) and waits for them. */
   async stop(): Promise<void> {
     this.stopping = true;
+    this.clustered?.stopTaking();
     if (this.sweeper) clearInterval(this.sweeper);
     const runs: Promise<void>[] = [];
     for (const entry of this.book.entries.values()) {
@@ -406,7 +304,7 @@ export class JobManager {
     }
     await Promise.all(runs);
     await Promise.all([...this.book.entries.values()].map((e) => e.writing?.catch(() => {})));
-    await this.options.cluster?.close();
+    await this.clustered?.close();
   }
 
   // --- submission --------------------------------------------------------------------------
@@ -515,23 +413,11 @@ export class JobManager {
     return job;
   }
 
-  /**
-   * Queues an accepted job: in this process, or in the cluster's queue. A job the cluster's queue
-   * cannot take is removed and QUEUE_UNAVAILABLE answered: it was never accepted.
-   */
+  /** Queues an accepted job: in this process, or in the cluster's queue (ClusterRuns.enqueue). */
   private async enqueue(id: string): Promise<void> {
-    const cluster = this.options.cluster;
-    if (!cluster) {
-      this.queue.push(id);
-      this.pump();
-      return;
-    }
-    try {
-      await cluster.queue.enqueue(id);
-    } catch (err) {
-      await this.book.remove(id).catch(() => {});
-      throw new QuantdError('QUEUE_UNAVAILABLE', { detail: (err as Error).message });
-    }
+    if (this.clustered) return this.clustered.enqueue(id);
+    this.queue.push(id);
+    this.pump();
   }
 
   /** The upload failed (ended early, too large, disk full): no job, its files removed. */
@@ -608,27 +494,9 @@ export class JobManager {
   }
 
   async get(id: string, caller: Caller = EVERYONE): Promise<Job> {
-    await this.fresh(id);
+    await this.clustered?.fresh(id);
     const entry = this.book.visible(id, caller);
     return entry.shown ?? entry.record.job;
-  }
-
-  /**
-   * Cluster mode: the book takes the job's record as Redis holds it now, so that a job submitted
-   * or changed on another replica a moment ago is answered as it is (the change stream follows
-   * within milliseconds, but a client may be quicker).
-   */
-  private async fresh(id: string): Promise<void> {
-    const cluster = this.options.cluster;
-    if (!cluster || !isJobId(id)) return;
-    try {
-      const record = await cluster.records.read(id);
-      const known = this.book.entries.get(id);
-      if (record !== null) this.book.take(id, record);
-      else if (known !== undefined) await this.restore(cluster, known);
-    } catch (err) {
-      throw new QuantdError('QUEUE_UNAVAILABLE', { detail: (err as Error).message });
-    }
   }
 
   /**
@@ -636,7 +504,7 @@ export class JobManager {
    * the wrong size fails the job instead of being served.
    */
   async result(id: string, caller: Caller = EVERYONE): Promise<{ job: Job; result: JobResult; dir: string }> {
-    await this.fresh(id);
+    await this.clustered?.fresh(id);
     const entry = this.book.visible(id, caller);
     const job = entry.shown ?? entry.record.job;
     if (job.state !== 'succeeded' || job.result === null) {
@@ -656,7 +524,7 @@ export class JobManager {
    * such report has none: NOT_FOUND (docs/models.md).
    */
   async reportPath(id: string, caller: Caller = EVERYONE): Promise<string> {
-    await this.fresh(id);
+    await this.clustered?.fresh(id);
     const entry = this.book.visible(id, caller);
     const job = entry.shown ?? entry.record.job;
     if (job.state !== 'succeeded') throw new QuantdError('JOB_NOT_READY', { id, state: job.state });
@@ -676,7 +544,7 @@ export class JobManager {
    * kept with state cancelled) and returned; a finished one is removed entirely (null).
    */
   async delete(id: string, caller: Caller = EVERYONE): Promise<Job | null> {
-    await this.fresh(id);
+    await this.clustered?.fresh(id);
     const entry = this.book.visible(id, caller);
     const { job } = entry.record;
     if (FINISHED.includes(job.state)) {
@@ -699,8 +567,7 @@ export class JobManager {
       if (entry.deleted) throw new QuantdError('JOB_NOT_FOUND', { id });
       return entry.record.job;
     }
-    // cluster mode: a run elsewhere stops when its replica hears of the cancel
-    await this.options.cluster?.queue.dequeue(id).catch(() => {});
+    await this.clustered?.dequeue(id);
     await running;
     await this.store.clearResult(id);
     await this.store.removeUpload(id);

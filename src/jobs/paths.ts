@@ -33,10 +33,10 @@ export function isJobId(id: string): boolean {
   return JOB_ID.test(id);
 }
 
-/** `id` if it is a job id; JOB_NOT_FOUND otherwise (it names no job, whatever it names). */
 /** Whether a name in a job's directory is a run's directory (DataDir.runDir). */
 export const isRunDirName = (name: string): boolean => /^run\.\d+$/.test(name);
 
+/** `id` if it is a job id; JOB_NOT_FOUND otherwise (it names no job, whatever it names). */
 export function checkJobId(id: string): string {
   if (!isJobId(id)) throw new QuantdError('JOB_NOT_FOUND', { id: printable(id) });
   return id;

@@ -11,7 +11,7 @@
  * path keeps its file name (its extension the layout's), or, sharded, is a directory of shards
  * and an index (model operations only: a layout reads one file).
  */
-import { open, rm, stat } from 'node:fs/promises';
+import { open, stat } from 'node:fs/promises';
 import { basename, extname, join, relative, sep } from 'node:path';
 import { QuantdError } from '../errors/index.js';
 import { ST_DTYPE_SIZE } from '../core/dtypes.js';
@@ -283,13 +283,11 @@ export async function runJob(entry: Entry, deps: RunDeps): Promise<void> {
     if (entry.record.job.input.kind === 'upload') await store.removeUpload(id);
     deps.log().info({ job: id, seconds: (Date.now() - started) / 1000 }, 'jobs: succeeded');
   } catch (err) {
-    if (!claimed) {
-      if (err instanceof RecordConflict) return; // another replica runs it, or it was cancelled
-      throw err;
-    }
+    // not claimed: another replica runs it, or it was cancelled
+    if (!claimed && err instanceof RecordConflict) return;
     if (entry.stopReason === 'shutdown') return; // runs again on the next start, or elsewhere
     if (entry.stopReason === 'superseded') {
-      await rm(runDir, { recursive: true, force: true }).catch(() => {});
+      await store.discardRun(runDir).catch(() => {});
       return;
     }
     if (entry.stopReason === 'cancel' || entry.record.job.state === 'cancelled') {
@@ -303,7 +301,7 @@ export async function runJob(entry: Entry, deps: RunDeps): Promise<void> {
       await book.finish(entry, { state: 'failed', finished_at: now(), error, result: null });
     } catch (e) {
       if (e instanceof RecordConflict) {
-        await rm(runDir, { recursive: true, force: true }).catch(() => {});
+        await store.discardRun(runDir).catch(() => {});
         return;
       }
       deps.log().error({ err: e, job: id }, `jobs: state not saved: ${(e as Error).message}`);

@@ -132,6 +132,8 @@ export interface Artifacts {
    * already published (an earlier run of the same bytes), keeps it and drops the run's.
    */
   publish(id: string, runDir: string): Promise<void>;
+  /** Removes one run's directory (a run that stopped and leaves the job to another). */
+  discardRun(runDir: string): Promise<void>;
   /** Removes a job's result, report and runs' directories (a run that did not finish). */
   clearResult(id: string): Promise<void>;
   /** Removes the temporary files a crash left in a job's directory. */
@@ -232,8 +234,12 @@ export class JobStore implements Artifacts {
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw writeError(this.data.resultDir(id), err);
-      await rm(runDir, { recursive: true, force: true });
+      await this.discardRun(runDir);
     }
+  }
+
+  async discardRun(runDir: string): Promise<void> {
+    await rm(runDir, { recursive: true, force: true });
   }
 
   /** Creates a directory of a job (its result directory). */
