@@ -152,7 +152,10 @@ export class ClusterRuns {
     });
     await this.deps.book
       .finish(entry, { state: 'failed', finished_at: now(), error: jobError(cause), result: null })
-      .then(() => this.deps.store.clearResult(id))
+      .then(async () => {
+        await this.deps.store.clearResult(id);
+        if (record.job.input.kind === 'upload') await this.deps.store.removeUpload(id);
+      })
       .catch((err: unknown) => this.deps.log().warn({ err, job: id }, `jobs: ${(err as Error).message}`));
   }
 

@@ -22,6 +22,7 @@ import {
   writeModel,
   type ChildServer,
 } from '../jobs/helpers.js';
+import { MAX_STALLS } from '../../src/jobs/cluster-queue.js';
 import {
   dropPrefix,
   getClusterJob,
@@ -191,5 +192,38 @@ describe('two replicas, one Redis, one data directory', () => {
     const done = await getClusterJob(a.port, job.id);
     expect(done.state).toBe('cancelled');
     expect(done.result).toBeNull();
+  });
+
+  it('a job that brings down every replica that runs it is failed after MAX_STALLS takeovers, naming the last', async () => {
+    const [a, b] = await pair('a5', 'b5', SLOW);
+    const job = await submit(a);
+    const live = new Map<string, ChildServer>([
+      ['a5', a],
+      ['b5', b],
+    ]);
+    let spawned = 0;
+    let last = '';
+    for (let stall = 0; stall <= MAX_STALLS; stall++) {
+      const anyLive = [...live.values()][0]!;
+      const running = await waitClusterJob(
+        anyLive.port,
+        job.id,
+        (j) => j.state === 'running' && j.attempts === stall + 1 && j.progress!.tensors_done > 0,
+      );
+      last = running.runs!.at(-1)!.replica;
+      await live.get(last)!.kill();
+      live.delete(last);
+      // a new replica in the place of the one killed, so that one is left to take the job
+      const name = `c5-${spawned++}`;
+      const fresh = await startReplica({ data, prefix: prefixes.at(-1)!, name, env: SLOW });
+      replicas.set(name, fresh);
+      live.set(name, fresh);
+    }
+    const done = await waitClusterJob([...live.values()][0]!.port, job.id, finished);
+    expect(done.state, JSON.stringify(done)).toBe('failed');
+    expect(done.error!.code).toBe('INTERNAL');
+    expect(done.error!.message).toContain(`the last: ${last}`);
+    expect(done.attempts).toBe(MAX_STALLS + 1);
+    expect(leftovers().filter((p) => p.includes(job.id))).toEqual([]);
   });
 });
