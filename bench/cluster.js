@@ -16,6 +16,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
+import { startServe } from './serve.js';
 
 const { values } = parseArgs({
   options: {
@@ -28,8 +29,6 @@ const { values } = parseArgs({
 });
 const JOBS = Number(values.jobs);
 const PARAMS = JSON.parse(values.params);
-const ROOT = new URL('..', import.meta.url).pathname;
-const BIN = join(ROOT, 'bin', 'quantd.js');
 const dir = join(tmpdir(), `quantd-bench-cluster-${process.pid}`);
 const data = join(dir, 'data');
 mkdirSync(join(data, 'models'), { recursive: true });
@@ -94,29 +93,11 @@ function request(port, method, path, body) {
 /** Every server started, stopped at the end whatever happens. */
 const started = [];
 
-/** `quantd serve` with `env`; resolves with its pid and HTTP port once it listens. */
-function serve(env) {
-  const child = spawn(process.execPath, [BIN, 'serve'], {
-    env: {
-      ...process.env,
-      QUANTD_HOST: '127.0.0.1',
-      QUANTD_HTTP_PORT: '0',
-      QUANTD_GRPC_PORT: '0',
-      QUANTD_LOG_LEVEL: 'warn',
-      ...env,
-    },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  started.push(child);
-  return new Promise((resolve, reject) => {
-    let out = '';
-    child.once('exit', (code) => reject(new Error(`quantd serve exited (${code}): ${out}`)));
-    child.stdout.setEncoding('utf8').on('data', (c) => {
-      out += c;
-      const m = /listening: http:\/\/[^\s]+:(\d+) /.exec(out);
-      if (m) resolve({ child, port: Number(m[1]) });
-    });
-  });
+/** `quantd serve` with `env` (stopped at the end whatever happens). */
+async function serve(env) {
+  const server = await startServe(env);
+  started.push(server.child);
+  return server;
 }
 
 /** CPU seconds (user + system) a process has used: /proc/PID/stat, worker threads included. */

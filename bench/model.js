@@ -28,6 +28,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { llamaTensors, writeModelFile } from '../scripts/synthetic-model.js';
+import { startServe } from './serve.js';
 import { measureMemcpy } from './timing.js';
 
 const { values } = parseArgs({
@@ -97,24 +98,9 @@ function cli(args) {
 }
 
 /** Starts `quantd serve` on a free port; resolves with its port and a stop function. */
-function server() {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(ROOT, 'bin/quantd.js'), 'serve'], {
-      env: {
-        ...process.env,
-        QUANTD_HTTP_PORT: '0',
-        QUANTD_GRPC_PORT: '0',
-        QUANTD_HOST: '127.0.0.1',
-        QUANTD_LOG_LEVEL: 'silent',
-      },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    child.stdout.on('data', (c) => {
-      const m = /http:\/\/[^:]+:(\d+)/.exec(String(c));
-      if (m) resolve({ port: Number(m[1]), stop: () => child.kill('SIGTERM') });
-    });
-    child.on('exit', (code) => reject(new Error(`server exited ${code}`)));
-  });
+async function server() {
+  const { child, port } = await startServe({ QUANTD_LOG_LEVEL: 'silent' });
+  return { port, stop: () => child.kill('SIGTERM') };
 }
 
 function post(port, path, body, headers) {

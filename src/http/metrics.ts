@@ -200,8 +200,30 @@ function registerClusterMetrics(registry: Registry, jobs: JobManager): void {
       if (stats) this.set(stats.runningHere);
     },
   });
+  const counters: [string, string, (s: NonNullable<typeof stats>) => number][] = [
+    [
+      'quantd_cluster_stalled_total',
+      'jobs this replica found stalled (their replica stopped renewing the lock), since it started',
+      (s) => s.counters.stalled,
+    ],
+    [
+      'quantd_cluster_requeued_total',
+      'running jobs this replica put back in the queue as it stopped',
+      (s) => s.counters.requeued,
+    ],
+    [
+      'quantd_cluster_taken_over_total',
+      'jobs this replica took over from a replica that had stopped (retried runs), since it started',
+      (s) => s.counters.takenOver,
+    ],
+    [
+      'quantd_cluster_stalled_out_total',
+      'jobs failed here for stalling too often (each run stopped its replica), since it started',
+      (s) => s.counters.stalledOut,
+    ],
+  ];
   // the replica counts these itself (cluster-queue.ts); a scrape shows its totals
-  const counter = (name: string, help: string, of: (s: NonNullable<typeof stats>) => number): void => {
+  for (const [name, help, of] of counters) {
     new Counter({
       name,
       help,
@@ -213,25 +235,5 @@ function registerClusterMetrics(registry: Registry, jobs: JobManager): void {
         this.inc(of(stats));
       },
     });
-  };
-  counter(
-    'quantd_cluster_stalled_total',
-    'jobs this replica found stalled (their replica stopped renewing the lock), since it started',
-    (s) => s.counters.stalled,
-  );
-  counter(
-    'quantd_cluster_requeued_total',
-    'running jobs this replica put back in the queue as it stopped',
-    (s) => s.counters.requeued,
-  );
-  counter(
-    'quantd_cluster_taken_over_total',
-    'jobs this replica took over from a replica that had stopped (retried runs), since it started',
-    (s) => s.counters.takenOver,
-  );
-  counter(
-    'quantd_cluster_stalled_out_total',
-    'jobs failed here for stalling too often (each run stopped its replica), since it started',
-    (s) => s.counters.stalledOut,
-  );
+  }
 }

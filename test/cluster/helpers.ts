@@ -9,8 +9,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { expect } from 'vitest';
 
-import { send } from '../http/helpers.js';
-import { startChildServer, type ChildServer, type Job } from '../jobs/helpers.js';
+import { getJob, startChildServer, waitJob, type ChildServer, type Job } from '../jobs/helpers.js';
 
 export const REDIS_URL = process.env['QUANTD_TEST_REDIS_URL'] ?? 'redis://127.0.0.1:6379';
 
@@ -57,27 +56,15 @@ export function startReplica(options: ReplicaOptions): Promise<ChildServer> {
   });
 }
 
-export async function getClusterJob(port: number, id: string): Promise<ClusterJob> {
-  const reply = await send(port, `/v1/jobs/${id}`);
-  expect(reply.status, reply.body.toString()).toBe(200);
-  return JSON.parse(reply.body.toString()) as ClusterJob;
-}
+export const getClusterJob = (port: number, id: string): Promise<ClusterJob> => getJob(port, id);
 
 /** Polls the job on `port` until `until` holds (fails after `ms`). */
-export async function waitClusterJob(
+export const waitClusterJob = (
   port: number,
   id: string,
   until: (job: ClusterJob) => boolean,
   ms = 60_000,
-): Promise<ClusterJob> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const job = await getClusterJob(port, id);
-    if (until(job)) return job;
-    if (Date.now() > deadline) expect.fail(`job ${id} did not get there in ${ms} ms: ${JSON.stringify(job)}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+): Promise<ClusterJob> => waitJob(port, id, until, ms);
 
 /** The bytes of a succeeded job's one result file, as the data directory holds them. */
 export function resultBytes(data: string, job: Job): Buffer {

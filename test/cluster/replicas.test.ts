@@ -17,6 +17,7 @@ import {
   expectSameTensors,
   finished,
   manyTensors,
+  metric,
   modelBytes,
   tempDir,
   writeModel,
@@ -100,6 +101,25 @@ function leftovers(): string[] {
     .filter((p) => /(^|\/)run\.\d+(\/|$)|quantd-tmp/.test(p));
 }
 
+/**
+ * A slow job submitted to `to`, caught running: the job, the replica running it (by name) and
+ * the other one of the pair.
+ */
+async function caughtRunning(
+  to: ChildServer,
+  [a, b]: readonly [ChildServer, ChildServer],
+  [nameA]: readonly [string, string],
+): Promise<{ job: ClusterJob; runner: string; other: ChildServer }> {
+  const submitted = await submit(to);
+  const job = await waitClusterJob(
+    to.port,
+    submitted.id,
+    (j) => j.state === 'running' && j.progress!.tensors_done > 2,
+  );
+  const runner = job.runs!.at(-1)!.replica;
+  return { job, runner, other: runner === nameA ? b : a };
+}
+
 describe('two replicas, one Redis, one data directory', () => {
   it('a job submitted to one is seen at once by the other, run once, and served by both', async () => {
     const [a, b] = await pair('a1', 'b1');
@@ -131,33 +151,25 @@ describe('two replicas, one Redis, one data directory', () => {
 
   it('kill -9 of the replica running a job: the other takes it over once its lock expires and finishes it', async () => {
     const [a, b] = await pair('a2', 'b2', SLOW);
-    const job = await submit(a);
-    const running = await waitClusterJob(
-      a.port,
-      job.id,
-      (j) => j.state === 'running' && j.progress!.tensors_done > 2,
-    );
-    const runner = running.runs!.at(-1)!.replica;
-    const survivor = runner === 'a2' ? b : a;
+    const { job, runner, other: survivor } = await caughtRunning(a, [a, b], ['a2', 'b2']);
     await byName(runner).kill();
     const done = await waitClusterJob(survivor.port, job.id, finished);
     expect(done.state, JSON.stringify(done)).toBe('succeeded');
     expect(done.attempts).toBe(2);
     expect(done.runs!.map((r) => r.replica)).toEqual([runner, runner === 'a2' ? 'b2' : 'a2']);
+    // the survivor counted the stall and the takeover; the queue is empty again
+    expect(await metric(survivor.port, 'quantd_cluster_taken_over_total')).toBe(1);
+    expect(await metric(survivor.port, 'quantd_cluster_stalled_total')).toBe(1);
+    const metrics = (await send(survivor.port, '/metrics')).body.toString();
+    expect(metrics).toContain('quantd_cluster_queue_jobs{state="waiting"} 0');
+    expect(metrics).toContain('quantd_cluster_replica_running_jobs 0');
     await expectResult(done);
     expect(leftovers()).toEqual([]);
   });
 
   it('SIGTERM of the replica running a job hands it back at once; the other finishes it', async () => {
     const [a, b] = await pair('a3', 'b3', SLOW);
-    const job = await submit(b);
-    const running = await waitClusterJob(
-      b.port,
-      job.id,
-      (j) => j.state === 'running' && j.progress!.tensors_done > 2,
-    );
-    const runner = running.runs!.at(-1)!.replica;
-    const survivor = runner === 'a3' ? b : a;
+    const { job, runner, other: survivor } = await caughtRunning(b, [a, b], ['a3', 'b3']);
     await byName(runner).stop();
     const stopped = Date.now();
     const taken = await waitClusterJob(survivor.port, job.id, (j) => j.attempts === 2, 10_000);
@@ -172,13 +184,7 @@ describe('two replicas, one Redis, one data directory', () => {
 
   it('a job cancelled on one replica stops on the one running it, and leaves no file', async () => {
     const [a, b] = await pair('a4', 'b4', SLOW);
-    const job = await submit(a);
-    const running = await waitClusterJob(
-      a.port,
-      job.id,
-      (j) => j.state === 'running' && j.progress!.tensors_done > 2,
-    );
-    const other = running.runs!.at(-1)!.replica === 'a4' ? b : a;
+    const { job, other } = await caughtRunning(a, [a, b], ['a4', 'b4']);
     const reply = await send(other.port, `/v1/jobs/${job.id}`, { method: 'DELETE' });
     expect(reply.status, reply.body.toString()).toBe(202);
     expect((JSON.parse(reply.body.toString()) as ClusterJob).state).toBe('cancelled');
