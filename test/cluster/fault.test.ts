@@ -5,12 +5,15 @@
  * stopped (SIGTERM) and started again, one at a time. Every job must succeed, its result byte for
  * byte the file a single node writes for the same model, and be run to completion exactly once
  * (each replica logs the runs it finished; the runs of a replica that died were cut short).
+ * Then every job is read over gRPC through HAProxy, and one more job is run by the CLI's
+ * `--remote` through it.
  */
 import { createHash } from 'node:crypto';
-import { readdirSync, rmSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
+import { quantdAsync } from '../cli/cli-helpers.js';
 import { send } from '../http/helpers.js';
 import {
   SAFETENSORS,
@@ -199,6 +202,26 @@ describe('three replicas behind HAProxy, replicas killed and restarted under 50 
     } finally {
       client.close();
     }
+    // the CLI's --remote through the balancer: uploaded, followed and downloaded through
+    // whichever replicas HAProxy picks, the same bytes
+    const input = join(root, 'remote-in.safetensors');
+    writeFileSync(input, models[0]!);
+    const out = join(root, 'remote-out.safetensors');
+    const cli = await quantdAsync([
+      'quantize',
+      input,
+      '-o',
+      out,
+      '--qdtype',
+      'int8',
+      '--scheme',
+      'per_channel',
+      '--remote',
+      `http://127.0.0.1:${balancer.httpPort}`,
+      '--no-progress',
+    ]);
+    expect(cli.code, cli.stderr).toBe(0);
+    expect(sha256(readFileSync(out))).toBe(expected[0]);
     console.log(
       `cluster fault test: ${JOBS} jobs, ${faults} faults, ${retried} jobs taken over, all succeeded once`,
     );

@@ -1,8 +1,10 @@
 /**
  * A layout job encodes on the worker pool, never on the event loop: while a real `quantd serve`
  * (a child process, so this test's own event loop measures nothing of the server's) writes a
- * 256 MiB model as GPTQ — the TypeScript encoder, the slowest path — `/healthz` keeps answering
- * within 50 ms at the 99th percentile. It runs alone (vitest.solo.config.ts): the latency it
+ * 256 MiB model as GPTQ, four times one after another, `/healthz` keeps answering within 50 ms
+ * at the 99th percentile. (Since GPTQ packs in the C kernels one such job takes about a second:
+ * four give some 700 probes, so that the p99 is not the second-slowest probe, which one or two
+ * garbage-collection pauses of the server would decide.) It runs alone (vitest.solo.config.ts): the latency it
  * measures is the server's, not that of other test processes competing for the CPU. The cores
  * the server keeps busy are printed (more than one on an otherwise idle machine).
  */
@@ -26,6 +28,8 @@ import {
 const root = tempDir('responsive');
 const data = join(root, 'data');
 let server: ChildServer;
+/** GPTQ jobs on the model, run one after another. */
+const JOBS = 4;
 
 /** 16 linear weights of 4096 × 1024 float32 (16 MiB each): 256 MiB of input. */
 function writeModel(path: string): number {
@@ -70,34 +74,37 @@ afterAll(async () => {
 
 describe('a 256 MiB GPTQ layout job', () => {
   it('leaves /healthz answering in < 50 ms (p99)', async () => {
-    const reply = await submitPath(server.port, {
-      input: 'models/big.safetensors',
-      op: 'quantize',
-      params: { layout: 'gptq:bits=4,group_size=128' },
-    });
-    expect(reply.status, reply.body.toString()).toBe(202);
-    const id = json<Job>(reply).id;
+    const ids: string[] = [];
+    for (let n = 0; n < JOBS; n++) {
+      const reply = await submitPath(server.port, {
+        input: 'models/big.safetensors',
+        op: 'quantize',
+        params: { layout: 'gptq:bits=4,group_size=128' },
+      });
+      expect(reply.status, reply.body.toString()).toBe(202);
+      ids.push(json<Job>(reply).id);
+    }
     const pid = server.child.pid!;
-    let job = await getJob(server.port, id);
+    let jobs = await Promise.all(ids.map((id) => getJob(server.port, id)));
     const latencies: number[] = [];
     let cpuStart = 0;
     let wallStart = 0;
     let cpuEnd = 0;
     let wallEnd = 0;
-    for (let i = 0; !finished(job); i++) {
+    for (let i = 0; !jobs.every(finished); i++) {
       const t0 = performance.now();
       const health = await send(server.port, '/healthz');
       const took = performance.now() - t0;
       expect(health.status).toBe(200);
-      if (job.state === 'running') {
+      if (jobs.some((j) => j.state === 'running')) {
         latencies.push(took);
         if (cpuStart === 0) [cpuStart, wallStart] = [cpuSeconds(pid), performance.now()];
         [cpuEnd, wallEnd] = [cpuSeconds(pid), performance.now()];
       }
       await new Promise((r) => setTimeout(r, 1)); // many probes: a p99 that one scheduler hiccup cannot decide
-      if (i % 10 === 0) job = await getJob(server.port, id);
+      if (i % 10 === 0) jobs = await Promise.all(ids.map((id) => getJob(server.port, id)));
     }
-    expect(job.state, JSON.stringify(job.error)).toBe('succeeded');
+    for (const job of jobs) expect(job.state, JSON.stringify(job.error)).toBe('succeeded');
     const sorted = [...latencies].sort((a, b) => a - b);
     const cores = (cpuEnd - cpuStart) / ((wallEnd - wallStart) / 1000);
     const summary = `${latencies.length} probes, p50 ${percentile(sorted, 50).toFixed(1)} ms, p99 ${percentile(sorted, 99).toFixed(1)} ms, max ${sorted.at(-1)!.toFixed(1)} ms; ${cores.toFixed(2)} cores busy over ${((wallEnd - wallStart) / 1000).toFixed(1)} s`;
