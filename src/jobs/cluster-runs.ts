@@ -150,13 +150,20 @@ export class ClusterRuns {
     const cause = new QuantdError('INTERNAL', {
       detail: `the job stopped the replicas that ran it ${record.job.attempts} times (the last: ${record.job.runs?.at(-1)?.replica ?? 'unknown'})`,
     });
-    await this.deps.book
-      .finish(entry, { state: 'failed', finished_at: now(), error: jobError(cause), result: null })
-      .then(async () => {
-        await this.deps.store.clearResult(id);
-        if (record.job.input.kind === 'upload') await this.deps.store.removeUpload(id);
-      })
-      .catch((err: unknown) => this.deps.log().warn({ err, job: id }, `jobs: ${(err as Error).message}`));
+    try {
+      // files first: the queue has failed the job, so no run of it goes on anywhere, and a
+      // failed job shown is one whose files are gone
+      await this.deps.store.clearResult(id);
+      if (record.job.input.kind === 'upload') await this.deps.store.removeUpload(id);
+      await this.deps.book.finish(entry, {
+        state: 'failed',
+        finished_at: now(),
+        error: jobError(cause),
+        result: null,
+      });
+    } catch (err) {
+      this.deps.log().warn({ err, job: id }, `jobs: ${(err as Error).message}`);
+    }
   }
 
   /**
