@@ -5,7 +5,8 @@
  * QUANTD_API_KEY, when set, is sent as the bearer token.
  */
 import { createReadStream } from 'node:fs';
-import { open, readdir, stat } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { mkdir, open, readdir, rename, rm, stat } from 'node:fs/promises';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -138,6 +139,27 @@ async function download(reply: Reply, path: string, onBytes: (n: number) => void
     throw writeError(path, err);
   }
   await syncDirectory(dirname(path));
+}
+
+/**
+ * A model folder's result (its files, side files and config) into the folder `output`, as the
+ * CLI writes it offline: staged in a hidden folder and moved into place once all are down, so a
+ * failed download leaves none of them.
+ */
+async function downloadAll(
+  files: ReadonlyArray<{ readonly name: string }>,
+  output: string,
+  fetchTo: (name: string, path: string) => Promise<void>,
+): Promise<void> {
+  await mkdir(output, { recursive: true });
+  const staging = join(output, `.quantd-staging-${randomBytes(6).toString('hex')}`);
+  await mkdir(staging);
+  try {
+    for (const f of files) await fetchTo(f.name, join(staging, f.name));
+    for (const f of files) await rename(join(staging, f.name), join(output, f.name));
+  } finally {
+    await rm(staging, { recursive: true, force: true });
+  }
 }
 
 /**
@@ -295,18 +317,28 @@ export async function runRemote(
   }
 
   // 3. download the result and the report
-  if (job.result.files.length !== 1) {
-    throw new QuantdError('FEATURE_UNSUPPORTED', {
-      detail: `job ${job.id} made ${job.result.files.length} files (${job.result.files[0]?.name} …); --remote downloads one: fetch them from ${new URL(`v1/jobs/${job.id}/result`, root).href}`,
-    });
-  }
-  const file = job.result.files[0]!;
+  const files = job.result.files;
+  const resultBytes = files.reduce((n, f) => n + f.bytes, 0);
   const down = show ? new ProgressReporter(show, 'download') : null;
   let got = 0;
-  await download(await send(new URL(`v1/jobs/${job.id}/result`, root), 'GET', {}), output, (n) => {
+  const onBytes = (n: number): void => {
     got += n;
-    down?.update({ tensorsDone: 0, tensorsTotal: 1, bytesDone: got, bytesTotal: file.bytes });
-  });
+    down?.update({ tensorsDone: 0, tensorsTotal: 1, bytesDone: got, bytesTotal: resultBytes });
+  };
+  if (files.length === 1) {
+    await download(await send(new URL(`v1/jobs/${job.id}/result`, root), 'GET', {}), output, onBytes);
+  } else if (!info.isDirectory()) {
+    // its side files name the server's file (quantize_config.json's model_file_base_name)
+    throw new QuantdError('FEATURE_UNSUPPORTED', {
+      detail: `job ${job.id} made ${files.length} files (${files[0]?.name} …); --remote writes a single file's result when it is one file: upload the model's folder instead, or fetch them from ${new URL(`v1/jobs/${job.id}/result`, root).href}`,
+    });
+  } else {
+    await downloadAll(files, output, (name, path) =>
+      send(new URL(`v1/jobs/${job.id}/result/${encodeURIComponent(name)}`, root), 'GET', {}).then((r) =>
+        download(r, path, onBytes),
+      ),
+    );
+  }
   down?.done();
   const reportPath =
     explicitReport ?? (usesRecipe(parsed.values) ? defaultReportPath(output, false) : undefined);
@@ -320,7 +352,7 @@ export async function runRemote(
   if (!keep) await send(jobUrl, 'DELETE', {}).then((r) => r.body.resume());
   if (!quiet) {
     io.stderr(
-      `${parsed.command}: job ${job.id}${keep ? '' : ' (deleted)'} on ${root.origin}: ${humanBytes(size)} -> ${humanBytes(file.bytes)}; ` +
+      `${parsed.command}: job ${job.id}${keep ? '' : ' (deleted)'} on ${root.origin}: ${humanBytes(size)} -> ${humanBytes(resultBytes)}; ` +
         `wrote ${output}${reportPath ? ` and ${reportPath}` : ''}`,
     );
   }

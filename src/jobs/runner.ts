@@ -26,6 +26,8 @@ import {
   type Progress,
 } from '../service/index.js';
 import { layoutExtension } from '../service/layouts/parse.js';
+import { writeLayoutOutput } from '../service/layouts/write-folder.js';
+import { isDirectory } from '../service/model-folder.js';
 import { layoutReport } from '../service/layouts/report.js';
 import type { JobLog } from './log.js';
 import { DataDir, UPLOAD_RESULT_NAME, clientError, resolveInputPath } from './paths.js';
@@ -63,8 +65,9 @@ export interface RunOutcome {
  */
 export async function validatePlan(plan: JobPlan, input: string, model?: ModelInput): Promise<number> {
   const resolved = model ?? (await resolveModelInput(input));
-  // a layout that converts whole model folders (gguf from a Hugging Face folder) reads its shards itself
-  const folder = plan.kind === 'layout' && (await plan.layout.readsFolder?.(input)) === true;
+  // a layout that converts whole model folders (gguf from a Hugging Face folder) reads its shards
+  // itself; a safetensors layout writes a model folder as a folder, shard by shard
+  const folder = plan.kind === 'layout' && (await layoutReadsFolder(plan, input));
   if (plan.kind === 'layout' && !folder && (resolved.index !== null || resolved.files.length !== 1)) {
     throw new QuantdError('FEATURE_UNSUPPORTED', {
       detail: `layout=${plan.text} reads one .safetensors file; ${basename(input)} is a sharded model (write the layout from a single-file model)`,
@@ -93,6 +96,15 @@ export async function validatePlan(plan: JobPlan, input: string, model?: ModelIn
 
 const elementCount = (shape: readonly number[]): number => shape.reduce((n, d) => n * d, 1);
 
+/** Whether the layout takes `input` whole: a folder GGUF converts, or a folder in a safetensors layout. */
+async function layoutReadsFolder(
+  plan: Extract<JobPlan, { kind: 'layout' }>,
+  input: string,
+): Promise<boolean> {
+  if ((await plan.layout.readsFolder?.(input)) === true) return true;
+  return plan.layout.parts !== undefined && (await isDirectory(input));
+}
+
 /** Where the result of a run goes (see the file comment). */
 export function outputPath(
   plan: JobPlan,
@@ -118,7 +130,10 @@ export async function runPlan(
   ctx: RunContext,
 ): Promise<RunOutcome> {
   if (plan.kind === 'model') return runOperation(plan.request, input, output, resultDir, ctx);
-  const written = await plan.layout.write(input, output, plan.options, {
+  // a model folder in a safetensors layout becomes the result folder itself (its files, side
+  // files and config, as `quantd quantize FOLDER -o OUT --layout` writes OUT)
+  const folder = plan.layout.parts !== undefined && (await isDirectory(input));
+  const written = await writeLayoutOutput(plan.layout, input, folder ? resultDir : output, plan.options, {
     onProgress: ctx.onProgress,
     signal: ctx.signal,
     encoding: ctx.encoding,
