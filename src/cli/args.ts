@@ -46,7 +46,12 @@ const RECIPE_OPTIONS: Record<string, OptionConfig> = {
 const TRANSFORM_OPTIONS = { ...SPEC_OPTIONS, ...OUTPUT_OPTIONS, ...RECIPE_OPTIONS };
 
 export const COMMAND_OPTIONS: Record<string, Record<string, OptionConfig>> = {
-  quantize: { ...TRANSFORM_OPTIONS, layout: { type: 'string' }, imatrix: { type: 'string' } },
+  quantize: {
+    ...TRANSFORM_OPTIONS,
+    layout: { type: 'string' },
+    imatrix: { type: 'string' },
+    calibration: { type: 'string' },
+  },
   qparams: TRANSFORM_OPTIONS,
   'fake-quantize': { ...TRANSFORM_OPTIONS, ...DTYPE_OPTION },
   dequantize: { ...OUTPUT_OPTIONS, ...DTYPE_OPTION },
@@ -56,6 +61,7 @@ export const COMMAND_OPTIONS: Record<string, Record<string, OptionConfig>> = {
     observers: { type: 'string' },
     resume: { type: 'string' },
     'save-state': { type: 'string' },
+    statistics: { type: 'string' },
     force: { type: 'boolean' },
     quiet: { type: 'boolean', short: 'q' },
   },

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { referenceCompute } from '../core/compute.js';
 import { QuantdError } from '../errors/index.js';
 import { errorCode, writeFileAtomic } from '../format/file-io.js';
+import { writeLayerStats } from '../format/layer-stats.js';
 import { parseCalibrationRecipe } from '../service/calibration/recipe.js';
 import { CalibrationSession } from '../service/calibration/session.js';
 import { batchTensors, DEFAULT_TTL_SECONDS } from '../service/calibration/store.js';
@@ -64,7 +65,12 @@ export async function calibrate(parsed: ParsedCommand, io: Io): Promise<void> {
   const observers = parsed.values['observers'] as string | undefined;
   const resume = parsed.values['resume'] as string | undefined;
   const saveState = parsed.values['save-state'] as string | undefined;
-  if (!output) throw new QuantdError('USAGE', { detail: 'quantd calibrate needs -o QPARAMS.safetensors' });
+  const statistics = parsed.values['statistics'] as string | undefined;
+  if (!output && !statistics) {
+    throw new QuantdError('USAGE', {
+      detail: 'quantd calibrate needs -o QPARAMS.safetensors, --statistics STATS (layer statistics), or both',
+    });
+  }
   if ((observers === undefined) === (resume === undefined)) {
     throw new QuantdError('USAGE', {
       detail:
@@ -80,7 +86,7 @@ export async function calibrate(parsed: ParsedCommand, io: Io): Promise<void> {
   const reads = [...files, ...(observers ? [observers] : []), ...(resume ? [resume] : [])];
   await guardOutputs(
     reads,
-    { files: [output, ...(saveState ? [saveState] : [])] },
+    { files: [output, saveState, statistics].filter((f): f is string => f !== undefined) },
     parsed.values['force'] === true,
   );
 
@@ -105,14 +111,21 @@ export async function calibrate(parsed: ParsedCommand, io: Io): Promise<void> {
       throw err;
     }
   }
-  const qparams = session.qparamsFile();
-  await writeFileAtomic(output, qparams);
+  if (statistics !== undefined && session.stats.size === 0) {
+    throw new QuantdError('NO_TENSOR_SELECTED', {
+      detail:
+        'no rule of the recipe gathers layer statistics for --statistics ({"match": …, "statistics": "linear"})',
+    });
+  }
+  if (output) await writeFileAtomic(output, session.qparamsFile());
+  if (statistics) await writeLayerStats(statistics, session.stats, { 'quantd.calibration': 'cli' });
   if (saveState) await writeFileAtomic(saveState, JSON.stringify(session.exported()));
   if (parsed.values['quiet'] !== true) {
     const summary = session.summary() as { batches: number; observed: number };
+    const written = [output, statistics && `statistics ${statistics}`, saveState && `state ${saveState}`];
     io.stderr(
-      `calibrated ${session.observers.size} tensors over ${summary.batches} batches ` +
-        `(${summary.observed} values) → ${output}${saveState ? `, state ${saveState}` : ''}`,
+      `calibrated ${new Set([...session.observers.keys(), ...session.stats.keys()]).size} tensors over ${summary.batches} batches ` +
+        `(${summary.observed} values) → ${written.filter(Boolean).join(', ')}`,
     );
   }
 }

@@ -45,6 +45,10 @@ const USAGE_LINES: ReadonlyArray<readonly [string, string]> = [
     'quantize',
     "HF_FOLDER -o OUT.gguf --layout gguf:ftype=Q4_K_M [--imatrix FILE]   (llama-quantize's file types)",
   ],
+  [
+    'quantize',
+    'MODEL -o OUT --layout gptq --calibration STATS   (the GPTQ algorithm, from layer statistics)',
+  ],
   ['dequantize', `IN -o OUT.safetensors [--dtype ${DTYPES}]   (IN: a qtensor file, or a layout's file)`],
   [
     'fake-quantize',
@@ -58,6 +62,10 @@ const USAGE_LINES: ReadonlyArray<readonly [string, string]> = [
   [
     'calibrate',
     'BATCH... --observers recipe.json -o QPARAMS.safetensors   (BATCH: activations, a file or a folder)',
+  ],
+  [
+    'calibrate',
+    'BATCH... --observers recipe.json --statistics STATS   (layer statistics for --layout gptq --calibration)',
   ],
   ['serve', '(HTTP + gRPC server)'],
 ];
@@ -109,6 +117,10 @@ const SECTIONS: ReadonlyArray<readonly [string, readonly OptionHelp[]]> = [
       line(
         'save-state',
         "  --save-state FILE     also write the session's state (quantd.calibration/1), to resume later",
+      ),
+      line(
+        'statistics',
+        '  --statistics FILE     write the linear-layer statistics of rules {"statistics": "linear"} (GPTQ\'s Hessians)',
       ),
     ],
   ],

@@ -72,29 +72,41 @@ export async function writeLayout(
   };
 }
 
+/** The flags that name a file the layout reads beside the model, and the option each becomes. */
+const LAYOUT_FILE_FLAGS = {
+  imatrix: {
+    applies: /^gguf:(.*,)?ftype=/,
+    usage: '--imatrix applies to a llama-quantize file type: --layout gguf:ftype=Q4_K_M (for example)',
+  },
+  calibration: {
+    applies: /^gptq(:|$)/,
+    usage: '--calibration (layer statistics) applies to --layout gptq',
+  },
+} as const;
+
 /**
- * `--imatrix FILE` (as llama-quantize takes it, relative to the working directory) as the gguf
- * layout's `imatrix` option, which the layout resolves against the model folder: an absolute
- * path here; with --remote the file's name, for the folder upload carries it to the server.
+ * `--imatrix FILE` / `--calibration FILE` (relative to the working directory, as llama-quantize
+ * takes --imatrix) as the layout's option of that name, which the layout resolves against the
+ * model folder: an absolute path here; with --remote the file's name, for the folder upload
+ * carries it to the server.
  */
-export function layoutWithImatrix(
+export function layoutWithFile(
+  flag: keyof typeof LAYOUT_FILE_FLAGS,
   text: string | undefined,
-  imatrix: string | undefined,
+  file: string,
   input: string,
   remote: boolean,
-): string | undefined {
-  if (imatrix === undefined) return text;
-  if (text === undefined || !/^gguf:(.*,)?ftype=/.test(text)) {
-    throw new QuantdError('USAGE', {
-      detail: '--imatrix applies to a llama-quantize file type: --layout gguf:ftype=Q4_K_M (for example)',
-    });
+): string {
+  if (text === undefined || !LAYOUT_FILE_FLAGS[flag].applies.test(text)) {
+    throw new QuantdError('USAGE', { detail: LAYOUT_FILE_FLAGS[flag].usage });
   }
-  if (!remote) return `${text},imatrix=${resolve(imatrix)}`;
-  const name = relative(resolve(input), resolve(imatrix));
+  const joined = (value: string): string => `${text}${text.includes(':') ? ',' : ':'}${flag}=${value}`;
+  if (!remote) return joined(resolve(file));
+  const name = relative(resolve(input), resolve(file));
   if (name === '' || name.startsWith('..') || isAbsolute(name) || name.includes(sep)) {
     throw new QuantdError('USAGE', {
-      detail: `with --remote, --imatrix must be a file of the model folder ${input} (the upload carries the folder, nothing else)`,
+      detail: `with --remote, --${flag} must be a file of the model folder ${input} (the upload carries the folder, nothing else)`,
     });
   }
-  return `${text},imatrix=${name}`;
+  return joined(name);
 }

@@ -92,10 +92,13 @@ async function runTransform(parsed: ParsedCommand, io: Io): Promise<void> {
   // what an earlier run killed outright (SIGKILL, a power cut) left where this one writes
   await removeStaleTemps(dirname(resolve(output)));
   await removeStaleTemps(output); // a sharded output's directory (nothing when it is a file)
-  if (parsed.values['imatrix'] !== undefined) {
-    parsed.values['layout'] = (await layoutCommand()).layoutWithImatrix(
+  for (const flag of ['imatrix', 'calibration'] as const) {
+    const file = parsed.values[flag];
+    if (file === undefined) continue;
+    parsed.values['layout'] = (await layoutCommand()).layoutWithFile(
+      flag,
       parsed.values['layout'] as string | undefined,
-      parsed.values['imatrix'] as string,
+      file as string,
       input,
       parsed.values['remote'] !== undefined,
     );

@@ -21,6 +21,7 @@ import {
 } from './index.js';
 import { observeBatch, type ObserverConfig, type ObserverState } from './observers/index.js';
 import { linearErrorReport, type LinearErrorReport, type LinearLayer } from './linear-eval.js';
+import { accumulateLinearStats, type LinearStats } from './linear-stats.js';
 
 export interface QuantizeOptions {
   /** Also measure how well the codes represent the input (QuantizeOutput.quality). */
@@ -41,6 +42,14 @@ export function withReferenceQuality(
 export interface ObserveCall {
   readonly config: ObserverConfig;
   readonly state: ObserverState;
+  readonly x: Float32Array;
+  readonly shape: readonly number[];
+}
+
+/** One activation batch for a layer's input statistics (calibration for GPTQ / AWQ). */
+export interface LinearStatsCall {
+  readonly tensor: string;
+  readonly stats: LinearStats;
   readonly x: Float32Array;
   readonly shape: readonly number[];
 }
@@ -68,6 +77,8 @@ export interface Compute {
   dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array>;
   /** The observer's state after `call.x` (a new state; off the event loop where the Compute has threads). */
   observe?(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState>;
+  /** The statistics with the batch added (a new object; off the event loop where the Compute has threads). */
+  accumulateStats?(call: LinearStatsCall, signal?: AbortSignal): Promise<LinearStats>;
   /** A linear layer's output error under quantization (off the event loop where the Compute has threads). */
   linearError?(layer: LinearLayer, spec: QuantSpec, signal?: AbortSignal): Promise<LinearErrorReport>;
   /** Hands back an output once its bytes are written out, so later outputs can reuse its memory. */
@@ -86,4 +97,5 @@ export const referenceCompute: Compute = {
   dequantize: async (input, outDType) => dequantizeTensor(input, outDType),
   observe: async ({ config, state, x, shape }) => observeBatch(config, state, x, shape),
   linearError: async (layer, spec) => linearErrorReport(layer, spec),
+  accumulateStats: async ({ tensor, stats, x, shape }) => accumulateLinearStats(tensor, stats, x, shape),
 };

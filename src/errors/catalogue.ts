@@ -295,6 +295,8 @@ export const catalogue = {
     title: 'Calibration session not found',
     message: 'there is no calibration session {id} (expired, deleted, or never created)',
   },
+  // layer statistics (calibration=FILE for gptq / awq): the file, or its fit to the model
+  CALIBRATION_INVALID: bad('Invalid layer statistics', '{source}: {detail}'),
   CALIBRATION_FULL: {
     http: 413,
     grpc: 'RESOURCE_EXHAUSTED',

@@ -14,6 +14,7 @@ import type { Compute } from '../core/compute.js';
 import { runLinearError } from '../service/linear-error.js';
 import { requestDeadline } from '../service/envelope.js';
 import { admittedUnary, type AdmissionDeps } from './admitted.js';
+import { admittedStreaming } from './file-stream.js';
 
 export const CALIBRATION_PROTO_FILE = 'quantd/v1/calibration.proto';
 export const CALIBRATIONS_SERVICE_NAME = 'quantd.v1.Calibrations';
@@ -69,6 +70,7 @@ export function addCalibrationsService(
   const { calibrations: store, admit, identify, report } = deps;
 
   const unary = admittedUnary(deps);
+  const streaming = admittedStreaming(deps);
 
   const observe = (
     call: grpc.ServerReadableStream<BatchMessage, unknown>,
@@ -169,6 +171,21 @@ export function addCalibrationsService(
       const file = await session.serialized(async () => session.qparamsFile());
       return { safetensors: Buffer.from(file.buffer, file.byteOffset, file.byteLength) };
     }),
+    Statistics: streaming<IdMessage>('Statistics', async (m, caller) => [
+      {
+        name: 'statistics.stats',
+        data_sha256: null,
+        open: async () => {
+          const handle = await store.openStatistics(m.id ?? '', caller);
+          try {
+            return { handle, size: (await handle.stat()).size };
+          } catch (err) {
+            await handle.close();
+            throw err;
+          }
+        },
+      },
+    ]),
     Export: unary<IdMessage>('Export', async (m, caller) => {
       const session = store.get(m.id ?? '', caller);
       return { json: JSON.stringify(await session.serialized(async () => session.exported())) };

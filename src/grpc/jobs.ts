@@ -8,9 +8,7 @@
  * admits every /v1 request — and Result / Report hold their slot until the stream has ended, as an
  * HTTP download holds its until the response is closed.
  */
-import type { Caller } from '../service/auth.js';
 import { DEFAULT_PAGE, MAX_PAGE } from '../jobs/manager.js';
-import { once } from 'node:events';
 import type { Stats } from 'node:fs';
 import { open, stat, type FileHandle } from 'node:fs/promises';
 import { basename, join } from 'node:path';
@@ -21,23 +19,13 @@ import type { ResultFile } from '../jobs/store.js';
 import { jobMessage, submissionOf, type SubmitJobMessage } from './job-messages.js';
 import { verifyResultFile } from '../jobs/verify.js';
 import { admittedUnary, type AdmissionDeps } from './admitted.js';
+import { admittedStreaming, type OutgoingFile } from './file-stream.js';
 
 export const JOBS_PROTO_FILE = 'quantd/v1/jobs.proto';
 export const JOBS_SERVICE_NAME = 'quantd.v1.Jobs';
 
-/** Data bytes per ResultChunk: under every gRPC client's default 4 MiB receive limit. */
-export const RESULT_CHUNK_BYTES = 1024 * 1024;
-
 export interface JobsServiceDeps extends AdmissionDeps {
   readonly jobs: JobManager;
-}
-
-type Streaming<Req> = (call: grpc.ServerWritableStream<Req, unknown>) => void;
-
-/** A file to stream: where it is, the name it is sent under, its size and data hash. */
-interface Outgoing {
-  readonly path: string;
-  readonly file: ResultFile;
 }
 
 export function addJobsService(
@@ -45,38 +33,9 @@ export function addJobsService(
   service: grpc.ServiceDefinition,
   deps: JobsServiceDeps,
 ): void {
-  const { jobs, admit, identify, report } = deps;
-
+  const { jobs } = deps;
   const unary = admittedUnary(deps);
-
-  const streaming =
-    <Req>(rpc: string, files: (request: Req, caller: Caller) => Promise<Outgoing[]>): Streaming<Req> =>
-    (call) => {
-      let release: (() => void) | undefined;
-      // the slot is held until the call has ended: its status sent, or the client gone
-      const done = (): void => {
-        release?.();
-        release = undefined;
-      };
-      const gone = new AbortController();
-      call.once('cancelled', () => {
-        gone.abort(
-          new QuantdError('CANCELLED', { detail: ': the call ended (cancelled, or past its deadline)' }),
-        );
-        done();
-      });
-      call.once('close', done);
-      return Promise.resolve()
-        .then(async () => {
-          release = admit(call.metadata);
-          await sendFiles(call, await files(call.request, identify(call.metadata)), gone.signal);
-        })
-        .catch((err: unknown) => {
-          // a call that has ended (cancelled, past its deadline) has had its status
-          if (!call.cancelled) call.emit('error', report(err, rpc));
-        })
-        .finally(done);
-    };
+  const streaming = admittedStreaming(deps);
 
   const implementation: grpc.UntypedServiceImplementation = {
     Submit: unary<SubmitJobMessage>('Submit', async (request, caller) => {
@@ -118,12 +77,12 @@ export function addJobsService(
           detail: `job ${id} has no result file ${JSON.stringify(wanted)} (files: ${result.files.map((f) => f.name).join(', ')})`,
         });
       }
-      return chosen.map((file) => ({ path: join(dir, file.name), file }));
+      return chosen.map((file) => resultFile(join(dir, file.name), file));
     }),
     Report: streaming<{ id?: string }>('Report', async (request, caller) => {
       const path = await jobs.reportPath(request.id ?? '', caller);
       const bytes = (await fileStat(path, jobs.data.shown(path))).size;
-      return [{ path, file: { name: basename(path), bytes, data_sha256: null } }];
+      return [resultFile(path, { name: basename(path), bytes, data_sha256: null })];
     }),
   };
   server.addService(service, implementation);
@@ -148,50 +107,26 @@ async function fileStat(path: string, shown: string): Promise<Stats> {
   });
 }
 
-/** Streams each file in chunks (ResultChunk), at the client's pace, then ends the call. */
-async function sendFiles(
-  call: grpc.ServerWritableStream<unknown, unknown>,
-  files: Outgoing[],
-  signal: AbortSignal,
-): Promise<void> {
-  for (const { path, file } of files) {
-    const handle = await openFile(path, file.name);
-    try {
-      const size = (await handle.stat()).size;
-      if (size !== file.bytes) {
-        throw new QuantdError('INTERNAL', { detail: `result file ${file.name} changed while being opened` });
+/** A result file as streamed: its size as recorded and its checksums verified before it is sent. */
+function resultFile(path: string, file: ResultFile): OutgoingFile {
+  return {
+    name: file.name,
+    data_sha256: file.data_sha256,
+    open: async () => {
+      const handle = await openFile(path, file.name);
+      try {
+        const size = (await handle.stat()).size;
+        if (size !== file.bytes) {
+          throw new QuantdError('INTERNAL', {
+            detail: `result file ${file.name} changed while being opened`,
+          });
+        }
+        await verifyResultFile(path, handle, file);
+        return { handle, size };
+      } catch (err) {
+        await handle.close();
+        throw err;
       }
-      await verifyResultFile(path, handle, file);
-      let offset = 0;
-      do {
-        if (signal.aborted) return;
-        // a fresh buffer per chunk: grpc-js serializes a message only when it leaves the queue
-        const data = Buffer.allocUnsafe(Math.min(RESULT_CHUNK_BYTES, size - offset));
-        const { bytesRead } = await handle.read(data, 0, data.byteLength, offset);
-        if (bytesRead !== data.byteLength) {
-          throw new QuantdError('INTERNAL', { detail: `result file ${file.name} changed while being read` });
-        }
-        const first = offset === 0;
-        const chunk = {
-          file: file.name,
-          offset,
-          data,
-          ...(first && { total_bytes: size }),
-          ...(first && file.data_sha256 !== null && { data_sha256: file.data_sha256 }),
-        };
-        offset += data.byteLength;
-        if (!call.write(chunk)) {
-          try {
-            await once(call, 'drain', { signal });
-          } catch (err) {
-            if (signal.aborted) return; // the client is gone: nothing more to send
-            throw err;
-          }
-        }
-      } while (offset < size);
-    } finally {
-      await handle.close();
-    }
-  }
-  if (!signal.aborted) call.end();
+    },
+  };
 }

@@ -7,6 +7,7 @@
  *   GET    /v1/calibrations/ID            the session: its observers and how much each has seen
  *   POST   /v1/calibrations/ID/batches    body: a safetensors of activations → what it observed
  *   GET    /v1/calibrations/ID/qparams    a safetensors of NAME.scale / NAME.zero_point
+ *   GET    /v1/calibrations/ID/statistics the layer statistics file (NAME.hessian, …) for gptq:calibration=
  *   GET    /v1/calibrations/ID/state      the export form (quantd.calibration/1), to import elsewhere
  *   DELETE /v1/calibrations/ID            204
  *
@@ -138,6 +139,35 @@ export async function registerCalibrationRoutes(
         .type('application/x-safetensors')
         .header('Content-Disposition', `attachment; filename="calibration-${session.id}.safetensors"`)
         .send(Buffer.from(file.buffer, file.byteOffset, file.byteLength));
+    },
+  );
+
+  app.get(
+    '/v1/calibrations/:id/statistics',
+    {
+      schema: {
+        tags,
+        summary:
+          "The linear-layer statistics (NAME.hessian, NAME.abs_sum, NAME.tokens) as a layer statistics file, for the gptq layout's calibration= option",
+        params: idParam,
+      },
+    },
+    async (request, reply) => {
+      const id = idOf(request);
+      const handle = await store.openStatistics(id, callerOf(request));
+      let size: number;
+      try {
+        size = (await handle.stat()).size;
+      } catch (err) {
+        await handle.close();
+        throw err;
+      }
+      return reply
+        .code(200)
+        .type('application/x-safetensors')
+        .header('Content-Length', String(size))
+        .header('Content-Disposition', `attachment; filename="calibration-${id}.stats"`)
+        .send(handle.createReadStream()); // the stream closes the handle when it ends or fails
     },
   );
 

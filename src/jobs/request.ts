@@ -207,14 +207,16 @@ export function jobPlan(submission: Submission): JobPlan {
     throw notApplicable(key, Array.isArray(value) ? value.join(', ') : value);
   }
   const { layout, options } = parseLayoutChecked(text);
-  const imatrix = options['imatrix'];
-  if (imatrix !== undefined && (/[/\\]/.test(imatrix) || imatrix === '.' || imatrix === '..')) {
-    // a job reads no file but its input: the matrix travels in the model folder
-    throw invalid(
-      'layout',
-      'imatrix must name a file of the model folder (a plain file name; upload it with the folder)',
-      imatrix,
-    );
+  for (const key of ['imatrix', 'calibration']) {
+    const file = options[key];
+    if (file !== undefined && (/[/\\]/.test(file) || file === '.' || file === '..')) {
+      // a job reads no file but its input: the matrix or statistics travel in the model folder
+      throw invalid(
+        'layout',
+        `${key} must name a file of the model folder (a plain file name; upload it with the folder)`,
+        file,
+      );
+    }
   }
   return { kind: 'layout', text, layout, options };
 }

@@ -29,6 +29,7 @@ import { checkGgmlHalfFields, permuteHeads } from '../core/interop/ggml-tensor.j
 import {
   gptqDequantize,
   gptqGroupIndex,
+  gptqPackSolution,
   gptqQuantize,
   gptqShapes,
   type GptqBits,
@@ -44,6 +45,8 @@ import {
   type MatMulNBitsScaleType,
   type MatMulNBitsShapes,
 } from '../core/interop/onnx.js';
+import { GPTQ_SOLVE_DEFAULTS, gptqSolve } from '../core/interop/gptq-solve.js';
+import type { LinearStats } from '../core/linear-stats.js';
 import { bytesOf, fromFloat32, toFloat32, typedView } from '../core/tensor.js';
 import { QuantdError, throwIfAborted } from '../errors/index.js';
 import { decodedQuality } from '../core/quality.js';
@@ -51,6 +54,15 @@ import { histogramOf, sampledDecodedErrors, type ErrorHistogram } from '../core/
 import type { QualityStats } from '../core/quality-stats.js';
 import { checkFinite, encodedByRows, ggmlEncodeRows, type RowRange } from './ggml-rows.js';
 import { BNB_KERNEL_TYPES, CONVERT, GPTQ_STORE, type KernelModule } from './module.js';
+
+/** What the GPTQ algorithm needs beside the weight (gptq-solve.ts). */
+export interface GptqCalibration {
+  /** the activation the statistics are of, for messages */
+  readonly name: string;
+  readonly stats: LinearStats;
+  readonly damp: number;
+  readonly actOrder: boolean;
+}
 
 /** One tensor's encoding: which encoder, and everything it needs besides the input bytes. */
 export type EncoderCall =
@@ -78,6 +90,8 @@ export type EncoderCall =
       readonly shape: readonly number[];
       readonly dtype: FloatDType;
       readonly params: GptqParams;
+      /** The GPTQ algorithm on the layer's input statistics; none: round-to-nearest. */
+      readonly calibration?: GptqCalibration;
     }
   /** Inputs: qweight, qzeros, scales[, g_idx]. */
   | {
@@ -333,6 +347,45 @@ function awqPacked(
   return { qweight, qzeros, scales };
 }
 
+/**
+ * The GPTQ algorithm's result for a weight, from its layer's input statistics: TypeScript
+ * (float64, the order of gptq-solve.ts), on the worker the task runs on.
+ */
+function gptqSolved(
+  call: Extract<EncoderCall, { kind: 'gptq' }>,
+  w: Float32Array,
+  c: GptqCalibration,
+): Results {
+  const { tensor, shape, params } = call;
+  gptqShapes(tensor, shape, params);
+  const [out, inF] = shape as [number, number];
+  if (c.stats.inFeatures !== inF) {
+    throw new QuantdError('CALIBRATION_INVALID', {
+      source: c.name,
+      detail: `statistics of ${c.stats.inFeatures} input features, but ${tensor} has in_features ${inF} (statistics of another model?)`,
+    });
+  }
+  for (const v of c.stats.hessian) {
+    if (!Number.isFinite(v)) {
+      throw new QuantdError('CALIBRATION_INVALID', { source: c.name, detail: `its Hessian holds ${v}` });
+    }
+  }
+  const solution = gptqSolve(tensor, w, out, inF, c.stats.hessian, {
+    bits: params.bits,
+    groupSize: params.groupSize,
+    sym: params.sym,
+    damp: c.damp,
+    blockSize: GPTQ_SOLVE_DEFAULTS.blockSize,
+    actOrder: c.actOrder,
+  });
+  const p = gptqPackSolution(tensor, solution, out, inF, params.bits);
+  const notes = [`GPTQ from ${c.stats.tokens} tokens of ${c.name}${c.actOrder ? ', act-order' : ''}`];
+  return {
+    outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales), bytesOf(p.gIdx)],
+    notes: [...notes, ...gptqNotes(p.zeroPointZero, 0, params.bits)],
+  };
+}
+
 function gptqNotes(zeroPointZero: number, clampedCodes: number, bits: number): string[] {
   const notes: string[] = [];
   if (zeroPointZero > 0) {
@@ -400,6 +453,7 @@ function encode(
     case 'ggml-decode':
       return { outputs: [bytesOf(ggmlDecode(call.type, a!, call.numel))] };
     case 'gptq': {
+      if (call.calibration) return gptqSolved(call, floatsOf(call.dtype, a!, module), call.calibration);
       const p = gptqPacked(
         module,
         call.tensor,

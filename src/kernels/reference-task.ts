@@ -18,6 +18,8 @@ import {
 } from '../core/index.js';
 import { observeBatch, type ObserverConfig, type ObserverState } from '../core/observers/index.js';
 import { linearErrorReport, type LinearErrorReport, type LinearLayer } from '../core/linear-eval.js';
+import { accumulateLinearStats, type LinearStats } from '../core/linear-stats.js';
+import type { LinearStatsCall } from '../core/compute.js';
 
 export type ReferenceCall =
   | {
@@ -47,7 +49,8 @@ export type ReferenceCall =
       readonly x: Float32Array;
       readonly shape: readonly number[];
     }
-  | { readonly kind: 'linearError'; readonly layer: LinearLayer; readonly spec: QuantSpec };
+  | { readonly kind: 'linearError'; readonly layer: LinearLayer; readonly spec: QuantSpec }
+  | ({ readonly kind: 'linearStats' } & LinearStatsCall);
 
 /** What each call returns. */
 export interface ReferenceResults {
@@ -57,6 +60,7 @@ export interface ReferenceResults {
   dequantize: Uint8Array;
   observe: ObserverState;
   linearError: LinearErrorReport;
+  linearStats: LinearStats;
 }
 
 export interface ReferenceTask {
@@ -78,5 +82,7 @@ export function runReferenceTask(call: ReferenceCall): ReferenceResults[Referenc
       return observeBatch(call.config, call.state, call.x, call.shape);
     case 'linearError':
       return linearErrorReport(call.layer, call.spec);
+    case 'linearStats':
+      return accumulateLinearStats(call.tensor, call.stats, call.x, call.shape);
   }
 }

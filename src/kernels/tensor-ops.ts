@@ -47,6 +47,7 @@ import { QuantdError } from '../errors/index.js';
 import {
   withReferenceQuality,
   type Compute,
+  type LinearStatsCall,
   type ObserveCall,
   type QuantizeOptions,
 } from '../core/compute.js';
@@ -58,6 +59,7 @@ import {
   type ObserverState,
 } from '../core/observers/index.js';
 import type { LinearErrorReport, LinearLayer } from '../core/linear-eval.js';
+import type { LinearStats } from '../core/linear-stats.js';
 import { CHOOSE_MODE, CODES, CONVERT, type ChooseArgs, type LayoutArgs, type QuantArgs } from './module.js';
 import { BufferArena } from './arena.js';
 import { runReferenceTask, type ReferenceCall, type ReferenceResults } from './reference-task.js';
@@ -676,6 +678,11 @@ export class KernelCompute implements Compute {
   /** A linear layer's output error: TypeScript, on a worker in a pool. */
   linearError(layer: LinearLayer, spec: QuantSpec, signal?: AbortSignal): Promise<LinearErrorReport> {
     return this.reference({ kind: 'linearError', layer, spec }, signal);
+  }
+
+  /** A layer's input statistics with one more batch: TypeScript (float64), on a worker in a pool. */
+  accumulateStats(call: LinearStatsCall, signal?: AbortSignal): Promise<LinearStats> {
+    return this.reference({ kind: 'linearStats', ...call }, signal);
   }
 
   /**

@@ -18,9 +18,10 @@ import { InlineExecutor } from '../kernels/executors.js';
 import type { LoadedKernels } from '../kernels/loader.js';
 import type { KernelModule } from '../kernels/module.js';
 import { KernelCompute, type KernelComputeOptions } from '../kernels/tensor-ops.js';
-import type { Compute, ObserveCall, QuantizeOptions } from '../core/compute.js';
+import type { Compute, LinearStatsCall, ObserveCall, QuantizeOptions } from '../core/compute.js';
 import type { ObserverState } from '../core/observers/index.js';
 import type { LinearErrorReport, LinearLayer } from '../core/linear-eval.js';
+import type { LinearStats } from '../core/linear-stats.js';
 import { KernelPool, type PoolOptions } from './pool.js';
 
 /** Below this many elements an op runs in the calling thread (see `npm run bench`: pool overhead). */
@@ -118,6 +119,11 @@ export class PoolCompute implements Compute {
   /** An observer's batch: TypeScript (torch's exact order), on a worker when the batch is large. */
   observe(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState> {
     return this.on(call.x.length, (c) => c.observe(call, signal));
+  }
+
+  /** A layer's input statistics with one more batch: on a worker unless the batch is tiny. */
+  accumulateStats(call: LinearStatsCall, signal?: AbortSignal): Promise<LinearStats> {
+    return this.on(call.x.length * call.stats.inFeatures, (c) => c.accumulateStats(call, signal));
   }
 
   /** A linear layer's output error: on a worker unless the layer is tiny. */

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { grpcServerModule, rejection, startTestServer, type TestServer } from '../grpc/helpers.js';
 import { modelBytes, tempDir, type Tensor } from '../jobs/helpers.js';
+import { receive, type Chunk } from '../grpc/jobs-helpers.js';
 
 type Callback = (err: grpc.ServiceError | null, response: Record<string, unknown>) => void;
 type Client = grpc.Client & {
@@ -22,6 +23,7 @@ type Client = grpc.Client & {
   Delete(request: object, callback: Callback): void;
   LinearError(request: object, callback: Callback): void;
   Observe(callback: Callback): grpc.ClientWritableStream<object>;
+  Statistics(request: object): grpc.ClientReadableStream<Chunk>;
 };
 
 const RECIPE = { observers: [{ match: '*.input', observer: { kind: 'histogram', bins: 64 } }] };
@@ -112,6 +114,27 @@ describe('quantd.v1.Calibrations', () => {
       grpc.status.NOT_FOUND,
       'CALIBRATION_NOT_FOUND',
     ]);
+  });
+
+  it('Statistics streams the layer statistics file HTTP serves; none without a statistics rule', async () => {
+    const recipe = { observers: [{ match: '*.input', statistics: 'linear' }] };
+    const id = (await call('Create', { recipe_json: JSON.stringify(recipe) }))['id'] as string;
+    await observe([{ id, safetensors: batch(1) }, { safetensors: batch(4) }]);
+    const got = await call('Get', { id });
+    expect(got['statistics']).toEqual([
+      { name: 'a.input', in_features: 4, tokens: 2 },
+      { name: 'b.input', in_features: 3, tokens: 2 },
+    ]);
+    const viaGrpc = await receive(client.Statistics({ id }));
+    expect(viaGrpc.error).toBeNull();
+    const viaHttp = Buffer.from(
+      await (await fetch(`${server.base}/v1/calibrations/${id}/statistics`)).arrayBuffer(),
+    );
+    expect(viaGrpc.files.map((f) => f.name)).toEqual(['statistics.stats']);
+    expect(viaGrpc.files[0]!.bytes.equals(viaHttp)).toBe(true);
+    const plain = (await call('Create', { recipe_json: JSON.stringify(RECIPE) }))['id'] as string;
+    const none = await receive(client.Statistics({ id: plain }));
+    expect(none.error?.metadata.get('quantd-code')[0]).toBe('NO_TENSOR_SELECTED');
   });
 
   it('a refused batch fails the stream and keeps the batches before it', async () => {

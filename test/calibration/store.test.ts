@@ -122,6 +122,7 @@ describe('the calibration routes in the OpenAPI document', () => {
         'POST /v1/calibrations/{id}/batches',
         'GET /v1/calibrations/{id}/qparams',
         'GET /v1/calibrations/{id}/state',
+        'GET /v1/calibrations/{id}/statistics',
       ].sort(),
     );
   });

@@ -232,6 +232,59 @@ export function gptqQuantize(
   return { qweight, qzeros, scales, gIdx: gptqGroupIndex(inF, groupSize), zeroPointZero, clampedCodes };
 }
 
+/**
+ * The GPTQ tensors of a solution of the GPTQ algorithm (gptq-solve.ts): its codes as they are,
+ * its scales rounded to float16 (what the format stores), its zero points and g_idx packed as
+ * gptqQuantize packs them. Dequantized, a weight is fp16(scale)·(code − zero).
+ */
+export function gptqPackSolution(
+  tensor: string,
+  solution: {
+    readonly codes: Uint8Array;
+    readonly scale: Float64Array;
+    readonly zero: Float64Array;
+    readonly gIdx: Int32Array;
+    readonly groups: number;
+  },
+  out: number,
+  inF: number,
+  bits: GptqBits,
+): GptqPacked {
+  const { codes, scale, zero, gIdx, groups } = solution;
+  const qweight = new Int32Array((inF / 32) * bits * out);
+  const zeroWords = (out / 32) * bits;
+  const zerosV2 = new Int32Array(groups * zeroWords);
+  const scales = new Uint16Array(groups * out);
+  let zeroPointZero = 0;
+  for (let g = 0; g < groups; g++) {
+    for (let r = 0; r < out; r++) {
+      const s = scale[g * out + r]!;
+      const half = float16BitsFromFloat32(s);
+      const hs = float32FromFloat16Bits(half);
+      if (!(hs > 0) || !Number.isFinite(hs)) {
+        throw new QuantdError('FEATURE_UNSUPPORTED', {
+          detail: `tensor ${tensor}: row ${r}, group ${g}: its GPTQ scale ${s} is ${hs} in float16, which GPTQ cannot store; exclude the tensor or rescale it`,
+        });
+      }
+      scales[g * out + r] = half;
+      const z = zero[g * out + r]!;
+      if (z === 0) zeroPointZero++;
+      const zbit = r * bits;
+      zerosV2[g * zeroWords + (zbit >>> 5)]! |= z << (zbit & 31);
+    }
+  }
+  for (let r = 0; r < out; r++) {
+    for (let i = 0; i < inF; i++) {
+      const bit = i * bits;
+      qweight[(bit >>> 5) * out + r]! |= codes[r * inF + i]! << (bit & 31);
+    }
+  }
+  const ones = gptqOnesPattern(bits);
+  const qzeros = new Int32Array(zerosV2.length);
+  for (let k = 0; k < zerosV2.length; k++) qzeros[k] = (zerosV2[k]! - ones) | 0;
+  return { qweight, qzeros, scales, gIdx: Int32Array.from(gIdx), zeroPointZero, clampedCodes: 0 };
+}
+
 /** g_idx: each input column's group, ⌊i / group_size⌋. */
 export function gptqGroupIndex(inF: number, groupSize: number): Int32Array {
   return Int32Array.from({ length: inF }, (_, i) => Math.floor(i / groupSize));

@@ -2,10 +2,13 @@
  * A calibration recipe: which observer watches which activation tensor.
  *
  *   { "observers": [ { "match": "*.mlp.down_proj.input", "observer": { "kind": "histogram" } },
- *                    { "regex": "\\.input$", "observer": { "kind": "moving_average_min_max" } } ] }
+ *                    { "regex": "\\.input$", "observer": { "kind": "moving_average_min_max" } },
+ *                    { "match": "*_proj.input", "statistics": "linear" } ] }
  *
- * Rules are tried in order and the first that matches a tensor's name gives its observer; a
- * batch's tensors that no rule matches are ignored (and reported). Globs and regexes match in
+ * Rules are tried in order and the first that matches a tensor's name gives its observer, its
+ * linear-layer statistics (`"statistics": "linear"`: the input Hessian and mean |x| that GPTQ
+ * reads, core/linear-stats.ts), or both; a batch's tensors that no rule matches are ignored (and
+ * reported). Globs and regexes match in
  * linear time (name-patterns.ts), as in quantize recipes.
  */
 import { observerConfig, type ObserverConfig, type ObserverOptions } from '../../core/observers/index.js';
@@ -16,7 +19,10 @@ export interface CalibrationRule {
   /** As the recipe writes it: `match GLOB` or `regex RE`. */
   readonly label: string;
   readonly test: (name: string) => boolean;
-  readonly config: ObserverConfig;
+  /** Its observer, if any. */
+  readonly config: ObserverConfig | null;
+  /** Whether it gathers linear-layer statistics. */
+  readonly statistics: boolean;
 }
 
 export interface CalibrationRecipe {
@@ -39,7 +45,10 @@ export function parseCalibrationRecipe(value: unknown): CalibrationRecipe {
   if (unknown.length > 0) throw invalid('(top level)', `unknown field ${unknown[0]}`);
   const list = (value as { observers?: unknown }).observers;
   if (!Array.isArray(list) || list.length === 0) {
-    throw invalid('observers', 'must be a non-empty array of {"match" | "regex", "observer"} rules');
+    throw invalid(
+      'observers',
+      'must be a non-empty array of {"match" | "regex", "observer" and/or "statistics"} rules',
+    );
   }
   if (list.length > MAX_CALIBRATION_RULES) {
     throw invalid('observers', `holds ${list.length} rules; at most ${MAX_CALIBRATION_RULES}`);
@@ -48,8 +57,8 @@ export function parseCalibrationRecipe(value: unknown): CalibrationRecipe {
     const where = `observers[${i}]`;
     if (rule === null || typeof rule !== 'object' || Array.isArray(rule))
       throw invalid(where, 'must be an object');
-    const r = rule as { match?: unknown; regex?: unknown; observer?: unknown };
-    const extra = Object.keys(r).filter((k) => !['match', 'regex', 'observer'].includes(k));
+    const r = rule as { match?: unknown; regex?: unknown; observer?: unknown; statistics?: unknown };
+    const extra = Object.keys(r).filter((k) => !['match', 'regex', 'observer', 'statistics'].includes(k));
     if (extra.length > 0) throw invalid(where, `unknown field ${extra[0]}`);
     if ((r.match === undefined) === (r.regex === undefined)) {
       throw invalid(where, 'needs exactly one of "match" (a glob) and "regex"');
@@ -66,14 +75,23 @@ export function parseCalibrationRecipe(value: unknown): CalibrationRecipe {
         throw invalid(where, `${kind} ${JSON.stringify(pattern)} ${err.message}`);
       throw err;
     }
-    let config: ObserverConfig;
+    if (r.statistics !== undefined && r.statistics !== 'linear') {
+      throw invalid(
+        `${where}.statistics`,
+        'must be "linear" (the input Hessian and mean |x| of a linear layer)',
+      );
+    }
+    if (r.observer === undefined && r.statistics === undefined) {
+      throw invalid(where, 'needs "observer", "statistics" or both');
+    }
+    let config: ObserverConfig | null = null;
     try {
-      config = observerConfig(r.observer as ObserverOptions);
+      if (r.observer !== undefined) config = observerConfig(r.observer as ObserverOptions);
     } catch (err) {
       if (isQuantdError(err)) throw invalid(`${where}.observer`, err.message);
       throw err;
     }
-    return { label: `${kind} ${pattern}`, test, config };
+    return { label: `${kind} ${pattern}`, test, config, statistics: r.statistics === 'linear' };
   });
   return { json: value, rules };
 }

@@ -3,7 +3,8 @@
  * a time (a chain of promises), so concurrent uploads lose no update; a batch is all or
  * nothing (every tensor's new state is computed before any is kept), so a refused tensor
  * leaves the session as it was. Its export form `quantd.calibration/1` is what the store
- * persists and what an import restores.
+ * persists and what an import restores. Linear-layer statistics (Hessians: in² float64 values
+ * each) are not part of that JSON: the store keeps them in a layer statistics file beside it.
  */
 import {
   newObserverState,
@@ -13,6 +14,12 @@ import {
 } from '../../core/observers/index.js';
 import type { Compute } from '../../core/compute.js';
 import { observeBatch } from '../../core/observers/index.js';
+import {
+  accumulateLinearStats,
+  batchFeatures,
+  emptyLinearStats,
+  type LinearStats,
+} from '../../core/linear-stats.js';
 import { QuantdError, isQuantdError } from '../../errors/index.js';
 import { exportObserver, importObserver, type ExportedObserver } from '../../format/observer-state.js';
 import { serializeSafetensors } from '../../format/safetensors.js';
@@ -21,6 +28,10 @@ import { parseCalibrationRecipe, ruleFor, type CalibrationRecipe } from './recip
 export const CALIBRATION_FORMAT = 'quantd.calibration/1';
 /** Observers (distinct tensor names) one session may hold. */
 export const MAX_OBSERVERS = 10_000;
+/** Bytes of linear-layer statistics one session may hold (a 4096-input layer takes 128 MiB). */
+export const MAX_STATISTICS_BYTES = 2 * 1024 ** 3;
+
+const statsBytes = (inFeatures: number): number => 8 * inFeatures * (inFeatures + 1);
 
 export interface CalibrationExport {
   readonly format: typeof CALIBRATION_FORMAT;
@@ -31,6 +42,8 @@ export interface CalibrationExport {
   readonly batches: number;
   readonly recipe: unknown;
   readonly observers: Record<string, ExportedObserver>;
+  /** What the statistics are of (their values are not in the export). */
+  readonly statistics?: Record<string, { readonly in_features: number; readonly tokens: number }>;
 }
 
 export interface BatchTensor {
@@ -53,6 +66,8 @@ interface Watched {
 
 export class CalibrationSession {
   readonly observers = new Map<string, Watched>();
+  /** Linear-layer statistics by activation name. */
+  readonly stats = new Map<string, LinearStats>();
   /** The API key's owner id that created it (null with auth off): others do not see it. */
   owner: string | null = null;
   batches = 0;
@@ -86,26 +101,36 @@ export class CalibrationSession {
   async fold(
     tensors: readonly BatchTensor[],
     compute: Compute,
-    persist: (next: CalibrationExport) => Promise<void>,
+    persist: (next: CalibrationExport, stats: ReadonlyMap<string, LinearStats> | null) => Promise<void>,
     signal?: AbortSignal,
   ): Promise<FoldResult> {
     const observed: string[] = [];
     const ignored: string[] = [];
     const planned: [BatchTensor, Watched][] = [];
+    const gathered: [BatchTensor, LinearStats][] = [];
     let added = 0;
+    let addedBytes = 0;
     for (const t of tensors) {
       let watched = this.observers.get(t.name);
-      if (!watched) {
+      let stats = this.stats.get(t.name);
+      if (!watched && !stats) {
         const rule = ruleFor(this.recipe, t.name);
         if (!rule) {
           ignored.push(t.name);
           continue;
         }
-        watched = { config: rule.config, state: newObserverState(rule.config) };
-        added++;
+        if (rule.config) {
+          watched = { config: rule.config, state: newObserverState(rule.config) };
+          added++;
+        }
+        if (rule.statistics) {
+          stats = emptyLinearStats(batchFeatures(t.name, t.shape));
+          addedBytes += statsBytes(stats.inFeatures);
+        }
       }
       observed.push(t.name);
-      planned.push([t, watched]);
+      if (watched) planned.push([t, watched]);
+      if (stats) gathered.push([t, stats]);
     }
     // every refusal that needs no computing comes before any computing starts
     if (observed.length === 0) {
@@ -118,7 +143,22 @@ export class CalibrationSession {
         detail: `calibration ${this.id} would watch ${this.observers.size + added} tensors; a session watches at most ${MAX_OBSERVERS}`,
       });
     }
+    const heldBytes = [...this.stats.values()].reduce((n, s) => n + statsBytes(s.inFeatures), 0);
+    if (heldBytes + addedBytes > MAX_STATISTICS_BYTES) {
+      throw new QuantdError('CALIBRATION_FULL', {
+        detail: `calibration ${this.id} would hold ${heldBytes + addedBytes} bytes of layer statistics; a session holds at most ${MAX_STATISTICS_BYTES} (statistics of in_features k take 8·k² bytes)`,
+      });
+    }
     // Promise.all handles every rejection (the first one is the batch's error)
+    const gathering = Promise.all(
+      gathered.map(([t, stats]) => {
+        const call = { tensor: t.name, stats, x: t.x, shape: t.shape };
+        const next = compute.accumulateStats
+          ? compute.accumulateStats(call, signal)
+          : Promise.resolve().then(() => accumulateLinearStats(t.name, stats, t.x, t.shape));
+        return next.then((s): [string, LinearStats] => [t.name, s]);
+      }),
+    );
     const work = planned.map(([t, w]) => {
       const call = { config: w.config, state: w.state, x: t.x, shape: t.shape };
       const next = compute.observe
@@ -131,13 +171,20 @@ export class CalibrationSession {
         },
       );
     });
-    const results = await Promise.all(work);
+    const [results, statsResults] = await Promise.all([Promise.all(work), gathering]);
     const next = new Map(this.observers);
     for (const [name, w, state] of results) next.set(name, { config: w.config, state });
+    const nextStats = new Map(this.stats);
+    for (const [name, s] of statsResults) nextStats.set(name, s);
     const updated = new Date();
-    await persist(this.exportWith(next, this.batches + 1, updated));
+    await persist(
+      this.exportWith(next, this.batches + 1, updated, nextStats),
+      statsResults.length > 0 ? nextStats : null,
+    );
     this.observers.clear();
     for (const [name, w] of next) this.observers.set(name, w);
+    this.stats.clear();
+    for (const [name, s] of nextStats) this.stats.set(name, s);
     this.batches++;
     this.updated = updated;
     return { batches: this.batches, observed, ignored };
@@ -182,16 +229,28 @@ export class CalibrationSession {
       batches: this.batches,
       observed: observers.reduce((n, o) => n + o.observed, 0),
       observers,
+      statistics: [...this.stats].map(([name, s]) => ({
+        name,
+        in_features: s.inFeatures,
+        tokens: s.tokens,
+      })),
     };
   }
 
   exported(): CalibrationExport {
-    return this.exportWith(this.observers, this.batches, this.updated);
+    return this.exportWith(this.observers, this.batches, this.updated, this.stats);
   }
 
-  private exportWith(observers: Map<string, Watched>, batches: number, updated: Date): CalibrationExport {
+  private exportWith(
+    observers: Map<string, Watched>,
+    batches: number,
+    updated: Date,
+    stats: ReadonlyMap<string, LinearStats>,
+  ): CalibrationExport {
     const out: Record<string, ExportedObserver> = {};
     for (const [name, w] of observers) out[name] = exportObserver(w.config, w.state);
+    const statistics: Record<string, { in_features: number; tokens: number }> = {};
+    for (const [name, s] of stats) statistics[name] = { in_features: s.inFeatures, tokens: s.tokens };
     return {
       format: CALIBRATION_FORMAT,
       id: this.id,
@@ -201,6 +260,7 @@ export class CalibrationSession {
       batches,
       recipe: this.recipe.json,
       observers: out,
+      ...(stats.size > 0 && { statistics }),
     };
   }
 

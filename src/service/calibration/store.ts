@@ -2,11 +2,14 @@
  * The server's calibration sessions, persisted under DATA_DIR/calibrations: one file per
  * session (`ID.json`, the session's export form), rewritten atomically after each batch before
  * the batch is acknowledged, so a restart resumes every session where its last acknowledged
- * batch left it. A session expires `ttl_seconds` after its last batch (default a day); expired
+ * batch left it. A session's linear-layer statistics live beside it in `ID.N.stats` (a layer
+ * statistics file, N its batch count): a batch that changes them writes the next one, then the
+ * JSON naming it, then removes the previous one, so a crash at any point leaves the JSON naming a
+ * complete file of the same batches. A session expires `ttl_seconds` after its last batch (default a day); expired
  * sessions are removed, on access and by a sweep every minute.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, readdir, readFile, rename, rm } from 'node:fs/promises';
+import { mkdir, open, readdir, readFile, rename, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Compute } from '../../core/compute.js';
 import { toFloat32 } from '../../core/index.js';
@@ -14,6 +17,8 @@ import { QuantdError } from '../../errors/index.js';
 import { EVERYONE, type Caller } from '../auth.js';
 import { errorCode, writeError, writeFileAtomic } from '../../format/file-io.js';
 import { parseSafetensors } from '../../format/safetensors.js';
+import { indexLayerStats, readLayerStats, writeLayerStats } from '../../format/layer-stats.js';
+import type { LinearStats } from '../../core/linear-stats.js';
 import { floatDType } from '../layouts/linear-common.js';
 import { parseCalibrationRecipe } from './recipe.js';
 import { CalibrationSession, type BatchTensor, type CalibrationExport, type FoldResult } from './session.js';
@@ -23,6 +28,7 @@ export const MAX_TTL_SECONDS = 30 * 24 * 3600;
 export const MAX_SESSIONS = 1000;
 const SWEEP_MS = 60_000;
 const ID = /^[0-9a-f]{24}$/;
+const STATS_FILE = /^([0-9a-f]{24})\.\d+\.stats$/;
 
 export interface CalibrationLog {
   warn(obj: object, msg: string): void;
@@ -45,6 +51,8 @@ export interface CreateRequest {
 export class CalibrationStore {
   private readonly dir: string;
   private readonly sessions = new Map<string, CalibrationSession>();
+  /** Each session's current statistics file name (in dir), if it has statistics. */
+  private readonly statsFiles = new Map<string, string>();
   private sweeper: NodeJS.Timeout | undefined;
   /** Where set-aside files are reported (the server's logger, once it has one). */
   log: CalibrationLog | undefined;
@@ -71,14 +79,33 @@ export class CalibrationStore {
       if (!ID.test(id)) continue;
       const path = join(this.dir, file);
       try {
-        const saved = JSON.parse(await readFile(path, 'utf8')) as { owner?: unknown };
+        const saved = JSON.parse(await readFile(path, 'utf8')) as {
+          owner?: unknown;
+          statistics_file?: unknown;
+        };
         const session = CalibrationSession.restore(saved);
         if (session.id !== id) throw new Error(`it records id ${session.id}`);
         session.owner = typeof saved.owner === 'string' ? saved.owner : null;
+        const statsFile = saved.statistics_file;
+        if (statsFile !== undefined) {
+          if (typeof statsFile !== 'string' || STATS_FILE.exec(statsFile)?.[1] !== id) {
+            throw new Error(`it names the statistics file ${JSON.stringify(statsFile)}`);
+          }
+          const layers = await indexLayerStats(join(this.dir, statsFile));
+          for (const [name, ref] of layers) session.stats.set(name, await readLayerStats(ref, name));
+          this.statsFiles.set(id, statsFile);
+        }
         this.sessions.set(id, session);
       } catch (err) {
         this.log?.warn({ err, path }, 'calibration session unreadable: set aside');
         await rename(path, `${path}.damaged`).catch(() => {});
+      }
+    }
+    // statistics files no session names: a batch that did not finish, or a removed session's
+    for (const file of files) {
+      const owner = STATS_FILE.exec(file)?.[1];
+      if (owner !== undefined && this.statsFiles.get(owner) !== file) {
+        await rm(join(this.dir, file), { force: true });
       }
     }
     await this.sweep();
@@ -125,7 +152,7 @@ export class CalibrationStore {
             new Date(),
           );
     session.owner = caller.owner;
-    await this.persist(session, session.exported());
+    await this.persist(session, session.exported(), null);
     this.sessions.set(id, session);
     return session;
   }
@@ -151,7 +178,25 @@ export class CalibrationStore {
     const session = this.get(id, caller);
     await session.serialized(async () => {
       this.sessions.delete(id);
-      await rm(this.fileOf(id), { force: true });
+      await this.removeFiles(id);
+    });
+  }
+
+  /**
+   * The session's layer statistics file, opened (a batch may replace the file afterwards: the
+   * handle still reads the one of the batches acknowledged when it was opened). The caller
+   * closes it.
+   */
+  async openStatistics(id: string, caller: Caller = EVERYONE): Promise<FileHandle> {
+    const session = this.get(id, caller);
+    return session.serialized(async () => {
+      const file = this.statsFiles.get(id);
+      if (this.sessions.get(id) !== session || file === undefined) {
+        throw new QuantdError('NO_TENSOR_SELECTED', {
+          detail: `calibration ${id} holds no layer statistics (its recipe gathers them with a rule {"match": …, "statistics": "linear"})`,
+        });
+      }
+      return open(join(this.dir, file), 'r');
     });
   }
 
@@ -161,7 +206,12 @@ export class CalibrationStore {
     const tensors = batchTensors(body);
     return session.serialized(async () => {
       if (this.sessions.get(id) !== session) throw new QuantdError('CALIBRATION_NOT_FOUND', { id });
-      return session.fold(tensors, this.options.compute, (next) => this.persist(session, next), signal);
+      return session.fold(
+        tensors,
+        this.options.compute,
+        (next, stats) => this.persist(session, next, stats),
+        signal,
+      );
     });
   }
 
@@ -169,14 +219,45 @@ export class CalibrationStore {
     return join(this.dir, `${id}.json`);
   }
 
-  /** The session file: its export form, and the owner (never part of an export). */
-  private async persist(session: CalibrationSession, exported: CalibrationExport): Promise<void> {
+  /**
+   * The session file: its export form, the owner (never part of an export) and its statistics
+   * file, written first when `stats` changed (see the file comment).
+   */
+  private async persist(
+    session: CalibrationSession,
+    exported: CalibrationExport,
+    stats: ReadonlyMap<string, LinearStats> | null,
+  ): Promise<void> {
     try {
       await mkdir(this.dir, { recursive: true });
     } catch (err) {
       throw writeError(this.dir, err);
     }
-    await writeFileAtomic(this.fileOf(exported.id), JSON.stringify({ ...exported, owner: session.owner }));
+    const previous = this.statsFiles.get(exported.id);
+    let statsFile = previous;
+    if (stats !== null) {
+      statsFile = `${exported.id}.${exported.batches}.stats`;
+      await writeLayerStats(join(this.dir, statsFile), stats, { 'quantd.calibration': exported.id });
+    }
+    try {
+      await writeFileAtomic(
+        this.fileOf(exported.id),
+        JSON.stringify({ ...exported, owner: session.owner, statistics_file: statsFile }),
+      );
+    } catch (err) {
+      if (statsFile !== previous) await rm(join(this.dir, statsFile!), { force: true });
+      throw err;
+    }
+    if (statsFile === undefined) return;
+    this.statsFiles.set(exported.id, statsFile);
+    if (previous !== undefined && previous !== statsFile) await rm(join(this.dir, previous), { force: true });
+  }
+
+  private async removeFiles(id: string): Promise<void> {
+    await rm(this.fileOf(id), { force: true });
+    const stats = this.statsFiles.get(id);
+    this.statsFiles.delete(id);
+    if (stats !== undefined) await rm(join(this.dir, stats), { force: true });
   }
 
   private async sweep(): Promise<void> {
@@ -184,7 +265,7 @@ export class CalibrationStore {
     for (const [id, session] of this.sessions) {
       if (session.expires.getTime() > now) continue;
       this.sessions.delete(id);
-      await rm(this.fileOf(id), { force: true });
+      await this.removeFiles(id);
     }
   }
 }

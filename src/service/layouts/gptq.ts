@@ -1,6 +1,9 @@
 /**
- * The "gptq" layout: a GPTQ v1 checkpoint (AutoGPTQ / GPTQModel / vLLM / transformers+optimum) of
- * round-to-nearest codes — src/core/interop/gptq.ts has the numerics and the exact conventions.
+ * The "gptq" layout: a GPTQ v1 checkpoint (AutoGPTQ / GPTQModel / vLLM / transformers+optimum).
+ * Its codes are round-to-nearest (src/core/interop/gptq.ts has the numerics and the exact
+ * conventions), or, with `calibration=FILE`, the GPTQ algorithm's (src/core/interop/gptq-solve.ts)
+ * from each layer's input Hessian in a layer statistics file; a weight the file has no statistics
+ * for is rounded to nearest, and the report says so.
  *
  * write: each linear projection weight `X.weight` [out, in] (see LINEAR_WEIGHT) becomes
  * `X.qweight` I32 [in·bits/32, out], `X.qzeros` I32 [groups, out·bits/32], `X.scales` F16
@@ -34,6 +37,9 @@ import {
   withReader,
   type Job,
 } from './linear-common.js';
+import { GPTQ_SOLVE_DEFAULTS } from '../../core/interop/gptq-solve.js';
+import { readLayerStats } from '../../format/layer-stats.js';
+import { noLayerMatched, openCalibration, statsFor } from './calibration-stats.js';
 import { jsonText, sideFileCompanion, type QuantizationConfig } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
 import { factsOf, layoutFile, singleFileWrite } from './safetensors-parts.js';
@@ -52,10 +58,61 @@ const OPTIONS = {
   bits: 'bits per weight: 2, 4 or 8 (default 4)',
   group_size: 'input columns per group: a positive integer, or -1 for one group per row (default 128)',
   sym: 'symmetric quantization, zero point 2^(bits-1) (default true); false: per-group min/max zero points',
+  calibration:
+    "the GPTQ algorithm from a layer statistics file (quantd calibrate --statistics, or GET /v1/calibrations/ID/statistics), a path relative to the model's folder; without it: round-to-nearest",
+  damp_percent:
+    "with calibration: the fraction of mean(diag H) added to the Hessian's diagonal (default 0.01, AutoGPTQ's)",
+  desc_act:
+    'with calibration: quantize columns in order of decreasing Hessian diagonal, writing the permuted g_idx (act-order; default false)',
 } as const;
+
+/** What the GPTQ algorithm takes beside the format's parameters (calibration=FILE). */
+export interface GptqAlgorithm {
+  readonly file: string;
+  readonly damp: number;
+  readonly actOrder: boolean;
+}
 
 export const gptqParams = (options: LayoutOptions): GptqParams =>
   inLayout('gptq', () => parseParams(options));
+
+/** The calibration options (null without calibration=), checked. */
+export const gptqAlgorithm = (options: LayoutOptions): GptqAlgorithm | null =>
+  inLayout('gptq', () => parseAlgorithm(options));
+
+function parseAlgorithm(options: LayoutOptions): GptqAlgorithm | null {
+  const o = checkOptions('gptq', OPTIONS, options);
+  const file = o['calibration'];
+  if (file === undefined) {
+    for (const key of ['damp_percent', 'desc_act']) {
+      if (o[key] !== undefined) {
+        throw new QuantdError('OPTION_INVALID', {
+          option: key,
+          detail: 'applies to the GPTQ algorithm: give calibration=FILE (layer statistics) with it',
+          value: o[key],
+        });
+      }
+    }
+    return null;
+  }
+  if (file.trim() === '') {
+    throw new QuantdError('OPTION_INVALID', {
+      option: 'calibration',
+      detail: 'must name a layer statistics file',
+      value: file,
+    });
+  }
+  const dampText = o['damp_percent']?.trim();
+  const damp = dampText === undefined ? GPTQ_SOLVE_DEFAULTS.damp : Number(dampText);
+  if (!(damp > 0 && damp <= 1) || dampText === '') {
+    throw new QuantdError('OPTION_INVALID', {
+      option: 'damp_percent',
+      detail: 'must be a number in (0, 1]',
+      value: o['damp_percent'] ?? '',
+    });
+  }
+  return { file, damp, actOrder: boolOption('desc_act', o['desc_act'], false) };
+}
 
 function parseParams(options: LayoutOptions): GptqParams {
   const o = checkOptions('gptq', OPTIONS, options);
@@ -72,12 +129,16 @@ function parseParams(options: LayoutOptions): GptqParams {
 }
 
 /** quantize_config.json as AutoGPTQ writes it (BaseQuantizeConfig.to_dict) for `params`. */
-export function gptqQuantizeConfig(params: GptqParams, modelFileBaseName: string): Record<string, unknown> {
+export function gptqQuantizeConfig(
+  params: GptqParams,
+  modelFileBaseName: string,
+  algorithm: GptqAlgorithm | null = null,
+): Record<string, unknown> {
   return {
     bits: params.bits,
     group_size: params.groupSize,
-    damp_percent: 0.01,
-    desc_act: false,
+    damp_percent: algorithm?.damp ?? 0.01,
+    desc_act: algorithm?.actOrder ?? false,
     static_groups: false,
     sym: params.sym,
     true_sequential: true,
@@ -93,7 +154,7 @@ const bitsLabel = (p: GptqParams): string =>
 
 /** The same object in both places: transformers' GPTQConfig takes AutoGPTQ's keys. */
 function quantizationConfig(options: LayoutOptions, _facts: LayoutFacts, base: string): QuantizationConfig {
-  const text = jsonText(gptqQuantizeConfig(gptqParams(options), base));
+  const text = jsonText(gptqQuantizeConfig(gptqParams(options), base, gptqAlgorithm(options)));
   return { sideFile: SIDE_FILE, sideText: `${text}\n`, configText: text };
 }
 
@@ -105,17 +166,27 @@ async function writeTensors(
   shard: boolean,
 ): Promise<LayoutFile> {
   const params = gptqParams(options);
+  const algorithm = gptqAlgorithm(options);
+  const calibration = algorithm && (await openCalibration(input, algorithm.file));
   return withReader(input, async (reader) => {
     const entries = reader.header.entries;
     const quantized = new Set(entries.filter(isLinearWeight).map((e) => e.name));
     if (quantized.size === 0 && !shard) throw noLinear();
     const report = new Map<string, { type: string; note?: string }>();
+    let calibrated = 0;
     const jobs: Job[] = entries.map((entry): Job => {
       if (quantized.has(entry.name)) {
         const dtype = floatDType(entry);
         const s = gptqShapes(entry.name, entry.shape, params);
         const m = moduleOf(entry.name);
-        report.set(entry.name, { type: bitsLabel(params) });
+        const stats = calibration && statsFor(calibration, m);
+        const label = `${bitsLabel(params)}${stats ? ', GPTQ' : ''}`;
+        report.set(entry.name, {
+          type: label,
+          ...(calibration && !stats && { note: `no statistics of ${m}.input: round-to-nearest` }),
+        });
+        const call = { kind: 'gptq', tensor: entry.name, shape: entry.shape, dtype, params } as const;
+        if (stats) calibrated++;
         return {
           inputs: [entry],
           outputs: [
@@ -124,8 +195,21 @@ async function writeTensors(
             { name: `${m}.scales`, dtype: 'F16', shape: s.scales },
             { name: `${m}.g_idx`, dtype: 'I32', shape: s.gIdx },
           ],
-          call: { kind: 'gptq', tensor: entry.name, shape: entry.shape, dtype, params },
-          onNotes: (notes) => report.set(entry.name, { type: bitsLabel(params), note: notes.join('; ') }),
+          ...(stats && algorithm
+            ? {
+                prepare: async () => ({
+                  ...call,
+                  calibration: {
+                    name: stats.name,
+                    stats: await readLayerStats(stats.ref, stats.name),
+                    damp: algorithm.damp,
+                    actOrder: algorithm.actOrder,
+                  },
+                }),
+                prepareBytes: 8 * stats.ref.inFeatures ** 2,
+              }
+            : { call }),
+          onNotes: (notes) => report.set(entry.name, { type: label, note: notes.join('; ') }),
         };
       }
       if (entry.name.endsWith('.bias') && quantized.has(`${moduleOf(entry.name, '.bias')}.weight`)) {
@@ -143,6 +227,9 @@ async function writeTensors(
       report.set(entry.name, { type: entry.dtype, note: 'passed through' });
       return passThrough(entry);
     });
+    if (calibration && calibrated === 0 && quantized.size > 0 && !shard) {
+      throw noLayerMatched(calibration, [...quantized][0]!);
+    }
     await runJobs(reader, output, jobs, ptMetadata({ 'quantd.layout': 'gptq' }), hooks);
     const tensors = entries.map((e) => ({ name: e.name, ...report.get(e.name)! }));
     return layoutFile(jobs, tensors, factsOf(entries, quantized));
@@ -255,11 +342,14 @@ function detect(path: string, head: Uint8Array): boolean {
 export const gptqLayout: InteropLayout = {
   name: 'gptq',
   summary:
-    'GPTQ v1 checkpoint (qweight/qzeros/scales/g_idx + quantize_config.json) of round-to-nearest codes, for AutoGPTQ, GPTQModel, vLLM and transformers',
+    'GPTQ v1 checkpoint (qweight/qzeros/scales/g_idx + quantize_config.json), by the GPTQ algorithm from layer statistics (calibration=FILE) or round-to-nearest, for AutoGPTQ, GPTQModel, vLLM and transformers',
   options: OPTIONS,
   extension: '.safetensors',
   companions: sideFileCompanion(SIDE_FILE),
-  checkOptions: (options) => void gptqParams(options),
+  checkOptions: (options) => {
+    gptqParams(options);
+    gptqAlgorithm(options);
+  },
   write: singleFileWrite(parts),
   parts,
   read,

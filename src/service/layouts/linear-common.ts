@@ -123,8 +123,12 @@ export function boolOption(name: string, value: string | undefined, fallback: bo
 export interface Job {
   readonly inputs: readonly TensorEntry[];
   readonly outputs: readonly TensorPlan[];
-  /** How (src/kernels/encoders.ts); none: the one input is copied through. */
+  /** How (src/kernels/encoders.ts); none (and no prepare): the one input is copied through. */
   readonly call?: EncoderCall;
+  /** Instead of call: the call made when the job runs, from data read then (a layer's statistics). */
+  readonly prepare?: () => Promise<EncoderCall>;
+  /** Bytes the prepared call holds beside the inputs. */
+  readonly prepareBytes?: number;
   /** Receives the encoder's remarks. */
   readonly onNotes?: (notes: readonly string[]) => void;
 }
@@ -168,6 +172,7 @@ export async function runJobs(
       inputs: j.inputs,
       outputs: j.outputs.map((t) => ({ name: t.name, bytes: planBytes(t) })),
       ...(j.call && { call: j.call }),
+      ...(j.prepare && { prepare: j.prepare, prepareBytes: j.prepareBytes ?? 0 }),
       ...(j.onNotes && { onNotes: j.onNotes }),
       label: j.inputs[0]?.name ?? '',
     })),

@@ -28,8 +28,12 @@ export interface EncodeJob<E> {
   readonly inputs: readonly E[];
   /** What it writes, in order: each output's name and exact byte size. */
   readonly outputs: ReadonlyArray<{ readonly name: string; readonly bytes: number }>;
-  /** The encoder making outputs from inputs; none: the one input is copied through. */
+  /** The encoder making outputs from inputs; none (and no prepare): the one input is copied through. */
   readonly call?: EncoderCall;
+  /** Instead of call: a call made when the job runs, from data read then (a layer's statistics). */
+  readonly prepare?: () => Promise<EncoderCall>;
+  /** Bytes the prepared call holds beside the inputs (for the memory budget). */
+  readonly prepareBytes?: number;
   /** Receives the encoder's remarks (for the layout's report). */
   readonly onNotes?: (notes: readonly string[]) => void;
   /** Receives the error measured when the call asked for it (`quality`), and its histogram. */
@@ -75,6 +79,7 @@ export const DEFAULT_LAYOUT_BUDGET = 1024 * 1024 * 1024;
 function jobCost<E>(job: EncodeJob<E>, source: JobSource<E>, kernels: boolean): number {
   const inputs = job.inputs.reduce((n, e) => n + source.size(e), 0);
   const outputs = job.outputs.reduce((n, o) => n + o.bytes, 0);
+  if (job.prepare !== undefined) return 3 * inputs + 2 * outputs + 2 * (job.prepareBytes ?? 0);
   if (job.call === undefined) return inputs;
   if (kernels && byRows(job.call)) return inputs + outputs;
   return 3 * inputs + 2 * outputs;
@@ -166,16 +171,14 @@ export async function runEncodeJobs<E>(
         cost: (i) => jobCost(jobs[i]!, source, encoding.kernels),
         run: async (i, signal) => {
           const job = jobs[i]!;
-          const shared = job.call !== undefined && encoding.shared;
+          const encoded = job.call !== undefined || job.prepare !== undefined;
+          const shared = encoded && encoding.shared;
           const inputs: Uint8Array[] = [];
           for (const e of job.inputs) inputs.push(await source.read(e, shared, recycled));
-          if (job.call === undefined) return inputs;
+          const call = job.prepare ? await job.prepare() : job.call;
+          if (call === undefined) return inputs;
           const outputs = job.outputs.map((o) => recycled(o.bytes, shared));
-          const reply = await encodeInParts(
-            encoding,
-            { op: 'encode', call: job.call, inputs, outputs },
-            signal,
-          );
+          const reply = await encodeInParts(encoding, { op: 'encode', call, inputs, outputs }, signal);
           // (only once the task is done: a cancelled one may still be reading its inputs)
           for (const input of inputs) arena.give(input);
           if (reply.notes.length > 0) job.onNotes?.(reply.notes);

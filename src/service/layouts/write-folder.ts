@@ -12,7 +12,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, rename, rm } from 'node:fs/promises';
-import { basename, join } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { throwIfAborted } from '../../errors/index.js';
 import { readTextIfAny, writeFileAtomic } from '../../format/file-io.js';
 import { SafetensorsFileReader } from '../../format/safetensors-file.js';
@@ -120,7 +120,9 @@ export async function writeLayoutFolder(
   const model = await resolveModelInput(input);
   const totals = await modelTotals(model);
   const configText = await readModelConfig(input);
-  const companions = await companionFiles(input);
+  // a statistics file given in the folder (calibration=FILE) is the run's input, not the model's
+  const statistics = options['calibration'] !== undefined ? resolve(input, options['calibration']) : null;
+  const companions = (await companionFiles(input)).filter((name) => resolve(input, name) !== statistics);
   const created = await openOutputFolder(output, input, model.index ? 'a sharded model' : 'a model folder');
   const staging = join(output, `.quantd-staging-${randomBytes(6).toString('hex')}`);
   const { forFile, fileDone } = modelProgress(hooks, totals);

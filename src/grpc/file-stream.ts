@@ -1,0 +1,101 @@
+/**
+ * Server-streaming calls that send files (Jobs.Result, Jobs.Report, Calibrations.Statistics) as
+ * quantd.v1.ResultChunk messages: admitted like unary calls, the slot held until the stream has
+ * ended (its status sent, or the client gone), each file sent whole and in order at the client's
+ * pace, in chunks under every gRPC client's default receive limit.
+ */
+import { once } from 'node:events';
+import type { FileHandle } from 'node:fs/promises';
+import type * as grpc from '@grpc/grpc-js';
+import { QuantdError } from '../errors/index.js';
+import type { Caller } from '../service/auth.js';
+import type { AdmissionDeps } from './admitted.js';
+
+/** Data bytes per ResultChunk: under every gRPC client's default 4 MiB receive limit. */
+export const RESULT_CHUNK_BYTES = 1024 * 1024;
+
+/** A file to stream: the name it is sent under, its data hash, and how to open it. */
+export interface OutgoingFile {
+  readonly name: string;
+  readonly data_sha256: string | null;
+  /** The file opened and checked (its size, its checksum) before a byte of it is sent. */
+  open(): Promise<{ readonly handle: FileHandle; readonly size: number }>;
+}
+
+export type Streaming<Req> = (call: grpc.ServerWritableStream<Req, unknown>) => void;
+
+/** `files` as a streaming handler named `rpc`. */
+export function admittedStreaming(deps: AdmissionDeps) {
+  return <Req>(
+      rpc: string,
+      files: (request: Req, caller: Caller) => Promise<OutgoingFile[]>,
+    ): Streaming<Req> =>
+    (call) => {
+      let release: (() => void) | undefined;
+      const done = (): void => {
+        release?.();
+        release = undefined;
+      };
+      const gone = new AbortController();
+      call.once('cancelled', () => {
+        gone.abort(
+          new QuantdError('CANCELLED', { detail: ': the call ended (cancelled, or past its deadline)' }),
+        );
+        done();
+      });
+      call.once('close', done);
+      return Promise.resolve()
+        .then(async () => {
+          release = deps.admit(call.metadata);
+          await sendFiles(call, await files(call.request, deps.identify(call.metadata)), gone.signal);
+        })
+        .catch((err: unknown) => {
+          // a call that has ended (cancelled, past its deadline) has had its status
+          if (!call.cancelled) call.emit('error', deps.report(err, rpc));
+        })
+        .finally(done);
+    };
+}
+
+/** Streams each file in chunks (ResultChunk), at the client's pace, then ends the call. */
+async function sendFiles(
+  call: grpc.ServerWritableStream<unknown, unknown>,
+  files: readonly OutgoingFile[],
+  signal: AbortSignal,
+): Promise<void> {
+  for (const file of files) {
+    const { handle, size } = await file.open();
+    try {
+      let offset = 0;
+      do {
+        if (signal.aborted) return;
+        // a fresh buffer per chunk: grpc-js serializes a message only when it leaves the queue
+        const data = Buffer.allocUnsafe(Math.min(RESULT_CHUNK_BYTES, size - offset));
+        const { bytesRead } = await handle.read(data, 0, data.byteLength, offset);
+        if (bytesRead !== data.byteLength) {
+          throw new QuantdError('INTERNAL', { detail: `file ${file.name} changed while being read` });
+        }
+        const first = offset === 0;
+        const chunk = {
+          file: file.name,
+          offset,
+          data,
+          ...(first && { total_bytes: size }),
+          ...(first && file.data_sha256 !== null && { data_sha256: file.data_sha256 }),
+        };
+        offset += data.byteLength;
+        if (!call.write(chunk)) {
+          try {
+            await once(call, 'drain', { signal });
+          } catch (err) {
+            if (signal.aborted) return; // the client is gone: nothing more to send
+            throw err;
+          }
+        }
+      } while (offset < size);
+    } finally {
+      await handle.close();
+    }
+  }
+  if (!signal.aborted) call.end();
+}
