@@ -427,6 +427,54 @@ static napi_value js_gptq_quantize(napi_env env, napi_callback_info info) {
   return status_of(env, s, bad); /* after the call: argument order is unspecified */
 }
 
+/* gptqInverseCholesky(h, n, u, lit) -> -1, or the column where a factor failed (qd_gptq_inverse_cholesky) */
+static napi_value js_gptq_inverse_cholesky(napi_env env, napi_callback_info info) {
+  ARGS(4);
+  view h, u, lit;
+  uint64_t n;
+  if (!get_view(env, argv[0], &h) || !get_u64(env, argv[1], &n) || !get_view(env, argv[2], &u) ||
+      !get_view(env, argv[3], &lit) || n == 0 || h.bytes < n * n * 8 || u.bytes < n * n * 8 || lit.bytes < n * n * 8)
+    return throw_error(env, "quantd addon: gptqInverseCholesky arguments");
+  napi_value result;
+  CHECK_NAPI(napi_create_double(env, (double)qd_gptq_inverse_cholesky(h.data, n, u.data, lit.data), &result));
+  return result;
+}
+
+/* linearStatsAdd(hessian, absSum, k, x, xs): qd_linear_stats_add, in place */
+static napi_value js_linear_stats_add(napi_env env, napi_callback_info info) {
+  ARGS(5);
+  view h, a, x, xs;
+  uint64_t k, bad = 0;
+  if (!get_view(env, argv[0], &h) || !get_view(env, argv[1], &a) || !get_u64(env, argv[2], &k) ||
+      !get_view(env, argv[3], &x) || !get_view(env, argv[4], &xs) || k == 0 || h.bytes < k * k * 8 ||
+      a.bytes < k * 8 || (x.bytes / 4) % k != 0 || xs.bytes < 16 * k * 8)
+    return throw_error(env, "quantd addon: linearStatsAdd arguments");
+  qd_status s = qd_linear_stats_add(h.data, a.data, k, x.data, x.bytes / 4 / k, xs.data, &bad);
+  return status_of(env, s, bad);
+}
+
+/* gptqColumns(wp, out, n, u, maxq, groupSize, grouped, sym, block, codes, scale, zero, scratch) */
+static napi_value js_gptq_columns(napi_env env, napi_callback_info info) {
+  ARGS(13);
+  view wp, u, codes, scale, zero, scratch;
+  uint64_t out, n, maxq, group_size, block;
+  int32_t grouped, sym;
+  if (!get_view(env, argv[0], &wp) || !get_u64(env, argv[1], &out) || !get_u64(env, argv[2], &n) ||
+      !get_view(env, argv[3], &u) || !get_u64(env, argv[4], &maxq) || !get_u64(env, argv[5], &group_size) ||
+      !get_i32(env, argv[6], &grouped) || !get_i32(env, argv[7], &sym) || !get_u64(env, argv[8], &block) ||
+      !get_view(env, argv[9], &codes) || !get_view(env, argv[10], &scale) || !get_view(env, argv[11], &zero) ||
+      !get_view(env, argv[12], &scratch))
+    return throw_error(env, "quantd addon: gptqColumns arguments");
+  const uint64_t groups = group_size == 0 ? 0 : (n + group_size - 1) / group_size;
+  if (out == 0 || n == 0 || block == 0 || group_size == 0 || maxq == 0 || maxq > 255 || wp.bytes < out * n * 8 ||
+      u.bytes < n * n * 8 || codes.bytes < out * n || scale.bytes < groups * out * 8 || zero.bytes < groups * out * 8 ||
+      scratch.bytes < 2 * out * (block + 1) * 8)
+    return throw_error(env, "quantd addon: gptqColumns sizes");
+  qd_gptq_columns(wp.data, out, n, u.data, (double)maxq, group_size, grouped, sym, block, codes.data, scale.data,
+                  zero.data, scratch.data);
+  return NULL;
+}
+
 typedef napi_value (*js_fn)(napi_env, napi_callback_info);
 
 /* bind(isa: string) -> an object of kernel functions on that ISA's table, or null when the CPU
@@ -454,6 +502,8 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
       {"chooseQuantizeMeasured", js_choose_quantize_measured}, {"ggmlQuantize", js_ggml_quantize},
       {"bnbQuantize", js_bnb_quantize}, {"nbitsQuantize", js_nbits_quantize},
       {"awqQuantize", js_awq_quantize}, {"gptqQuantize", js_gptq_quantize},
+      {"gptqInverseCholesky", js_gptq_inverse_cholesky}, {"gptqColumns", js_gptq_columns},
+      {"linearStatsAdd", js_linear_stats_add},
   };
   napi_create_object(env, &out);
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {

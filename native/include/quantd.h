@@ -207,6 +207,22 @@ qd_status qd_determine(const float *mins, const float *maxs, uint64_t n, const q
  * Sequential, so the float32 counts round as the TypeScript reference rounds them. */
 qd_status qd_histc(const float *x, uint64_t count, float left, float right, uint32_t bins, float *hist);
 
+/* The GPTQ algorithm's costly steps (native/src/gptq_solve.c; src/core/interop/gptq-solve.ts is
+ * the oracle, float64, every sum in its order). inverse_cholesky: u (n×n) = the upper factor U of
+ * H⁻¹ = UᵀU from the damped Hessian h (n×n, overwritten; lit: n×n scratch); returns -1, or the
+ * column at which a factor is not positive definite. columns: the column loop on wp (W permuted,
+ * [out, n], updated in place) writing codes [out, n], scale and zero [groups, out]; scratch holds
+ * 2·out·(block + 1) doubles. */
+int64_t qd_gptq_inverse_cholesky(double *h, uint64_t n, double *u, double *lit);
+/* A calibration batch x [tokens, k] added to a layer's statistics (src/core/linear-stats.ts):
+ * Σ xᵀx into hessian (k×k) and Σ |x| into abs_sum, each entry's terms in token order; xs holds
+ * 16·k doubles of scratch. A NaN or ±Infinity (*bad: its index) changes nothing. */
+qd_status qd_linear_stats_add(double *hessian, double *abs_sum, uint64_t k, const float *x, uint64_t tokens,
+                              double *xs, uint64_t *bad);
+void qd_gptq_columns(double *wp, uint64_t out, uint64_t n, const double *u, double maxq, uint64_t group_size,
+                     int32_t grouped, int32_t sym, uint64_t block, uint8_t *codes, double *scale, double *zero,
+                     double *scratch);
+
 /* quantize / choose_quantize on `k`'s kernels, adding the codes' quality statistics to `stats`
  * chunk by chunk, while the chunk is in cache (measured.c). */
 qd_status qd_quantize_measured(const qd_kernels *k, const float *x, uint64_t start, uint64_t count,

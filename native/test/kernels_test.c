@@ -652,11 +652,31 @@ static void test_gptq(const qd_kernels *k) {
   free(w), free(q1), free(q2), free(z1), free(z2), free(s1), free(s2);
 }
 
+/* GPTQ's solver (gptq_solve.c; test/gptq/gptq-solve-kernel.test.ts checks it against the
+ * TypeScript to the bit): values worked by hand, and the refusal of an indefinite Hessian. */
+static void test_gptq_solve(void) {
+  /* H = [[4, 2], [2, 3]]: H⁻¹ = [[3/8, -1/4], [-1/4, 1/2]] = UᵀU with U upper */
+  double h[4] = {4, 2, 2, 3}, u[4] = {-1, -1, -1, -1}, lit[4];
+  CHECK(qd_gptq_inverse_cholesky(h, 2, u, lit) == -1, "gptq: [[4, 2], [2, 3]] is positive definite");
+  const double u00 = sqrt(0.375), u01 = -0.25 / u00, u11 = sqrt(0.5 - u01 * u01);
+  CHECK(fabs(u[0] - u00) < 1e-15 && fabs(u[1] - u01) < 1e-15 && u[2] == 0 && fabs(u[3] - u11) < 1e-15,
+        "gptq: U = [[%g, %g], [%g, %g]]", u[0], u[1], u[2], u[3]);
+  double bad[4] = {1, 2, 2, 1};
+  CHECK(qd_gptq_inverse_cholesky(bad, 2, u, lit) == 1, "gptq: [[1, 2], [2, 1]] fails at column 1");
+  /* one row [0.5, -0.25], U = I, 4-bit asym over the row: scale 0.75 / 15, zero point 5 */
+  double w[2] = {0.5, -0.25}, eye[4] = {1, 0, 0, 1}, scale = 0, zero = 0, scratch[2 * 1 * (128 + 1)];
+  uint8_t codes[2] = {0xa5, 0xa5};
+  qd_gptq_columns(w, 1, 2, eye, 15, 2, 0, 0, 128, codes, &scale, &zero, scratch);
+  CHECK(scale == 0.75 / 15 && zero == 5 && codes[0] == 15 && codes[1] == 0,
+        "gptq: codes [15, 0], scale 0.05, zero 5 (got [%d, %d], %g, %g)", codes[0], codes[1], scale, zero);
+}
+
 int main(int argc, char **argv) {
   const char *all[] = {"avx2", "avx512", "simd128"};
   const char **isas = argc > 1 ? (const char **)argv + 1 : all;
   int n = argc > 1 ? argc - 1 : 3;
   test_reference_values();
+  test_gptq_solve();
   int tested = 0;
   for (int i = 0; i < n; i++) {
     if (!qd_supported(isas[i])) {

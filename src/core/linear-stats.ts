@@ -73,9 +73,24 @@ export function accumulateLinearStats(
       throw new QuantdError('INPUT_NOT_FINITE', { tensor, value: x[i]!, index: i, op: 'linear statistics' });
     }
   }
-  const n = x.length / inF;
   const hessian = stats.hessian.slice();
   const absSum = stats.absSum.slice();
+  addLinearStats(hessian, absSum, inF, x);
+  return { inFeatures: inF, tokens: stats.tokens + x.length / inF, hessian, absSum };
+}
+
+/**
+ * In place: the tokens of x (finite values, [tokens, inF]) added to Σ xᵀx (the lower triangle,
+ * then mirrored) and Σ |x|, each entry's terms in token order (what the C kernel
+ * qd_linear_stats_add computes to the bit).
+ */
+export function addLinearStats(
+  hessian: Float64Array,
+  absSum: Float64Array,
+  inF: number,
+  x: Float32Array,
+): void {
+  const n = x.length / inF;
   const xs = new Float64Array(TOKEN_BLOCK * inF);
   for (let t0 = 0; t0 < n; t0 += TOKEN_BLOCK) {
     const nb = Math.min(TOKEN_BLOCK, n - t0);
@@ -93,5 +108,4 @@ export function accumulateLinearStats(
     }
   }
   for (let i = 0; i < inF; i++) for (let j = 0; j < i; j++) hessian[j * inF + i] = hessian[i * inF + j]!;
-  return { inFeatures: inF, tokens: stats.tokens + n, hessian, absSum };
 }

@@ -45,7 +45,7 @@ import {
   type MatMulNBitsScaleType,
   type MatMulNBitsShapes,
 } from '../core/interop/onnx.js';
-import { GPTQ_SOLVE_DEFAULTS, gptqSolve } from '../core/interop/gptq-solve.js';
+import { GPTQ_SOLVE_DEFAULTS, gptqSolve, type GptqSolveKernel } from '../core/interop/gptq-solve.js';
 import type { LinearStats } from '../core/linear-stats.js';
 import { bytesOf, fromFloat32, toFloat32, typedView } from '../core/tensor.js';
 import { QuantdError, throwIfAborted } from '../errors/index.js';
@@ -355,6 +355,7 @@ function gptqSolved(
   call: Extract<EncoderCall, { kind: 'gptq' }>,
   w: Float32Array,
   c: GptqCalibration,
+  kernel: GptqSolveKernel | undefined,
 ): Results {
   const { tensor, shape, params } = call;
   gptqShapes(tensor, shape, params);
@@ -370,14 +371,22 @@ function gptqSolved(
       throw new QuantdError('CALIBRATION_INVALID', { source: c.name, detail: `its Hessian holds ${v}` });
     }
   }
-  const solution = gptqSolve(tensor, w, out, inF, c.stats.hessian, {
-    bits: params.bits,
-    groupSize: params.groupSize,
-    sym: params.sym,
-    damp: c.damp,
-    blockSize: GPTQ_SOLVE_DEFAULTS.blockSize,
-    actOrder: c.actOrder,
-  });
+  const solution = gptqSolve(
+    tensor,
+    w,
+    out,
+    inF,
+    c.stats.hessian,
+    {
+      bits: params.bits,
+      groupSize: params.groupSize,
+      sym: params.sym,
+      damp: c.damp,
+      blockSize: GPTQ_SOLVE_DEFAULTS.blockSize,
+      actOrder: c.actOrder,
+    },
+    kernel,
+  );
   const p = gptqPackSolution(tensor, solution, out, inF, params.bits);
   const notes = [`GPTQ from ${c.stats.tokens} tokens of ${c.name}${c.actOrder ? ', act-order' : ''}`];
   return {
@@ -453,7 +462,9 @@ function encode(
     case 'ggml-decode':
       return { outputs: [bytesOf(ggmlDecode(call.type, a!, call.numel))] };
     case 'gptq': {
-      if (call.calibration) return gptqSolved(call, floatsOf(call.dtype, a!, module), call.calibration);
+      if (call.calibration) {
+        return gptqSolved(call, floatsOf(call.dtype, a!, module), call.calibration, module?.gptqSolve);
+      }
       const p = gptqPacked(
         module,
         call.tensor,

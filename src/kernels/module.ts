@@ -5,6 +5,7 @@
  * read with lastBad().
  */
 import { ggmlTypeByName } from '../core/interop/ggml.js';
+import type { GptqSolveKernel } from '../core/interop/gptq-solve.js';
 
 /** qd_codes */
 export const CODES = {
@@ -249,6 +250,17 @@ export interface KernelModule {
     scales: Uint16Array,
     counts: Float64Array,
   ): number;
+  /**
+   * The GPTQ algorithm's two costly steps (native/src/gptq_solve.c), equal to the bit to
+   * gptq-solve.ts's own; absent where the TypeScript runs them (WebAssembly).
+   */
+  readonly gptqSolve?: GptqSolveKernel;
+  /**
+   * A calibration batch x [tokens, k] added in place to a layer's Σ xᵀx (k×k) and Σ |x|
+   * (qd_linear_stats_add, equal to the bit to core/linear-stats.ts's addLinearStats). Status 1:
+   * a NaN or ±Infinity (lastBad() its index), nothing changed. Absent in WebAssembly.
+   */
+  linearStatsAdd?(hessian: Float64Array, absSum: Float64Array, k: number, x: Float32Array): number;
 }
 
 /** The layer dtype GPTQ rounds Q to before re-deriving its code (gptqQuantize's `store`). */

@@ -32,6 +32,9 @@ interface BoundKernels {
   nbitsQuantize(...args: unknown[]): number;
   awqQuantize(...args: unknown[]): number;
   gptqQuantize(...args: unknown[]): number;
+  gptqInverseCholesky(...args: unknown[]): number;
+  gptqColumns(...args: unknown[]): void;
+  linearStatsAdd(...args: unknown[]): number;
 }
 
 interface Addon {
@@ -87,6 +90,27 @@ export function loadNative(isa = ''): KernelModule {
       k.awqQuantize(w, out, inF, groupSize, qweight, qzeros, scales),
     gptqQuantize: (w, out, inF, bits, groupSize, sym, store, qweight, qzeros, scales, counts) =>
       k.gptqQuantize(w, out, inF, bits, groupSize, +sym, store, qweight, qzeros, scales, counts),
+    linearStatsAdd: (hessian, absSum, n, x) =>
+      k.linearStatsAdd(hessian, absSum, n, x, new Float64Array(16 * n)),
+    gptqSolve: {
+      inverseCholesky: (h, n, u) => k.gptqInverseCholesky(h, n, u, new Float64Array(n * n)),
+      columns: (wp, out, n, u, p, codes, scale, zero) =>
+        k.gptqColumns(
+          wp,
+          out,
+          n,
+          u,
+          p.maxq,
+          p.groupSize,
+          +p.grouped,
+          +p.sym,
+          p.blockSize,
+          codes,
+          scale,
+          zero,
+          new Float64Array(2 * out * (p.blockSize + 1)),
+        ),
+    },
     fakeQuantize: (x, start, l, scale, zp, qmin, qmax, floatZp, out, mask) =>
       k.fakeQuantize(x, start, l.outer, l.channels, l.inner, scale, zp, qmin, qmax, +floatZp, out, mask),
     chooseQuantize: (x, first, unitSize, c, q, scale, zp, out, stats) =>

@@ -11,6 +11,7 @@
  * call over the range computes; the chunks are whole multiples of the measured kernels' own
  * chunks (native/src/measured.c), so measured statistics are summed in the same order.
  */
+import { addLinearStats } from '../core/linear-stats.js';
 import {
   CODES,
   unitsPerCall,
@@ -44,6 +45,14 @@ export type KernelTask =
       readonly left: number;
       readonly right: number;
       readonly bins: number;
+    }
+  | {
+      /** a calibration batch added to a layer's statistics (new arrays: the task's are unchanged) */
+      readonly op: 'linearStats';
+      readonly hessian: Float64Array;
+      readonly absSum: Float64Array;
+      readonly k: number;
+      readonly x: Float32Array;
     }
   | {
       readonly op: 'determine';
@@ -129,6 +138,9 @@ export interface TaskResult {
   readonly stats?: Float64Array;
   /** histc: the counts */
   readonly hist?: Float32Array;
+  /** linearStats: the statistics with the batch added */
+  readonly hessian?: Float64Array;
+  readonly absSum?: Float64Array;
 }
 
 const ok: TaskResult = { status: 0, bad: -1 };
@@ -192,6 +204,18 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
     case 'histc': {
       const hist = new Float32Array(task.bins);
       return { ...done(k.histc(task.x, task.left, task.right, hist)), hist };
+    }
+    case 'linearStats': {
+      const hessian = task.hessian.slice();
+      const absSum = task.absSum.slice();
+      if (k.linearStatsAdd) {
+        const status = k.linearStatsAdd(hessian, absSum, task.k, task.x);
+        return status === 0 ? { ...ok, hessian, absSum } : done(status);
+      }
+      const bad = task.x.findIndex((v) => !Number.isFinite(v));
+      if (bad >= 0) return { status: 1, bad };
+      addLinearStats(hessian, absSum, task.k, task.x);
+      return { ...ok, hessian, absSum };
     }
     case 'determine': {
       const scale = new Float32Array(task.mins.length);

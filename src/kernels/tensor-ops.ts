@@ -680,9 +680,28 @@ export class KernelCompute implements Compute {
     return this.reference({ kind: 'linearError', layer, spec }, signal);
   }
 
-  /** A layer's input statistics with one more batch: TypeScript (float64), on a worker in a pool. */
-  accumulateStats(call: LinearStatsCall, signal?: AbortSignal): Promise<LinearStats> {
-    return this.reference({ kind: 'linearStats', ...call }, signal);
+  /**
+   * A layer's input statistics with one more batch: one task (the C kernel where the module has
+   * it, else the same sums in TypeScript); a batch it refuses (NaN, ±Infinity) or a shape that
+   * does not fit goes to the reference, whose error names it.
+   */
+  async accumulateStats(call: LinearStatsCall, signal?: AbortSignal): Promise<LinearStats> {
+    const { tensor, stats, x, shape } = call;
+    const fits =
+      shape.length > 0 && shape[shape.length - 1] === stats.inFeatures && x.length % stats.inFeatures === 0;
+    if (!fits) return this.reference({ kind: 'linearStats', ...call }, signal);
+    const [r] = await this.tasks(
+      [{ op: 'linearStats', hessian: stats.hessian, absSum: stats.absSum, k: stats.inFeatures, x }],
+      tensor,
+      signal,
+    );
+    if (r!.status !== 0) return this.verdict({ kind: 'linearStats', ...call }, 'linear statistics', signal);
+    return {
+      inFeatures: stats.inFeatures,
+      tokens: stats.tokens + x.length / stats.inFeatures,
+      hessian: r!.hessian!,
+      absSum: r!.absSum!,
+    };
   }
 
   /**

@@ -116,7 +116,7 @@ describe('a session gathering linear-layer statistics', () => {
     expect(statsFiles()).toEqual([`${id}.${BATCHES}.stats`]);
   });
 
-  it('refuses a batch with NaN or another in_features, and keeps what it had', async () => {
+  it('refuses a batch with NaN, another in_features or too large a layer, and keeps what it had', async () => {
     const x = new Float32Array(2 * 128).fill(1);
     x[77] = NaN;
     const bad = serializeSafetensors(
@@ -132,6 +132,21 @@ describe('a session gathering linear-layer statistics', () => {
     reply = await post(`/v1/calibrations/${id}/batches`, narrow, 'application/x-safetensors');
     expect(json<{ code: string; detail: string }>(reply)).toMatchObject({ code: 'SHAPE_UNSUPPORTED' });
     expect(reply.body.toString()).toContain('in_features 96');
+    // a layer whose Hessian alone would pass the session's 2 GiB: refused before it is allocated
+    const wide = serializeSafetensors(
+      [
+        {
+          name: 'model.layers.9.mlp.down_proj.input',
+          dtype: 'F32',
+          shape: [1, 16384],
+          data: new Uint8Array(65536),
+        },
+      ],
+      null,
+    );
+    reply = await post(`/v1/calibrations/${id}/batches`, wide, 'application/x-safetensors');
+    expect(reply.status).toBe(413);
+    expect(json<{ code: string }>(reply).code).toBe('CALIBRATION_FULL');
     expectSame(await statistics(id, join(root, 's2.stats')), expected([0, 1, 2]));
   });
 

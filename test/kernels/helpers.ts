@@ -59,7 +59,7 @@ export class SplittingExecutor implements Executor {
 }
 
 function pastFirstWindow(task: KernelTask): boolean {
-  if (!('x' in task) || task.op === 'histc') return false;
+  if (!('x' in task) || task.op === 'histc' || task.op === 'linearStats') return false;
   return (task.op === 'chooseQuantize' ? task.first * task.unitSize : task.start) > 0;
 }
 

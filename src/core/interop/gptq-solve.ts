@@ -38,6 +38,35 @@ export interface GptqSolveOptions {
 
 export const GPTQ_SOLVE_DEFAULTS = { damp: 0.01, blockSize: 128, actOrder: false } as const;
 
+/**
+ * GPTQ's two costly steps done elsewhere (the C kernels, native/src/gptq_solve.c) with every sum
+ * in this file's order, so the result is the same to the bit.
+ */
+export interface GptqSolveKernel {
+  /** U (n×n, H⁻¹ = UᵀU) from the damped Hessian h; -1, or the column where a factor failed. */
+  inverseCholesky(h: Float64Array, n: number, u: Float64Array): number;
+  /** solveColumns, below. */
+  columns(
+    wp: Float64Array,
+    out: number,
+    n: number,
+    u: Float64Array,
+    p: ColumnParams,
+    codes: Uint8Array,
+    scale: Float64Array,
+    zero: Float64Array,
+  ): void;
+}
+
+/** How the columns are quantized: bits' maxq, groups, symmetry, the lazy batch's width. */
+export interface ColumnParams {
+  readonly maxq: number;
+  readonly groupSize: number;
+  readonly grouped: boolean;
+  readonly sym: boolean;
+  readonly blockSize: number;
+}
+
 export interface GptqSolution {
   /** integer codes in [0, 2^bits - 1], [out, in] row-major, in the weight's own column order */
   readonly codes: Uint8Array;
@@ -71,16 +100,21 @@ function findParams(values: ArrayLike<number>, maxq: number, sym: boolean): [num
   return [scale, zero];
 }
 
+function notPositiveDefinite(tensor: string, column: number): QuantdError {
+  return new QuantdError('FEATURE_UNSUPPORTED', {
+    detail: `tensor ${tensor}: its input Hessian is not positive definite after damping (column ${column}); use more calibration data or a larger damp`,
+  });
+}
+
 /** In place: `a` (n×n, symmetric positive definite) → its lower Cholesky factor L (a = LLᵀ). */
 function cholesky(tensor: string, a: Float64Array, n: number): void {
   for (let j = 0; j < n; j++) {
     let d = a[j * n + j]!;
-    for (let k = 0; k < j; k++) d -= a[j * n + k]! ** 2;
-    if (!(d > 0)) {
-      throw new QuantdError('FEATURE_UNSUPPORTED', {
-        detail: `tensor ${tensor}: its input Hessian is not positive definite after damping (column ${j}); use more calibration data or a larger damp`,
-      });
+    for (let k = 0; k < j; k++) {
+      const v = a[j * n + k]!;
+      d -= v * v;
     }
+    if (!(d > 0)) throw notPositiveDefinite(tensor, j);
     const ljj = Math.sqrt(d);
     a[j * n + j] = ljj;
     for (let i = j + 1; i < n; i++) {
@@ -128,6 +162,7 @@ export function gptqSolve(
   inF: number,
   hessian: ArrayLike<number>,
   options: GptqSolveOptions,
+  kernel?: GptqSolveKernel,
 ): GptqSolution {
   const { bits, sym, blockSize } = options;
   const maxq = 2 ** bits - 1;
@@ -163,59 +198,22 @@ export function gptqSolve(
   for (let i = 0; i < inF; i++) mean += hp[i * inF + i]!;
   const damp = (options.damp * mean) / inF;
   for (let i = 0; i < inF; i++) hp[i * inF + i]! += damp;
-  const u = inverseCholeskyUpper(tensor, hp, inF);
+  let u: Float64Array;
+  if (kernel) {
+    u = new Float64Array(inF * inF);
+    const failed = kernel.inverseCholesky(hp, inF, u);
+    if (failed >= 0) throw notPositiveDefinite(tensor, failed);
+  } else {
+    u = inverseCholeskyUpper(tensor, hp, inF);
+  }
 
   const groups = Math.ceil(inF / groupSize);
   const scale = new Float64Array(groups * out);
   const zero = new Float64Array(groups * out);
   const codesP = new Uint8Array(out * inF);
-  const rowScale = new Float64Array(out);
-  const rowZero = new Float64Array(out);
-  const setParams = (g: number, from: number, to: number): void => {
-    for (let r = 0; r < out; r++) {
-      const [s, z] = findParams(wp.subarray(r * inF + from, r * inF + to), maxq, sym);
-      rowScale[r] = s;
-      rowZero[r] = z;
-      scale[g * out + r] = s;
-      zero[g * out + r] = z;
-    }
-  };
-  if (!grouped) setParams(0, 0, inF);
-  const err = new Float64Array(out * blockSize);
-  const w1 = new Float64Array(out * blockSize);
-  for (let b0 = 0; b0 < inF; b0 += blockSize) {
-    const b1 = Math.min(b0 + blockSize, inF);
-    const width = b1 - b0;
-    // the block's columns, updated in this copy; wp keeps the block-start values
-    for (let r = 0; r < out; r++) w1.set(wp.subarray(r * inF + b0, r * inF + b1), r * blockSize);
-    for (let j = b0; j < b1; j++) {
-      if (grouped && j % groupSize === 0) setParams(j / groupSize, j, Math.min(j + groupSize, inF));
-      const d = u[j * inF + j]!;
-      const c = j - b0;
-      for (let r = 0; r < out; r++) {
-        const row = r * blockSize;
-        const x = w1[row + c]!;
-        const s = rowScale[r]!;
-        const z = rowZero[r]!;
-        let q = rint(x / s) + z;
-        q = q < 0 ? 0 : q > maxq ? maxq : q;
-        codesP[r * inF + j] = q;
-        const e = (x - s * (q - z)) / d;
-        err[row + c] = e;
-        for (let k = c + 1; k < width; k++) w1[row + k]! -= e * u[j * inF + b0 + k]!;
-      }
-    }
-    // the block's errors reach every later column at once
-    for (let r = 0; r < out; r++) {
-      const row = r * inF;
-      for (let c = 0; c < width; c++) {
-        const e = err[r * blockSize + c]!;
-        if (e === 0) continue;
-        const uj = (b0 + c) * inF;
-        for (let k = b1; k < inF; k++) wp[row + k]! -= e * u[uj + k]!;
-      }
-    }
-  }
+  const p = { maxq, groupSize, grouped, sym, blockSize };
+  if (kernel) kernel.columns(wp, out, inF, u, p, codesP, scale, zero);
+  else solveColumns(wp, out, inF, u, p, codesP, scale, zero);
   const codes = new Uint8Array(out * inF);
   const gIdx = new Int32Array(inF);
   for (let j = 0; j < inF; j++) {
@@ -224,4 +222,68 @@ export function gptqSolve(
     for (let r = 0; r < out; r++) codes[r * inF + col] = codesP[r * inF + j]!;
   }
   return { codes, scale, zero, gIdx, groups };
+}
+
+/**
+ * The column loop, in place on wp (W in the permuted order, float64, [out, n]): codes [out, n] in
+ * the permuted order, and each group's scale and zero [groups, out].
+ */
+function solveColumns(
+  wp: Float64Array,
+  out: number,
+  n: number,
+  u: Float64Array,
+  p: ColumnParams,
+  codesP: Uint8Array,
+  scale: Float64Array,
+  zero: Float64Array,
+): void {
+  const { maxq, groupSize, grouped, sym, blockSize } = p;
+  const rowScale = new Float64Array(out);
+  const rowZero = new Float64Array(out);
+  const setParams = (g: number, from: number, to: number): void => {
+    for (let r = 0; r < out; r++) {
+      const [s, z] = findParams(wp.subarray(r * n + from, r * n + to), maxq, sym);
+      rowScale[r] = s;
+      rowZero[r] = z;
+      scale[g * out + r] = s;
+      zero[g * out + r] = z;
+    }
+  };
+  if (!grouped) setParams(0, 0, n);
+  const err = new Float64Array(out * blockSize);
+  const w1 = new Float64Array(out * blockSize);
+  for (let b0 = 0; b0 < n; b0 += blockSize) {
+    const b1 = Math.min(b0 + blockSize, n);
+    const width = b1 - b0;
+    // the block's columns, updated in this copy; wp keeps the block-start values
+    for (let r = 0; r < out; r++) w1.set(wp.subarray(r * n + b0, r * n + b1), r * blockSize);
+    for (let j = b0; j < b1; j++) {
+      if (grouped && j % groupSize === 0) setParams(j / groupSize, j, Math.min(j + groupSize, n));
+      const d = u[j * n + j]!;
+      const c = j - b0;
+      for (let r = 0; r < out; r++) {
+        const row = r * blockSize;
+        const x = w1[row + c]!;
+        const s = rowScale[r]!;
+        const z = rowZero[r]!;
+        let q = rint(x / s) + z;
+        q = q < 0 ? 0 : q > maxq ? maxq : q;
+        codesP[r * n + j] = q;
+        const e = (x - s * (q - z)) / d;
+        err[row + c] = e;
+        for (let k = c + 1; k < width; k++) w1[row + k]! -= e * u[j * n + b0 + k]!;
+      }
+    }
+    // the block's errors reach every later column at once
+    for (let r = 0; r < out; r++) {
+      const row = r * n;
+      for (let c = 0; c < width; c++) {
+        const e = err[r * blockSize + c]!;
+        if (e === 0) continue;
+        const uj = (b0 + c) * n;
+        for (let k = b1; k < n; k++) wp[row + k]! -= e * u[uj + k]!;
+      }
+    }
+  }
 }

@@ -107,12 +107,12 @@ export class CalibrationSession {
     const observed: string[] = [];
     const ignored: string[] = [];
     const planned: [BatchTensor, Watched][] = [];
-    const gathered: [BatchTensor, LinearStats][] = [];
+    const gathered: [BatchTensor, LinearStats | number][] = [];
     let added = 0;
     let addedBytes = 0;
     for (const t of tensors) {
       let watched = this.observers.get(t.name);
-      let stats = this.stats.get(t.name);
+      let stats: LinearStats | number | undefined = this.stats.get(t.name);
       if (!watched && !stats) {
         const rule = ruleFor(this.recipe, t.name);
         if (!rule) {
@@ -124,13 +124,13 @@ export class CalibrationSession {
           added++;
         }
         if (rule.statistics) {
-          stats = emptyLinearStats(batchFeatures(t.name, t.shape));
-          addedBytes += statsBytes(stats.inFeatures);
+          stats = batchFeatures(t.name, t.shape); // allocated once the size is accepted
+          addedBytes += statsBytes(stats);
         }
       }
       observed.push(t.name);
       if (watched) planned.push([t, watched]);
-      if (stats) gathered.push([t, stats]);
+      if (stats !== undefined) gathered.push([t, stats]);
     }
     // every refusal that needs no computing comes before any computing starts
     if (observed.length === 0) {
@@ -151,7 +151,8 @@ export class CalibrationSession {
     }
     // Promise.all handles every rejection (the first one is the batch's error)
     const gathering = Promise.all(
-      gathered.map(([t, stats]) => {
+      gathered.map(([t, held]) => {
+        const stats = typeof held === 'number' ? emptyLinearStats(held) : held;
         const call = { tensor: t.name, stats, x: t.x, shape: t.shape };
         const next = compute.accumulateStats
           ? compute.accumulateStats(call, signal)
