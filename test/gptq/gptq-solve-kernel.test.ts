@@ -9,13 +9,12 @@
  * same column. And the kernel that adds a calibration batch to a layer's Σ xᵀx and Σ |x|: the
  * TypeScript's sums to the bit, NaN and ±Infinity refused at their index with nothing changed.
  */
-import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 
 import { gptqSolve, type GptqSolveOptions } from '../../src/core/interop/gptq-solve.js';
-import type { GptqBits } from '../../src/core/interop/gptq.js';
 import { accumulateLinearStats, addLinearStats, emptyLinearStats } from '../../src/core/linear-stats.js';
 import { parityVariants, seededUniform } from '../kernels/helpers.js';
+import { GPTQ_CASES, caseOptions, decode } from './golden.js';
 
 const kernels = parityVariants().filter(([, m]) => m.gptqSolve !== undefined);
 const statsKernels = parityVariants().filter(([, m]) => m.linearStatsAdd !== undefined);
@@ -108,28 +107,6 @@ function expectSame(a: ReturnType<typeof gptqSolve>, b: ReturnType<typeof gptqSo
   expect(bytes(a.gIdx).equals(bytes(b.gIdx)), `${label}: g_idx`).toBe(true);
 }
 
-interface Case {
-  id: string;
-  bits: GptqBits;
-  group_size: number;
-  sym: boolean;
-  act_order: boolean;
-  block_size: number;
-  damp: number;
-  in: number;
-  out: number;
-  n: number;
-  x: string;
-  w: string;
-}
-const golden = JSON.parse(readFileSync(new URL('./gptq-solve.json', import.meta.url), 'utf8')) as {
-  cases: Case[];
-};
-const f32 = (b64: string): Float32Array => {
-  const raw = Buffer.from(b64, 'base64');
-  return new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength));
-};
-
 describe.each(kernels)('GPTQ solver kernel, %s', (_, module) => {
   const kernel = module.gptqSolve!;
 
@@ -141,18 +118,11 @@ describe.each(kernels)('GPTQ solver kernel, %s', (_, module) => {
     );
   });
 
-  it.each(golden.cases.map((c) => [c.id, c] as const))('torch case %s: the TypeScript’s solution', (_, c) => {
-    const x = f32(c.x);
+  it.each(GPTQ_CASES.map((c) => [c.id, c] as const))('torch case %s: the TypeScript’s solution', (_, c) => {
+    const x = decode(c.x, Float32Array);
     const h = accumulateLinearStats('x', emptyLinearStats(c.in), x, [c.n, c.in]).hessian;
-    const options = {
-      bits: c.bits,
-      groupSize: c.group_size,
-      sym: c.sym,
-      damp: c.damp,
-      blockSize: c.block_size,
-      actOrder: c.act_order,
-    };
-    const w = f32(c.w);
+    const options = caseOptions(c);
+    const w = decode(c.w, Float32Array);
     expectSame(
       gptqSolve(c.id, w, c.out, c.in, h, options, kernel),
       gptqSolve(c.id, w, c.out, c.in, h, options),

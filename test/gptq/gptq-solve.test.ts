@@ -4,41 +4,10 @@
  * scales, zero points and g_idx, and the same output error; and the point of it all, a layer
  * output error well below round-to-nearest's on correlated, outlier-heavy activations.
  */
-import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 
 import { gptqSolve } from '../../src/core/interop/gptq-solve.js';
-import type { GptqBits } from '../../src/core/interop/gptq.js';
-
-interface Case {
-  id: string;
-  bits: GptqBits;
-  group_size: number;
-  sym: boolean;
-  act_order: boolean;
-  block_size: number;
-  damp: number;
-  in: number;
-  out: number;
-  n: number;
-  x: string;
-  w: string;
-  codes: string;
-  scales: string;
-  zeros: string;
-  g_idx: number[];
-  gptq_error: number;
-  rtn_error: number;
-}
-
-const golden = JSON.parse(readFileSync(new URL('./gptq-solve.json', import.meta.url), 'utf8')) as {
-  cases: Case[];
-};
-
-function decode<T>(b64: string, ctor: new (buffer: ArrayBuffer) => T): T {
-  const raw = Buffer.from(b64, 'base64');
-  return new ctor(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength));
-}
+import { GPTQ_CASES, caseOptions, decode } from './golden.js';
 
 /** H = XᵀX / n in float64. */
 function hessian(x: Float32Array, n: number, k: number): Float64Array {
@@ -82,18 +51,11 @@ function outputError(
 }
 
 describe('the GPTQ solver matches the torch reference of the algorithm', () => {
-  for (const c of golden.cases) {
+  for (const c of GPTQ_CASES) {
     it(c.id, () => {
       const x = decode(c.x, Float32Array);
       const w = decode(c.w, Float32Array);
-      const solution = gptqSolve(c.id, w, c.out, c.in, hessian(x, c.n, c.in), {
-        bits: c.bits,
-        groupSize: c.group_size,
-        sym: c.sym,
-        damp: c.damp,
-        blockSize: c.block_size,
-        actOrder: c.act_order,
-      });
+      const solution = gptqSolve(c.id, w, c.out, c.in, hessian(x, c.n, c.in), caseOptions(c));
       const codes = decode(c.codes, Uint8Array);
       let differ = 0;
       for (let i = 0; i < codes.length; i++) if (codes[i] !== solution.codes[i]) differ++;
