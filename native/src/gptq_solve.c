@@ -6,8 +6,8 @@
  * comes from memory order and independent chains, never from reassociating a sum:
  *
  * - the triangular solves keep L⁻¹ transposed, so each sum reads two contiguous rows;
- * - several independent sums (rows of a factor, entries of the inverse) run side by side, four
- *   chains instead of one, as each sum on its own is bound by the adder's latency;
+ * - several independent sums (rows of a factor, columns of L⁻¹, entries of the inverse) run side
+ *   by side, four chains instead of one, as each sum on its own is bound by the adder's latency;
  * - the lazy update W[:, b1:] -= E · U[b0:b1, b1:] is tiled (rows × columns) so a tile of W and
  *   of U stay in cache while the block's columns go by, in the same order for every entry.
  */
@@ -57,8 +57,42 @@ int64_t qd_gptq_inverse_cholesky(double *h, uint64_t n, double *u, double *lit) 
   int64_t failed = cholesky_lower(h, n); /* h now holds L */
   if (failed >= 0) return failed;
   const double *l = h;
-  /* L⁻¹ by forward substitution, stored transposed: lit[c][i] = L⁻¹[i][c] */
-  for (uint64_t c = 0; c < n; c++) {
+  /* L⁻¹ by forward substitution, stored transposed: lit[c][i] = L⁻¹[i][c]. Four columns at a
+   * time: below their first rows, each row's four sums share the terms k ≥ c + 4 (after each
+   * has taken its own few terms k < c + 4 first, as k runs upwards in every sum). */
+  uint64_t c = 0;
+  for (; c + 4 <= n; c += 4) {
+    double *col[4] = {lit + c * n, lit + (c + 1) * n, lit + (c + 2) * n, lit + (c + 3) * n};
+    for (uint64_t q = 0; q < 4; q++) {
+      for (uint64_t i = 0; i < c + q; i++) col[q][i] = 0;
+      for (uint64_t i = c + q; i < c + 4; i++) {
+        const double *li = l + i * n;
+        double s = i == c + q ? 1 : 0;
+        for (uint64_t k = c + q; k < i; k++) s -= li[k] * col[q][k];
+        col[q][i] = s / li[i];
+      }
+    }
+    for (uint64_t i = c + 4; i < n; i++) {
+      const double *li = l + i * n;
+      double s[4] = {0, 0, 0, 0};
+      for (uint64_t q = 0; q < 4; q++)
+        for (uint64_t k = c + q; k < c + 4; k++) s[q] -= li[k] * col[q][k];
+      double s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
+      const double *c0 = col[0], *c1 = col[1], *c2 = col[2], *c3 = col[3];
+      for (uint64_t k = c + 4; k < i; k++) {
+        const double v = li[k];
+        s0 -= v * c0[k];
+        s1 -= v * c1[k];
+        s2 -= v * c2[k];
+        s3 -= v * c3[k];
+      }
+      col[0][i] = s0 / li[i];
+      col[1][i] = s1 / li[i];
+      col[2][i] = s2 / li[i];
+      col[3][i] = s3 / li[i];
+    }
+  }
+  for (; c < n; c++) {
     double *col = lit + c * n;
     for (uint64_t i = 0; i < c; i++) col[i] = 0;
     for (uint64_t i = c; i < n; i++) {
