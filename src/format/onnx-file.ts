@@ -234,7 +234,12 @@ export function onnxInvalid(source: string, where: string, detail: string): Quan
 }
 
 export class OnnxFileReader {
-  private readonly handles = new Map<string, { fh: FileHandle; size: number }>();
+  /**
+   * Each external data file's opening, by location: the promise is kept, not the handle, so that
+   * tensors read at once from one file share one handle (two openings raced before, and the
+   * handle the map lost was left to the garbage collector).
+   */
+  private readonly handles = new Map<string, Promise<{ fh: FileHandle; size: number }>>();
 
   private constructor(
     readonly path: string,
@@ -320,9 +325,16 @@ export class OnnxFileReader {
     );
   }
 
-  private async dataFile(location: string, tensor: string): Promise<{ fh: FileHandle; size: number }> {
-    const open_ = this.handles.get(location);
-    if (open_) return open_;
+  private dataFile(location: string, tensor: string): Promise<{ fh: FileHandle; size: number }> {
+    let opening = this.handles.get(location);
+    if (!opening) {
+      opening = this.openDataFile(location, tensor);
+      this.handles.set(location, opening);
+    }
+    return opening;
+  }
+
+  private async openDataFile(location: string, tensor: string): Promise<{ fh: FileHandle; size: number }> {
     const parts = location.split(/[\\/]/);
     if (location === '' || isAbsolute(location) || location.includes('\0') || parts.includes('..')) {
       throw onnxInvalid(
@@ -340,13 +352,19 @@ export class OnnxFileReader {
       if (code === 'ENOENT' || code === 'ENOTDIR') throw new QuantdError('FILE_NOT_FOUND', { path });
       throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
     }
-    const file = { fh, size: (await fh.stat()).size };
-    this.handles.set(location, file);
-    return file;
+    try {
+      return { fh, size: (await fh.stat()).size };
+    } catch (err) {
+      await fh.close();
+      throw new QuantdError('FILE_UNREADABLE', { path, detail: errorDetail(err) });
+    }
   }
 
   async close(): Promise<void> {
-    for (const { fh } of this.handles.values()) await fh.close().catch(() => undefined);
+    for (const opening of this.handles.values()) {
+      const file = await opening.catch(() => null); // a failed opening holds no handle
+      await file?.fh.close().catch(() => undefined);
+    }
     this.handles.clear();
   }
 }

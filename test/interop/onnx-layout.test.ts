@@ -6,7 +6,7 @@
  * write → read, the CLI (quantize --layout onnx, dequantize auto-detecting it), detection, and the
  * errors.
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { afterAll, describe, expect, it } from 'vitest';
@@ -17,6 +17,7 @@ import {
   matMulNBitsShapes,
 } from '../../src/core/interop/onnx.js';
 import { fromFloat32 } from '../../src/core/tensor.js';
+import { OnnxFileReader } from '../../src/format/onnx-file.js';
 import { LAYOUTS } from '../../src/service/layouts/index.js';
 import { quantdAsync } from '../cli/cli-helpers.js';
 import {
@@ -265,6 +266,21 @@ describe('the onnx layout writes an ONNX model of MatMulNBits nodes', () => {
       const err = Math.max(...Array.from(w, (v, i) => Math.abs(v - x[i]!)));
       expect(err).toBeLessThan(0.05);
     }
+  });
+
+  it('tensors read at once share one handle of the data file, closed with the reader', async () => {
+    const { out } = await written;
+    const fds = (): number => readdirSync('/proc/self/fd').length;
+    const before = fds();
+    const reader = await OnnxFileReader.open(out);
+    try {
+      // every initializer at once: before the fix, each first read opened the file again
+      await Promise.all(reader.model.initializers.map((t) => reader.read(t)));
+      expect(fds()).toBe(before + 1);
+    } finally {
+      await reader.close();
+    }
+    expect(fds()).toBe(before);
   });
 
   it('sym: no zero_points input or initializer; accuracy_level and block_size options become attributes', async () => {
