@@ -107,6 +107,13 @@ async function runTransform(parsed: ParsedCommand, io: Io): Promise<void> {
     // a layout runs on the server too (the jobs API's `layout`), never silently here
     if (op !== 'quantize')
       throw new QuantdError('USAGE', { detail: `--layout applies to quantize, not ${op}` });
+    const { layout } = (await layoutCommand()).parseLayout(parsed.values['layout'] as string);
+    if (!(await isDirectory(input)) && (layout.companions?.(output, false).length ?? 0) > 0) {
+      // its side files would name the server's copy (quantize_config.json's model_file_base_name)
+      throw new QuantdError('FEATURE_UNSUPPORTED', {
+        detail: `--layout ${layout.name} writes side files beside a single file's result, which --remote does not download: give --remote the model's folder (its result is a folder)`,
+      });
+    }
     return runRemote(parsed.values['remote'] as string, input, output, parsed, io);
   }
   if (parsed.values['layout'] !== undefined || op === 'dequantize') {

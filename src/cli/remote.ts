@@ -328,9 +328,8 @@ export async function runRemote(
   if (files.length === 1) {
     await download(await send(new URL(`v1/jobs/${job.id}/result`, root), 'GET', {}), output, onBytes);
   } else if (!info.isDirectory()) {
-    // its side files name the server's file (quantize_config.json's model_file_base_name)
     throw new QuantdError('FEATURE_UNSUPPORTED', {
-      detail: `job ${job.id} made ${files.length} files (${files[0]?.name} …); --remote writes a single file's result when it is one file: upload the model's folder instead, or fetch them from ${new URL(`v1/jobs/${job.id}/result`, root).href}`,
+      detail: `job ${job.id} made ${files.length} files (${files[0]?.name} …); --remote downloads one for a single file in: fetch them from ${new URL(`v1/jobs/${job.id}/result`, root).href}`,
     });
   } else {
     await downloadAll(files, output, (name, path) =>

@@ -348,8 +348,9 @@ function awqPacked(
 }
 
 /**
- * The GPTQ algorithm's result for a weight, from its layer's input statistics: TypeScript
- * (float64, the order of gptq-solve.ts), on the worker the task runs on.
+ * The GPTQ algorithm's result for a weight, from its layer's input statistics, on the worker the
+ * task runs on: gptq-solve.ts with the module's C kernels for its costly steps where it has them
+ * (the same bits), the TypeScript otherwise.
  */
 function gptqSolved(
   call: Extract<EncoderCall, { kind: 'gptq' }>,

@@ -234,9 +234,11 @@ describe('--layout gptq --calibration through --remote', () => {
     }
   }, 60_000);
 
-  it('a single file whose result is several files: refused, pointing to the folder upload', async () => {
+  it('a single file whose result is several files: refused before the upload, pointing to the folder', async () => {
     const input = join(root, 'model', 'model.safetensors');
     const out = join(root, 'single.safetensors');
+    const jobs = (): number => readdirSync(join(data, 'jobs')).length;
+    const before = jobs();
     const r = await quantdAsync([
       'quantize',
       input,
@@ -248,7 +250,8 @@ describe('--layout gptq --calibration through --remote', () => {
       '--remote',
       server.base,
     ]);
-    expect(r.stderr).toMatch(/FEATURE_UNSUPPORTED.*made 2 files.*upload the model's folder instead/);
+    expect(r.stderr).toMatch(/FEATURE_UNSUPPORTED.*writes side files.*give --remote the model's folder/);
+    expect(jobs()).toBe(before); // refused before anything was sent
     expect(readdirSync(root).filter((f) => f.startsWith('single'))).toEqual([]);
   }, 60_000);
 });

@@ -5,8 +5,8 @@
  * batch left it. A session's linear-layer statistics live beside it in `ID.N.stats` (a layer
  * statistics file, N its batch count): a batch that changes them writes the next one, then the
  * JSON naming it, then removes the previous one, so a crash at any point leaves the JSON naming a
- * complete file of the same batches. A session expires `ttl_seconds` after its last batch (default a day); expired
- * sessions are removed, on access and by a sweep every minute.
+ * complete file of the same batches. A session expires `ttl_seconds` after its last batch
+ * (default a day); expired sessions are removed, on access and by a sweep every minute.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, readFile, rename, rm, type FileHandle } from 'node:fs/promises';
