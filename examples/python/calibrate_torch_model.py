@@ -7,7 +7,10 @@ POST /v1/calibrations/ID/batches as one safetensors file (written here by hand: 
 length, a JSON header and the raw bytes). The session's qparams come back from
 GET /v1/calibrations/ID/qparams; the same activations through torch.ao.quantization's
 HistogramObserver / MovingAverageMinMaxObserver must give the same scales and zero points, to the
-bit. Prints one JSON line per layer: {"name", "kind", "scale", "zero_point", "torch_equal"}.
+bit. The session also gathers each layer's input statistics for GPTQ (GET …/statistics: Σ xᵀx,
+Σ |x| and the token count, in float64), checked against torch's own float64 sums (to rounding:
+torch's matrix product adds in another order). Prints one JSON line per layer: {"name", "kind",
+"scale", "zero_point", "torch_equal", "tokens", "hessian_rel_error", "abs_sum_rel_error"}.
 
     python3 calibrate_torch_model.py [--batches 4]
 
@@ -26,8 +29,9 @@ from torch.ao.quantization.observer import HistogramObserver, MovingAverageMinMa
 
 RECIPE = {
     "observers": [
-        {"match": "fc1.input", "observer": {"kind": "histogram", "bins": 512}},
-        {"regex": r"\.input$", "observer": {"kind": "moving_average_min_max", "averaging_constant": 0.1}},
+        {"match": "fc1.input", "observer": {"kind": "histogram", "bins": 512}, "statistics": "linear"},
+        {"regex": r"\.input$", "observer": {"kind": "moving_average_min_max", "averaging_constant": 0.1},
+         "statistics": "linear"},
     ]
 }
 TORCH_OBSERVERS = {
@@ -88,6 +92,8 @@ def main(argv):
     session = created.json()["id"]
     kinds = {}
     observers = {}
+    hessians = {}
+    abs_sums = {}
     for b in range(args.batches):
         x = torch.randn(8, 32) * (1 + b)
         x[:, 3] *= 25  # an outlier input channel
@@ -104,18 +110,34 @@ def main(argv):
             kind = "histogram" if name.endswith("fc1.input") else "moving_average_min_max"
             kinds[name] = kind
             observers.setdefault(name, TORCH_OBSERVERS[kind]())(t)
+            x64 = t.detach().reshape(-1, t.shape[-1]).double()
+            hessians[name] = hessians.get(name, 0) + x64.T @ x64
+            abs_sums[name] = abs_sums.get(name, 0) + x64.abs().sum(0)
 
     answer = requests.get(f"{url}/v1/calibrations/{session}/qparams", headers=auth, timeout=60)
     answer.raise_for_status()
     tensors = read_safetensors(answer.content)
+    stats = requests.get(f"{url}/v1/calibrations/{session}/statistics", headers=auth, timeout=60)
+    stats.raise_for_status()
+    stats = read_safetensors(stats.content)
     requests.delete(f"{url}/v1/calibrations/{session}", headers=auth, timeout=60)
     for name in sorted(kinds):
         scale = struct.unpack("<f", tensors[f"{name}.scale"][2])[0]
         zero_point = struct.unpack("<i", tensors[f"{name}.zero_point"][2])[0]
         torch_scale, torch_zp = observers[name].calculate_qparams()
         equal = struct.pack("<f", scale) == struct.pack("<f", float(torch_scale[0])) and zero_point == int(torch_zp[0])
+        def f64(key):
+            dtype, shape, raw = stats[key]
+            assert dtype == "F64", dtype
+            return torch.tensor(struct.unpack(f"<{len(raw) // 8}d", raw), dtype=torch.float64).reshape(shape)
+
+        def rel_error(got, want):
+            return float((got - want).abs().max() / want.abs().max())
+
         print(json.dumps({"name": name, "kind": kinds[name], "scale": scale, "zero_point": zero_point,
-                          "torch_equal": equal}))
+                          "torch_equal": equal, "tokens": float(f64(f"{name}.tokens")[0]),
+                          "hessian_rel_error": rel_error(f64(f"{name}.hessian"), hessians[name]),
+                          "abs_sum_rel_error": rel_error(f64(f"{name}.abs_sum"), abs_sums[name])}))
     return 0
 
 

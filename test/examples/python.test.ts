@@ -179,12 +179,23 @@ describe.skipIf(missing !== null && !process.env['CI'])('the Python examples', (
     });
   });
 
-  it("calibrate_torch_model.py: a session's qparams equal torch's own observers on the same activations", async () => {
+  it("calibrate_torch_model.py: a session's qparams equal torch's own observers, its statistics torch's sums", async () => {
     const { stdout } = await python('calibrate_torch_model.py', ['--batches', '4']);
     const lines = stdout
       .trim()
       .split('\n')
-      .map((l) => JSON.parse(l) as { name: string; kind: string; scale: number; torch_equal: boolean });
+      .map(
+        (l) =>
+          JSON.parse(l) as {
+            name: string;
+            kind: string;
+            scale: number;
+            torch_equal: boolean;
+            tokens: number;
+            hessian_rel_error: number;
+            abs_sum_rel_error: number;
+          },
+      );
     expect(lines.map((l) => [l.name, l.kind])).toEqual([
       ['fc1.input', 'histogram'],
       ['fc2.input', 'moving_average_min_max'],
@@ -192,6 +203,10 @@ describe.skipIf(missing !== null && !process.env['CI'])('the Python examples', (
     for (const l of lines) {
       expect(l.torch_equal, l.name).toBe(true);
       expect(l.scale, l.name).toBeGreaterThan(0);
+      // GPTQ's statistics against torch's float64 sums (another summation order: to rounding)
+      expect(l.tokens, l.name).toBe(4 * 8);
+      expect(l.hessian_rel_error, l.name).toBeLessThan(1e-12);
+      expect(l.abs_sum_rel_error, l.name).toBeLessThan(1e-12);
     }
   });
 });
