@@ -175,15 +175,7 @@ export function addCalibrationsService(
       {
         name: 'statistics.stats',
         data_sha256: null,
-        open: async () => {
-          const handle = await store.openStatistics(m.id ?? '', caller);
-          try {
-            return { handle, size: (await handle.stat()).size };
-          } catch (err) {
-            await handle.close();
-            throw err;
-          }
-        },
+        open: () => store.openStatistics(m.id ?? '', caller),
       },
     ]),
     Export: unary<IdMessage>('Export', async (m, caller) => {

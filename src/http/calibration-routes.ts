@@ -154,14 +154,7 @@ export async function registerCalibrationRoutes(
     },
     async (request, reply) => {
       const id = idOf(request);
-      const handle = await store.openStatistics(id, callerOf(request));
-      let size: number;
-      try {
-        size = (await handle.stat()).size;
-      } catch (err) {
-        await handle.close();
-        throw err;
-      }
+      const { handle, size } = await store.openStatistics(id, callerOf(request));
       return reply
         .code(200)
         .type('application/x-safetensors')

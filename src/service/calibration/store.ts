@@ -183,11 +183,14 @@ export class CalibrationStore {
   }
 
   /**
-   * The session's layer statistics file, opened (a batch may replace the file afterwards: the
-   * handle still reads the one of the batches acknowledged when it was opened). The caller
-   * closes it.
+   * The session's layer statistics file, opened, with its size (a batch may replace the file
+   * afterwards: the handle still reads the one of the batches acknowledged when it was opened).
+   * The caller closes it.
    */
-  async openStatistics(id: string, caller: Caller = EVERYONE): Promise<FileHandle> {
+  async openStatistics(
+    id: string,
+    caller: Caller = EVERYONE,
+  ): Promise<{ readonly handle: FileHandle; readonly size: number }> {
     const session = this.get(id, caller);
     return session.serialized(async () => {
       const file = this.statsFiles.get(id);
@@ -196,7 +199,13 @@ export class CalibrationStore {
           detail: `calibration ${id} holds no layer statistics (its recipe gathers them with a rule {"match": …, "statistics": "linear"})`,
         });
       }
-      return open(join(this.dir, file), 'r');
+      const handle = await open(join(this.dir, file), 'r');
+      try {
+        return { handle, size: (await handle.stat()).size };
+      } catch (err) {
+        await handle.close();
+        throw err;
+      }
     });
   }
 
