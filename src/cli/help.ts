@@ -45,10 +45,7 @@ const USAGE_LINES: ReadonlyArray<readonly [string, string]> = [
     'quantize',
     "HF_FOLDER -o OUT.gguf --layout gguf:ftype=Q4_K_M [--imatrix FILE]   (llama-quantize's file types)",
   ],
-  [
-    'quantize',
-    'MODEL -o OUT --layout gptq --calibration STATS   (the GPTQ algorithm, from layer statistics)',
-  ],
+  ['quantize', 'MODEL -o OUT --layout gptq|awq --calibration STATS   (GPTQ or AWQ, from layer statistics)'],
   ['dequantize', `IN -o OUT.safetensors [--dtype ${DTYPES}]   (IN: a qtensor file, or a layout's file)`],
   [
     'fake-quantize',
@@ -65,7 +62,7 @@ const USAGE_LINES: ReadonlyArray<readonly [string, string]> = [
   ],
   [
     'calibrate',
-    'BATCH... --observers recipe.json --statistics STATS   (layer statistics for --layout gptq --calibration)',
+    'BATCH... --observers recipe.json --statistics STATS   (layer statistics for gptq/awq --calibration)',
   ],
   ['serve', '(HTTP + gRPC server)'],
 ];

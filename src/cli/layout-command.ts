@@ -79,8 +79,8 @@ const LAYOUT_FILE_FLAGS = {
     usage: '--imatrix applies to a llama-quantize file type: --layout gguf:ftype=Q4_K_M (for example)',
   },
   calibration: {
-    applies: /^gptq(:|$)/,
-    usage: '--calibration (layer statistics) applies to --layout gptq',
+    applies: /^(?:gptq|awq)(:|$)/,
+    usage: '--calibration (layer statistics) applies to --layout gptq or --layout awq',
   },
 } as const;
 

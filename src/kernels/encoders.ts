@@ -47,6 +47,15 @@ import {
 } from '../core/interop/onnx.js';
 import { GPTQ_SOLVE_DEFAULTS, gptqSolve, type GptqSolveKernel } from '../core/interop/gptq-solve.js';
 import type { LinearStats } from '../core/linear-stats.js';
+import {
+  awqCalibratedWeight,
+  awqFoldResult,
+  awqScalesResult,
+  checkStats,
+  type AwqCalibration,
+  type AwqFoldCall,
+  type AwqScalesCall,
+} from './awq-calibrated.js';
 import { bytesOf, fromFloat32, toFloat32, typedView } from '../core/tensor.js';
 import { QuantdError, throwIfAborted } from '../errors/index.js';
 import { decodedQuality } from '../core/quality.js';
@@ -110,7 +119,11 @@ export type EncoderCall =
       readonly shape: readonly number[];
       readonly dtype: FloatDType;
       readonly params: AwqParams;
+      /** The AWQ algorithm's scaling and clipping before packing; none: round-to-nearest. */
+      readonly calibration?: AwqCalibration;
     }
+  | AwqScalesCall
+  | AwqFoldCall
   /** Inputs: qweight, qzeros, scales. */
   | {
       readonly kind: 'awq-decode';
@@ -361,17 +374,7 @@ function gptqSolved(
   const { tensor, shape, params } = call;
   gptqShapes(tensor, shape, params);
   const [out, inF] = shape as [number, number];
-  if (c.stats.inFeatures !== inF) {
-    throw new QuantdError('CALIBRATION_INVALID', {
-      source: c.name,
-      detail: `statistics of ${c.stats.inFeatures} input features, but ${tensor} has in_features ${inF} (statistics of another model?)`,
-    });
-  }
-  for (const v of c.stats.hessian) {
-    if (!Number.isFinite(v)) {
-      throw new QuantdError('CALIBRATION_INVALID', { source: c.name, detail: `its Hessian holds ${v}` });
-    }
-  }
+  checkStats(c, tensor, inF);
   const solution = gptqSolve(
     tensor,
     w,
@@ -495,9 +498,28 @@ function encode(
       return { outputs: [bytesOf(w)] };
     }
     case 'awq': {
-      const p = awqPacked(module, call.tensor, floatsOf(call.dtype, a!, module), call.shape, call.params);
-      return { outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales)] };
+      let w = floatsOf(call.dtype, a!, module);
+      let notes: string[] = [];
+      if (call.calibration) {
+        awqShapes(call.tensor, call.shape, call.params);
+        ({ weight: w, notes } = awqCalibratedWeight(
+          call.tensor,
+          w,
+          call.shape,
+          call.params,
+          call.calibration,
+        ));
+      }
+      const p = awqPacked(module, call.tensor, w, call.shape, call.params);
+      return { outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales)], notes };
     }
+    case 'awq-scales':
+      return awqScalesResult(
+        call,
+        inputs.map((bytes, k) => floatsOf(call.dtypes[k]!, bytes, module)),
+      );
+    case 'awq-fold':
+      return { outputs: [awqFoldResult(call, floatsOf(call.from, a!))] };
     case 'awq-decode': {
       const scales = floatsOfSt(call.scales, c!);
       const w = awqDequantize(

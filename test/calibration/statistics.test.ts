@@ -202,37 +202,44 @@ describe('a gptq job by path with calibration=FILE', () => {
   }, 60_000);
 });
 
-describe('--layout gptq --calibration through --remote', () => {
-  it('a folder upload with its statistics file: the files of the offline run, the statistics not among them', async () => {
-    const model = join(root, 'model');
+describe('--layout gptq|awq --calibration through --remote', () => {
+  const model = join(root, 'model');
+  beforeAll(() => {
     mkdirSync(model);
     writeModel(join(model, 'model.safetensors'));
     writeFileSync(join(model, 'config.json'), JSON.stringify({ model_type: 'llama' }));
-    copyFileSync(join(root, 's4.stats'), join(model, 'layers.stats'));
-    const args = (out: string) => [
-      'quantize',
-      model,
-      '-o',
-      out,
-      '--layout',
-      'gptq:group_size=32',
-      '--calibration',
-      join(model, 'layers.stats'),
-      '-q',
-    ];
-    let r = await quantdAsync(args(join(root, 'local')));
-    expect(r.code, r.stderr).toBe(0);
-    r = await quantdAsync([...args(join(root, 'remote')), '--remote', server.base]);
-    expect(r.code, r.stderr).toBe(0);
-    const local = readdirSync(join(root, 'local')).sort();
-    expect(readdirSync(join(root, 'remote')).sort()).toEqual(local);
-    expect(local).not.toContain('layers.stats');
-    for (const f of local) {
-      const a = readFileSync(join(root, 'local', f));
-      const b = readFileSync(join(root, 'remote', f));
-      expect(b.equals(a), f).toBe(true);
-    }
-  }, 60_000);
+  });
+
+  it.each(['gptq', 'awq'])(
+    '%s: a folder upload with its statistics file: the files of the offline run, the statistics not among them',
+    async (layout) => {
+      copyFileSync(join(root, 's4.stats'), join(model, 'layers.stats'));
+      const args = (out: string) => [
+        'quantize',
+        model,
+        '-o',
+        out,
+        '--layout',
+        `${layout}:group_size=32`,
+        '--calibration',
+        join(model, 'layers.stats'),
+        '-q',
+      ];
+      let r = await quantdAsync(args(join(root, `local-${layout}`)));
+      expect(r.code, r.stderr).toBe(0);
+      r = await quantdAsync([...args(join(root, `remote-${layout}`)), '--remote', server.base]);
+      expect(r.code, r.stderr).toBe(0);
+      const local = readdirSync(join(root, `local-${layout}`)).sort();
+      expect(readdirSync(join(root, `remote-${layout}`)).sort()).toEqual(local);
+      expect(local).not.toContain('layers.stats');
+      for (const f of local) {
+        const a = readFileSync(join(root, `local-${layout}`, f));
+        const b = readFileSync(join(root, `remote-${layout}`, f));
+        expect(b.equals(a), f).toBe(true);
+      }
+    },
+    60_000,
+  );
 
   it('a single file whose result is several files: refused before the upload, pointing to the folder', async () => {
     const input = join(root, 'model', 'model.safetensors');

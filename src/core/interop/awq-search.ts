@@ -20,11 +20,15 @@
 import { linearOutput } from '../linear-eval.js';
 import { rint } from '../rounding.js';
 
-export interface AwqSearchOptions {
+/** AWQ's group quantizer Q. */
+export interface AwqQuantizer {
   readonly bits: number;
   readonly groupSize: number;
   /** asymmetric (AWQ's default: zero_point true) */
   readonly zeroPoint: boolean;
+}
+
+export interface AwqSearchOptions extends AwqQuantizer {
   readonly nGrid: number;
   readonly maxShrink: number;
   /** clipping uses every sampleStride-th token (AutoAWQ samples about 512) */
@@ -70,8 +74,52 @@ export function awqPseudoQuantize(w: Float64Array, bits: number, zeroPoint: bool
   }
 }
 
-function quantizeRows(w: Float64Array, out: number, inF: number, o: AwqSearchOptions): Float64Array {
-  const q = w.slice();
+/**
+ * w̄: per input channel, the mean over every row of the weights (stacked: layers that share one
+ * input) of |w| over the max |w| of its group (+1e-6).
+ */
+export function weightMeans(
+  weights: readonly Float32Array[],
+  rows: readonly number[],
+  inF: number,
+  groupSize: number,
+): Float64Array {
+  const wMean = new Float64Array(inF);
+  let total = 0;
+  weights.forEach((w, k) => {
+    const out = rows[k]!;
+    total += out;
+    for (let r = 0; r < out; r++) {
+      for (let g = 0; g < inF; g += groupSize) {
+        const end = Math.min(g + groupSize, inF);
+        let m = 0;
+        for (let i = g; i < end; i++) m = Math.max(m, Math.abs(w[r * inF + i]!));
+        for (let i = g; i < end; i++) wMean[i]! += Math.abs(w[r * inF + i]!) / (m + 1e-6);
+      }
+    }
+  });
+  for (let i = 0; i < inF; i++) wMean[i]! /= total;
+  return wMean;
+}
+
+/** The scales of grid point `ratio` (α): x̄^α / (w̄^(1−α) + 1e-4), floored at 1e-4, normalized. */
+export function candidateScales(xMean: Float64Array, wMean: Float64Array, ratio: number): Float64Array {
+  const inF = xMean.length;
+  const s = new Float64Array(inF);
+  let sMax = -Infinity;
+  let sMin = Infinity;
+  for (let i = 0; i < inF; i++) {
+    s[i] = Math.max(xMean[i]! ** ratio / (wMean[i]! ** (1 - ratio) + 1e-4), 1e-4);
+    sMax = Math.max(sMax, s[i]!);
+    sMin = Math.min(sMin, s[i]!);
+  }
+  const norm = Math.sqrt(sMax * sMin);
+  for (let i = 0; i < inF; i++) s[i]! /= norm;
+  return s;
+}
+
+/** Pseudo-quantizes each row of `q` [out, in] group by group, in place. */
+export function pseudoQuantizeRows(q: Float64Array, out: number, inF: number, o: AwqQuantizer): void {
   for (let r = 0; r < out; r++) {
     for (let g = 0; g < inF; g += o.groupSize) {
       awqPseudoQuantize(
@@ -81,7 +129,6 @@ function quantizeRows(w: Float64Array, out: number, inF: number, o: AwqSearchOpt
       );
     }
   }
-  return q;
 }
 
 export function awqSearch(
@@ -93,41 +140,21 @@ export function awqSearch(
   options: AwqSearchOptions,
 ): AwqSearchResult {
   const gs = options.groupSize;
-  // x̄ and w̄
   const xMean = new Float64Array(inF);
   for (let s = 0; s < n; s++) for (let i = 0; i < inF; i++) xMean[i]! += Math.abs(x[s * inF + i]!);
   for (let i = 0; i < inF; i++) xMean[i]! /= n;
-  const wMean = new Float64Array(inF);
-  for (let r = 0; r < out; r++) {
-    for (let g = 0; g < inF; g += gs) {
-      const end = Math.min(g + gs, inF);
-      let m = 0;
-      for (let i = g; i < end; i++) m = Math.max(m, Math.abs(w[r * inF + i]!));
-      for (let i = g; i < end; i++) wMean[i]! += Math.abs(w[r * inF + i]!) / (m + 1e-6);
-    }
-  }
-  for (let i = 0; i < inF; i++) wMean[i]! /= out;
+  const wMean = weightMeans([w], [out], inF, gs);
 
   const layer = { x, n, inFeatures: inF, w, outFeatures: out };
   const reference = linearOutput(layer);
   let best = Infinity;
   let bestRatio = 0;
-  let bestScales = new Float64Array(inF).fill(1);
+  let bestScales: Float64Array = new Float64Array(inF).fill(1);
   for (let step = 0; step < options.nGrid; step++) {
-    const ratio = step / options.nGrid;
-    const s = new Float64Array(inF);
-    let sMax = -Infinity;
-    let sMin = Infinity;
-    for (let i = 0; i < inF; i++) {
-      s[i] = Math.max(xMean[i]! ** ratio / (wMean[i]! ** (1 - ratio) + 1e-4), 1e-4);
-      sMax = Math.max(sMax, s[i]!);
-      sMin = Math.min(sMin, s[i]!);
-    }
-    const norm = Math.sqrt(sMax * sMin);
-    for (let i = 0; i < inF; i++) s[i]! /= norm;
-    const scaled = new Float64Array(out * inF);
-    for (let r = 0; r < out; r++) for (let i = 0; i < inF; i++) scaled[r * inF + i] = w[r * inF + i]! * s[i]!;
-    const q = quantizeRows(scaled, out, inF, options);
+    const s = candidateScales(xMean, wMean, step / options.nGrid);
+    const q = new Float64Array(out * inF);
+    for (let r = 0; r < out; r++) for (let i = 0; i < inF; i++) q[r * inF + i] = w[r * inF + i]! * s[i]!;
+    pseudoQuantizeRows(q, out, inF, options);
     for (let r = 0; r < out; r++) for (let i = 0; i < inF; i++) q[r * inF + i]! /= s[i]!;
     const y = linearOutput(layer, q);
     let loss = 0;

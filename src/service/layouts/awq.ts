@@ -1,13 +1,19 @@
 /**
- * The "awq" layout: an AutoAWQ GEMM checkpoint (transformers with autoawq, AutoAWQ, vLLM) of
- * round-to-nearest 4-bit codes, zero point (asymmetric) — src/core/interop/awq.ts has the
- * numerics. No activation-aware scaling: quantd has no calibration data, so the weights are
- * AutoAWQ's `pseudo_quantize_tensor` of the unscaled weights.
+ * The "awq" layout: an AutoAWQ GEMM checkpoint (transformers with autoawq, AutoAWQ, vLLM) of 4-bit
+ * zero-point codes (src/core/interop/awq.ts has the numerics). Without calibration the codes are
+ * AutoAWQ's `pseudo_quantize_tensor` of the unscaled weights (round-to-nearest). With
+ * `calibration=FILE` (a layer statistics file) they are the AWQ algorithm's: per-input-channel
+ * scales searched on each group of layers sharing an input and folded into the norm or
+ * projection before them (./awq-plan.ts), then a clipping search per group of weights
+ * (src/core/interop/awq-stats.ts); a weight the file has no statistics for is rounded to
+ * nearest, and the report says so.
  *
  * write: each linear projection weight `X.weight` [out, in] becomes `X.qweight` I32 [in, out/8],
  * `X.qzeros` I32 [in/group_size, out/8] and `X.scales` F16 [in/group_size, out]
  * (WQLinear_GEMM's buffers); `X.bias` of such a layer is cast to F16 (`linear.bias.clone().half()`);
- * everything else passes through. The config (AutoAWQ's `to_transformers_dict()` fields) goes into
+ * with calibration a norm's weight (and bias) divided by its group's scales keeps its dtype, and a
+ * projection divided by the next layer's scales has its bias divided too; everything else passes
+ * through. The config (AutoAWQ's `to_transformers_dict()` fields) goes into
  * config.json's `quantization_config` in a model folder, and as `{"quantization_config": {...}}`
  * into `quantization_config.json` (folder) or `OUT.quantization_config.json` (beside a single file
  * `OUT.safetensors`), to merge into the model's config.json.
@@ -15,7 +21,10 @@
  * read: every `X.qweight` group (without `X.g_idx`) back to `X.weight` F32 [out, in].
  */
 import { awqShapes, type AwqParams } from '../../core/interop/awq.js';
-import { shapeText } from '../../errors/index.js';
+import { QuantdError, shapeText } from '../../errors/index.js';
+import { readLayerStats } from '../../format/layer-stats.js';
+import { planAwqScales } from './awq-plan.js';
+import { noLayerMatched, openCalibration, statsFor } from './calibration-stats.js';
 import { entryByName, type SafetensorsHeader } from '../../format/safetensors.js';
 import {
   checkOptions,
@@ -57,9 +66,28 @@ const OPTIONS = {
   bits: 'bits per weight: 4 (AWQ GEMM packs 4-bit only)',
   group_size:
     'input rows per group, dividing in_features: a positive integer, or -1 for one group (default 128)',
+  calibration:
+    "the AWQ algorithm (activation-aware scales folded into the norms and projections before them, then clipping) from a layer statistics file (quantd calibrate --statistics, or GET /v1/calibrations/ID/statistics), a path relative to the model's folder; without it: round-to-nearest",
 } as const;
 
 export const awqParams = (options: LayoutOptions): AwqParams => inLayout('awq', () => parseParams(options));
+
+/** The layer statistics file of calibration=FILE, or null (round-to-nearest). */
+export const awqCalibrationFile = (options: LayoutOptions): string | null =>
+  inLayout('awq', () => {
+    const file = checkOptions('awq', OPTIONS, options)['calibration'];
+    if (file !== undefined && file.trim() === '') {
+      throw new QuantdError('OPTION_INVALID', {
+        option: 'calibration',
+        detail: 'must name a layer statistics file',
+        value: file,
+      });
+    }
+    return file ?? null;
+  });
+
+/** AutoAWQ does not clip the query and key projections (their errors pass through softmax). */
+const NOT_CLIPPED = /\.(?:q|k)_proj$/;
 
 function parseParams(options: LayoutOptions): AwqParams {
   const o = checkOptions('awq', OPTIONS, options);
@@ -103,48 +131,93 @@ async function writeTensors(
   output: string,
   options: LayoutOptions,
   hooks: LayoutHooks,
-  shard: boolean,
+  model: readonly string[] | null,
 ): Promise<LayoutFile> {
   const params = awqParams(options);
+  const file = awqCalibrationFile(options);
+  const calibration = file === null ? null : await openCalibration(input, file);
+  const folds = calibration && (await planAwqScales(input, model ?? [input], calibration, params, hooks));
   const label = `awq int4 ${params.groupSize === -1 ? 'per-row' : `g${params.groupSize}`} zero-point`;
   return withReader(input, async (reader) => {
     const entries = reader.header.entries;
     const quantized = new Set(entries.filter(isLinearWeight).map((e) => e.name));
-    if (quantized.size === 0 && !shard) throw noLinear();
-    const tensors: Array<{ name: string; type: string; note?: string }> = [];
+    if (quantized.size === 0 && model === null) throw noLinear();
+    const report = new Map<string, { type: string; note?: string }>();
+    let calibrated = 0;
     const jobs: Job[] = entries.map((entry): Job => {
+      const divide = folds?.divide.get(entry.name);
       if (quantized.has(entry.name)) {
         const dtype = floatDType(entry);
         const s = awqShapes(entry.name, entry.shape, params);
         const m = moduleOf(entry.name);
-        tensors.push({ name: entry.name, type: label });
+        const call = { kind: 'awq', tensor: entry.name, shape: entry.shape, dtype, params } as const;
+        const outputs = [
+          { name: `${m}.qweight`, dtype: 'I32', shape: s.qweight },
+          { name: `${m}.qzeros`, dtype: 'I32', shape: s.qzeros },
+          { name: `${m}.scales`, dtype: 'F16', shape: s.scales },
+        ] as const;
+        const columns = folds?.columns.get(m);
+        const rowDivide = folds?.rows.get(m) ?? null;
+        const stats =
+          calibration && !NOT_CLIPPED.test(m) ? (statsFor(calibration, m) ?? columns?.input) : undefined;
+        if (!columns && !rowDivide && !stats) {
+          report.set(entry.name, {
+            type: label,
+            ...(calibration && { note: `no statistics of ${m}.input: round-to-nearest` }),
+          });
+          return { inputs: [entry], outputs, call };
+        }
+        calibrated++;
+        const type = `${label}, AWQ`;
+        report.set(entry.name, { type });
+        const plan = { scales: columns?.scales ?? null, rowDivide };
         return {
           inputs: [entry],
-          outputs: [
-            { name: `${m}.qweight`, dtype: 'I32', shape: s.qweight },
-            { name: `${m}.qzeros`, dtype: 'I32', shape: s.qzeros },
-            { name: `${m}.scales`, dtype: 'F16', shape: s.scales },
-          ],
-          call: { kind: 'awq', tensor: entry.name, shape: entry.shape, dtype, params },
+          outputs,
+          ...(stats
+            ? {
+                prepare: async () => ({
+                  ...call,
+                  calibration: {
+                    ...plan,
+                    clip: { name: stats.name, stats: await readLayerStats(stats.ref, stats.name) },
+                  },
+                }),
+                prepareBytes: 8 * stats.ref.inFeatures ** 2,
+              }
+            : { call: { ...call, calibration: { ...plan, clip: null } } }),
+          onNotes: (notes) =>
+            report.set(entry.name, { type, note: [columns?.note ?? [], ...notes].flat().join('; ') }),
         };
       }
-      if (entry.name.endsWith('.bias') && quantized.has(`${moduleOf(entry.name, '.bias')}.weight`)) {
-        const dtype = floatDType(entry);
-        tensors.push({
-          name: entry.name,
-          type: 'F16',
-          note: 'bias of a quantized layer, cast to float16 as AutoAWQ does',
+      const isBias = entry.name.endsWith('.bias') && quantized.has(`${moduleOf(entry.name, '.bias')}.weight`);
+      if (isBias || divide) {
+        const from = floatDType(entry);
+        const to = isBias ? 'float16' : from;
+        const dtype = isBias ? 'F16' : entry.dtype;
+        report.set(entry.name, {
+          type: dtype,
+          note: [
+            ...(isBias ? ['bias of a quantized layer, cast to float16 as AutoAWQ does'] : []),
+            ...(divide ? ['divided by the AWQ scales of the layers after it'] : []),
+          ].join('; '),
         });
         return {
           inputs: [entry],
-          outputs: [{ name: entry.name, dtype: 'F16', shape: entry.shape }],
-          call: { kind: 'cast', from: dtype, to: 'float16' },
+          outputs: [{ name: entry.name, dtype, shape: entry.shape }],
+          call: divide
+            ? { kind: 'awq-fold', tensor: entry.name, from, to, divide }
+            : { kind: 'cast', from, to },
         };
       }
-      tensors.push({ name: entry.name, type: entry.dtype, note: 'passed through' });
+      report.set(entry.name, { type: entry.dtype, note: 'passed through' });
       return passThrough(entry);
     });
+    if (calibration && calibrated === 0 && quantized.size > 0 && model === null) {
+      throw noLayerMatched(calibration, [...quantized][0]!);
+    }
     await runJobs(reader, output, jobs, ptMetadata({ 'quantd.layout': 'awq' }), hooks);
+    const tensors = entries.map((e) => ({ name: e.name, ...report.get(e.name)! }));
     return layoutFile(jobs, tensors, factsOf(entries, quantized));
   });
 }
@@ -238,11 +311,14 @@ function detect(path: string, head: Uint8Array): boolean {
 export const awqLayout: InteropLayout = {
   name: 'awq',
   summary:
-    'AutoAWQ GEMM checkpoint (qweight/qzeros/scales + quantization_config.json) of round-to-nearest 4-bit zero-point codes, for transformers, AutoAWQ and vLLM',
+    'AutoAWQ GEMM checkpoint (qweight/qzeros/scales + quantization_config.json) of 4-bit zero-point codes, by the AWQ algorithm from layer statistics (calibration=FILE) or round-to-nearest, for transformers, AutoAWQ and vLLM',
   options: OPTIONS,
   extension: '.safetensors',
   companions: sideFileCompanion(SIDE_FILE),
-  checkOptions: (options) => void awqParams(options),
+  checkOptions: (options) => {
+    awqParams(options);
+    awqCalibrationFile(options);
+  },
   write: singleFileWrite(parts),
   parts,
   read,

@@ -138,13 +138,13 @@ function makeParts(type: BnbQuantType): SafetensorsLayoutParts {
     output: string,
     options: LayoutOptions,
     hooks: LayoutHooks,
-    shard: boolean,
+    model: readonly string[] | null,
   ): Promise<LayoutFile> => {
     const { blocksize } = bnbParams(type, options);
     return withReader(input, async (reader) => {
       const entries = reader.header.entries;
       const quantized = new Set(entries.filter(isLinearWeight).map((e) => e.name));
-      if (quantized.size === 0 && !shard) throw noLinear();
+      if (quantized.size === 0 && model === null) throw noLinear();
       const tensors: Array<{ name: string; type: string; note?: string }> = [];
       const jobs: Job[] = entries.map((entry): Job => {
         if (!quantized.has(entry.name)) {

@@ -163,7 +163,7 @@ async function writeTensors(
   output: string,
   options: LayoutOptions,
   hooks: LayoutHooks,
-  shard: boolean,
+  model: readonly string[] | null,
 ): Promise<LayoutFile> {
   const params = gptqParams(options);
   const algorithm = gptqAlgorithm(options);
@@ -171,7 +171,7 @@ async function writeTensors(
   return withReader(input, async (reader) => {
     const entries = reader.header.entries;
     const quantized = new Set(entries.filter(isLinearWeight).map((e) => e.name));
-    if (quantized.size === 0 && !shard) throw noLinear();
+    if (quantized.size === 0 && model === null) throw noLinear();
     const report = new Map<string, { type: string; note?: string }>();
     let calibrated = 0;
     const jobs: Job[] = entries.map((entry): Job => {
@@ -227,7 +227,7 @@ async function writeTensors(
       report.set(entry.name, { type: entry.dtype, note: 'passed through' });
       return passThrough(entry);
     });
-    if (calibration && calibrated === 0 && quantized.size > 0 && !shard) {
+    if (calibration && calibrated === 0 && quantized.size > 0 && model === null) {
       throw noLayerMatched(calibration, [...quantized][0]!);
     }
     await runJobs(reader, output, jobs, ptMetadata({ 'quantd.layout': 'gptq' }), hooks);

@@ -57,7 +57,7 @@ export function singleFileWrite(parts: SafetensorsLayoutParts) {
     options: LayoutOptions,
     hooks: LayoutHooks = {},
   ): Promise<LayoutWriteResult> {
-    const file = await parts.writeTensors(input, output, options, hooks, false);
+    const file = await parts.writeTensors(input, output, options, hooks, null);
     const base = basename(output).replace(/\.safetensors$/, '');
     const config = parts.quantizationConfig(options, file.facts, base);
     const side = sideFilePath(output, config.sideFile);

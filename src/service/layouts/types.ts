@@ -60,15 +60,16 @@ export interface LayoutFile {
  */
 export interface SafetensorsLayoutParts {
   /**
-   * The tensors of one input file into `output`, without side files. `shard`: one file of a
-   * model, which may hold no linear weight (the caller checks the model as a whole).
+   * The tensors of one input file into `output`, without side files. `model`: the files of the
+   * model `input` is one of (it may hold no linear weight: the caller checks the model as a
+   * whole); null: `input` is the whole model.
    */
   writeTensors(
     input: string,
     output: string,
     options: LayoutOptions,
     hooks: LayoutHooks,
-    shard: boolean,
+    model: readonly string[] | null,
   ): Promise<LayoutFile>;
   /** The quantization config of a model written with `options`; `modelBaseName`: "model". */
   quantizationConfig(options: LayoutOptions, facts: LayoutFacts, modelBaseName: string): QuantizationConfig;

@@ -133,7 +133,7 @@ export async function writeLayoutFolder(
     for (const [i, path] of model.files.entries()) {
       throwIfAborted(hooks.signal);
       const name = basename(path);
-      const file = await parts.writeTensors(path, join(staging, name), options, forFile, true);
+      const file = await parts.writeTensors(path, join(staging, name), options, forFile, model.files);
       written.push({ name, file });
       fileDone(file.tensors.length, totals.fileBytes[i]!);
     }

@@ -1,0 +1,192 @@
+/**
+ * The AWQ search of ./awq-search.ts from a layer's input statistics (../linear-stats.ts) instead
+ * of its input tokens. The output error of a weight change δ (one row) on inputs X [n, in] is a
+ * quadratic form in the Hessian H = Σ xᵀx:
+ *
+ *   Σ_t (x_t · δ)² = δ H δᵀ
+ *
+ * so both searches see every calibration token (the sample search with sampleStride 1) without
+ * holding any: the scale search's loss(α) is Σ_rows δ H δᵀ / (tokens · rows), the clipping
+ * search's err(i) is δ_g H_gg δ_gᵀ / tokens on the group's diagonal block. Inputs divided by the
+ * scales s have the Hessian D⁻¹ H D⁻¹ (D = diag s); x̄ is absSum / tokens.
+ *
+ * Layers that read one input (q, k and v after one norm) share one scale vector: the search runs
+ * on their weights stacked, w̄ over all their rows, the loss summed over all of them.
+ *
+ * Cost: the scale search is nGrid · rows · in² multiply-adds, the clipping search
+ * maxShrink · nGrid · rows · in · group_size.
+ */
+import type { LinearStats } from '../linear-stats.js';
+import { toHalf } from './awq.js';
+import {
+  awqPseudoQuantize,
+  candidateScales,
+  pseudoQuantizeRows,
+  weightMeans,
+  type AwqQuantizer,
+} from './awq-search.js';
+
+export interface AwqScaleSearch {
+  /** per input channel: the weights are multiplied by it, the inputs divided */
+  readonly scales: Float64Array;
+  /** the grid step chosen (α = ratio / nGrid) */
+  readonly ratio: number;
+  /** the chosen step's mean squared output error over the stacked rows */
+  readonly loss: number;
+}
+
+/** δ H δᵀ for one row δ of `inF` values, H [inF, inF] row-major: Σ_i δ_i (Σ_j H_ij δ_j). */
+export function quadraticForm(h: Float64Array, d: Float64Array, inF: number): number {
+  let acc = 0;
+  for (let i = 0; i < inF; i++) {
+    const di = d[i]!;
+    if (di === 0) continue;
+    const base = i * inF;
+    let row = 0;
+    for (let j = 0; j < inF; j++) row += h[base + j]! * d[j]!;
+    acc += di * row;
+  }
+  return acc;
+}
+
+/**
+ * AWQ's per-input-channel scales for the weights (each [rows[k], in]) of the layers that read
+ * the input `stats` describes.
+ */
+export function awqScalesFromStats(
+  stats: LinearStats,
+  weights: readonly Float32Array[],
+  rows: readonly number[],
+  options: AwqQuantizer & { readonly nGrid: number },
+): AwqScaleSearch {
+  const inF = stats.inFeatures;
+  const xMean = Float64Array.from(stats.absSum, (v) => v / stats.tokens);
+  const wMean = weightMeans(weights, rows, inF, options.groupSize);
+  const totalRows = rows.reduce((a, b) => a + b, 0);
+  const delta = new Float64Array(inF);
+  let best = Infinity;
+  let bestRatio = 0;
+  let bestScales: Float64Array = new Float64Array(inF).fill(1);
+  for (let step = 0; step < options.nGrid; step++) {
+    const s = candidateScales(xMean, wMean, step / options.nGrid);
+    let loss = 0;
+    weights.forEach((w, k) => {
+      for (let r = 0; r < rows[k]!; r++) {
+        for (let i = 0; i < inF; i++) delta[i] = w[r * inF + i]! * s[i]!;
+        pseudoQuantizeRows(delta, 1, inF, options);
+        for (let i = 0; i < inF; i++) delta[i] = w[r * inF + i]! - delta[i]! / s[i]!;
+        loss += quadraticForm(stats.hessian, delta, inF);
+      }
+    });
+    loss /= stats.tokens * totalRows;
+    if (loss < best) {
+      best = loss;
+      bestRatio = step;
+      bestScales = s;
+    }
+  }
+  return { scales: bestScales, ratio: bestRatio, loss: best };
+}
+
+/**
+ * AWQ's clipping search on `weight` [out, in] (the weight as the checkpoint quantizes it, after
+ * its scales), in place: each row's group clamped to the bound max|w_g|·(1 − i/nGrid) of least
+ * output error on the inputs `stats` describes, divided by `inputScales` when the inputs are
+ * (null: as they are). Returns the bounds [out, groups].
+ */
+export function awqClipFromStats(
+  stats: LinearStats,
+  weight: Float64Array,
+  out: number,
+  inputScales: Float64Array | null,
+  options: AwqQuantizer & { readonly nGrid: number; readonly maxShrink: number },
+): Float64Array {
+  const inF = stats.inFeatures;
+  const gs = options.groupSize;
+  const groups = Math.ceil(inF / gs);
+  const clip = new Float64Array(out * groups);
+  const steps = Math.floor(options.maxShrink * options.nGrid);
+  for (let g = 0; g < groups; g++) {
+    const begin = g * gs;
+    const width = Math.min(begin + gs, inF) - begin;
+    // the group's diagonal block of the (scaled inputs') Hessian
+    const hg = new Float64Array(width * width);
+    for (let i = 0; i < width; i++) {
+      for (let j = 0; j < width; j++) {
+        const v = stats.hessian[(begin + i) * inF + begin + j]!;
+        hg[i * width + j] = inputScales ? v / inputScales[begin + i]! / inputScales[begin + j]! : v;
+      }
+    }
+    const cur = new Float64Array(width);
+    for (let r = 0; r < out; r++) {
+      const wg = weight.subarray(r * inF + begin, r * inF + begin + width);
+      let orgMax = 0;
+      for (const v of wg) orgMax = Math.max(orgMax, Math.abs(v));
+      let bestErr = Infinity;
+      let bestMax = orgMax;
+      for (let i = 0; i < steps; i++) {
+        const m = orgMax * (1 - i / options.nGrid);
+        for (let k = 0; k < width; k++) cur[k] = Math.min(Math.max(wg[k]!, -m), m);
+        awqPseudoQuantize(cur, options.bits, options.zeroPoint);
+        for (let k = 0; k < width; k++) cur[k] = wg[k]! - cur[k]!;
+        const err = quadraticForm(hg, cur, width) / stats.tokens;
+        if (err < bestErr) {
+          bestErr = err;
+          bestMax = m;
+        }
+      }
+      clip[r * groups + g] = bestMax;
+      for (let k = 0; k < width; k++) wg[k] = Math.min(Math.max(wg[k]!, -bestMax), bestMax);
+    }
+  }
+  return clip;
+}
+
+/** What AWQ does to one weight before it is packed. */
+export interface AwqWeightPlan {
+  /** its group's scales: column i multiplied by scales[i] (null: none) */
+  readonly scales: Float64Array | null;
+  /** the scales of the layers that read its output: row r divided by rowDivide[r] (null: none) */
+  readonly rowDivide: Float64Array | null;
+  /** the clipping search on these statistics of its input (null: no clipping) */
+  readonly clipStats: LinearStats | null;
+}
+
+/**
+ * The weight [out, in] the checkpoint packs: diag(1/rowDivide) · W · diag(scales), clipped, each
+ * value rounded once from float64 to float16 (AutoAWQ holds the layer in float16), as float32.
+ * `clipped`: the groups whose bound is below their max |w|.
+ */
+export function awqPlannedWeight(
+  w: Float32Array,
+  out: number,
+  inF: number,
+  plan: AwqWeightPlan,
+  options: AwqQuantizer & { readonly nGrid: number; readonly maxShrink: number },
+): { readonly weight: Float32Array; readonly clipped: number } {
+  const weight = new Float64Array(out * inF);
+  for (let r = 0; r < out; r++) {
+    const d = plan.rowDivide ? plan.rowDivide[r]! : 1;
+    for (let i = 0; i < inF; i++) {
+      const v = plan.scales ? w[r * inF + i]! * plan.scales[i]! : w[r * inF + i]!;
+      weight[r * inF + i] = plan.rowDivide ? v / d : v;
+    }
+  }
+  let clipped = 0;
+  if (plan.clipStats) {
+    const groups = Math.ceil(inF / options.groupSize);
+    const maxima = new Float64Array(out * groups);
+    for (let k = 0; k < weight.length; k++) {
+      const at = Math.floor(k / inF) * groups + Math.floor((k % inF) / options.groupSize);
+      maxima[at] = Math.max(maxima[at]!, Math.abs(weight[k]!));
+    }
+    const bounds = awqClipFromStats(plan.clipStats, weight, out, plan.scales, options);
+    bounds.forEach((b, k) => (clipped += b < maxima[k]! ? 1 : 0));
+  }
+  return { weight: Float32Array.from(weight, toHalf), clipped };
+}
+
+/** `values` divided elementwise by `divide` (a norm's weight or a bias taking 1/s), in float64. */
+export function divideBy(values: Float32Array, divide: Float64Array): Float64Array {
+  return Float64Array.from(values, (v, i) => v / divide[i]!);
+}

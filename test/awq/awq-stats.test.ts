@@ -1,0 +1,103 @@
+/**
+ * The AWQ search from a layer's statistics (Σ xᵀx, Σ|x|, tokens) against the torch reference of
+ * the search from the tokens themselves (generate.py): the same grid step, the same scales and
+ * clipping bounds. The statistics are gathered from the golden cases' tokens by quantd's own
+ * accumulator, as a calibration session gathers them.
+ */
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+
+import { awqSearch } from '../../src/core/interop/awq-search.js';
+import { awqClipFromStats, awqScalesFromStats, quadraticForm } from '../../src/core/interop/awq-stats.js';
+import { accumulateLinearStats, emptyLinearStats } from '../../src/core/linear-stats.js';
+
+interface Case {
+  id: string;
+  bits: number;
+  group_size: number;
+  zero_point: boolean;
+  in: number;
+  out: number;
+  n: number;
+  x: string;
+  w: string;
+  scales: string;
+  ratio: number;
+  clip: string;
+}
+
+const golden = JSON.parse(readFileSync(new URL('./awq-search.json', import.meta.url), 'utf8')) as {
+  cases: Case[];
+};
+
+function decode<T>(b64: string, ctor: new (buffer: ArrayBuffer) => T): T {
+  const raw = Buffer.from(b64, 'base64');
+  return new ctor(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength));
+}
+
+const close = (a: number, b: number, rel: number): boolean => Math.abs(a - b) <= rel * Math.abs(b);
+
+describe('the AWQ search from layer statistics', () => {
+  it('δHδᵀ is the squared output change summed over the tokens', () => {
+    const c = golden.cases[0]!;
+    const x = decode(c.x, Float32Array);
+    const stats = accumulateLinearStats('x', emptyLinearStats(c.in), x, [c.n, c.in]);
+    const d = Float64Array.from({ length: c.in }, (_, i) => Math.sin(i) * 0.01);
+    let direct = 0;
+    for (let t = 0; t < c.n; t++) {
+      let y = 0;
+      for (let i = 0; i < c.in; i++) y += x[t * c.in + i]! * d[i]!;
+      direct += y * y;
+    }
+    expect(close(quadraticForm(stats.hessian, d, c.in), direct, 1e-12)).toBe(true);
+  });
+
+  for (const c of golden.cases) {
+    it(`${c.id}: the torch reference's step, scales and clipping bounds`, () => {
+      const x = decode(c.x, Float32Array);
+      const w = decode(c.w, Float32Array);
+      const stats = accumulateLinearStats('x', emptyLinearStats(c.in), x, [c.n, c.in]);
+      const o = { bits: c.bits, groupSize: c.group_size, zeroPoint: c.zero_point, nGrid: 20, maxShrink: 0.5 };
+      const found = awqScalesFromStats(stats, [w], [c.out], o);
+      expect(found.ratio).toBe(c.ratio);
+      const scales = decode(c.scales, Float64Array);
+      found.scales.forEach((s, i) => expect(close(s, scales[i]!, 1e-12)).toBe(true));
+
+      const weight = Float64Array.from({ length: c.out * c.in }, (_, k) => w[k]! * found.scales[k % c.in]!);
+      const clip = awqClipFromStats(stats, weight, c.out, found.scales, o);
+      const expected = decode(c.clip, Float64Array);
+      let same = 0;
+      clip.forEach((m, i) => (same += close(m, expected[i]!, 1e-12) ? 1 : 0));
+      // a bound may differ only where two shrink steps tie to rounding
+      expect(same).toBeGreaterThanOrEqual(clip.length - 1);
+      // and the clipped weight is the sample search's, bound for bound
+      const samples = awqSearch(x, c.n, w, c.out, c.in, { ...o, sampleStride: 1 });
+      let equalRows = 0;
+      for (let r = 0; r < c.out; r++) {
+        let same = true;
+        for (let i = 0; i < c.in; i++)
+          same &&= close(weight[r * c.in + i]!, samples.weight[r * c.in + i]!, 1e-12);
+        equalRows += same ? 1 : 0;
+      }
+      expect(equalRows).toBeGreaterThanOrEqual(c.out - 1);
+    });
+  }
+
+  it('layers sharing an input share one search: stacked weights, one loss', () => {
+    const c = golden.cases[0]!;
+    const x = decode(c.x, Float32Array);
+    const w = decode(c.w, Float32Array);
+    const stats = accumulateLinearStats('x', emptyLinearStats(c.in), x, [c.n, c.in]);
+    const o = { bits: c.bits, groupSize: c.group_size, zeroPoint: c.zero_point, nGrid: 20 };
+    const half = (c.out / 2) * c.in;
+    const split = awqScalesFromStats(
+      stats,
+      [w.subarray(0, half), w.subarray(half)],
+      [c.out / 2, c.out / 2],
+      o,
+    );
+    const whole = awqScalesFromStats(stats, [w], [c.out], o);
+    expect(split.ratio).toBe(whole.ratio);
+    expect(close(split.loss, whole.loss, 1e-12)).toBe(true);
+  });
+});
