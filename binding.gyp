@@ -13,6 +13,7 @@
         "native/src/awq_ref.c",
         "native/src/gptq_ref.c",
         "native/src/gptq_solve.c",
+        "native/src/quadratic.c",
         "native/src/measured.c",
         "native/src/dispatch.c",
         "native/src/x86_avx2.c",

@@ -1,13 +1,16 @@
 #!/usr/bin/env node
-// npm run bench:gptq: the GPTQ algorithm's costs, one thread — adding a calibration batch to a
-// layer's input statistics (Σ xᵀx: tokens · in² / 2 multiply-adds) and solving a square layer
-// (the inverse Cholesky factor, ~in³/2, and the column loop, ~out · in² / 2) — in TypeScript and
-// in the native kernels, which give the same bits. Their work is not memory-bound, so the rate
+// npm run bench:gptq: the GPTQ and AWQ algorithms' costs, one thread — adding a calibration batch
+// to a layer's input statistics (Σ xᵀx: tokens · in² / 2 multiply-adds), solving a square layer
+// with GPTQ (the inverse Cholesky factor, ~in³/2, and the column loop, ~out · in² / 2), and AWQ's
+// scale search (20 grid steps of out · in² / 2: the output error δHδᵀ of every row) and clipping
+// search (10 steps of out · in · 128 / 2) — in TypeScript and in the native kernels, which give
+// the same bits. Their work is not memory-bound, so the rate
 // is multiply-adds per second rather than a ratio to memcpy.
 // Each time is the best of three runs (one for runs over five seconds).
 // Usage: node bench/gptq.js [--sizes 512,1024,2048] [--tokens 512] [--ts-max 1024]
 import { parseArgs } from 'node:util';
 import { gptqSolve } from '../dist/src/core/interop/gptq-solve.js';
+import { awqPlannedWeight, awqScalesFromStats } from '../dist/src/core/interop/awq-stats.js';
 import { accumulateLinearStats, addLinearStats, emptyLinearStats } from '../dist/src/core/linear-stats.js';
 import { loadNative } from '../dist/src/kernels/index.js';
 
@@ -62,5 +65,21 @@ for (const k of sizes) {
   for (const [path, module] of paths) {
     const s = seconds(() => gptqSolve('w', w, k, k, hessian, options, module?.gptqSolve));
     row(k, 'solve (4-bit g128)', path, s, k ** 3);
+  }
+  const stats = { inFeatures: k, tokens, hessian, absSum: new Float64Array(k).fill(tokens / 4) };
+  const awq = { bits: 4, groupSize: 128, zeroPoint: true, nGrid: 20, maxShrink: 0.5 };
+  for (const [path, module] of paths) {
+    const kernel = module?.quadraticForms;
+    const found = awqScalesFromStats(stats, [w], [k], awq, kernel);
+    row(
+      k,
+      'awq scales (g128)',
+      path,
+      seconds(() => awqScalesFromStats(stats, [w], [k], awq, kernel)),
+      10 * k ** 3,
+    );
+    const plan = { scales: found.scales, rowDivide: null, clipStats: stats };
+    const s = seconds(() => awqPlannedWeight(w, k, k, plan, awq, kernel));
+    row(k, 'awq clip (g128)', path, s, 10 * k * k * 64);
   }
 }

@@ -7,6 +7,7 @@
  */
 #define NAPI_VERSION 8
 #include <node_api.h>
+#include <string.h>
 #include <stdint.h>
 
 #include "../include/quantd.h"
@@ -475,6 +476,22 @@ static napi_value js_gptq_columns(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+/* quadraticForms(h, d, rows, n, out, scratch): qd_quadratic_forms, δ H δᵀ of each row of d, with
+ * AVX2 where the bound table is an AVX2 or AVX-512 one */
+static napi_value js_quadratic_forms(napi_env env, napi_callback_info info) {
+  ARGS(6);
+  const qd_kernels *k = kernels;
+  const int32_t avx2 = strcmp(k->isa, "avx2") == 0 || strcmp(k->isa, "avx512") == 0;
+  view h, d, out, scratch;
+  uint64_t rows, n;
+  if (!get_view(env, argv[0], &h) || !get_view(env, argv[1], &d) || !get_u64(env, argv[2], &rows) ||
+      !get_u64(env, argv[3], &n) || !get_view(env, argv[4], &out) || !get_view(env, argv[5], &scratch) || n == 0 ||
+      h.bytes < n * n * 8 || d.bytes < rows * n * 8 || out.bytes < rows * 8 || scratch.bytes < 32 * n * 8)
+    return throw_error(env, "quantd addon: quadraticForms arguments");
+  qd_quadratic_forms(h.data, d.data, rows, n, out.data, scratch.data, avx2);
+  return NULL;
+}
+
 typedef napi_value (*js_fn)(napi_env, napi_callback_info);
 
 /* bind(isa: string) -> an object of kernel functions on that ISA's table, or null when the CPU
@@ -503,7 +520,7 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
       {"bnbQuantize", js_bnb_quantize}, {"nbitsQuantize", js_nbits_quantize},
       {"awqQuantize", js_awq_quantize}, {"gptqQuantize", js_gptq_quantize},
       {"gptqInverseCholesky", js_gptq_inverse_cholesky}, {"gptqColumns", js_gptq_columns},
-      {"linearStatsAdd", js_linear_stats_add},
+      {"linearStatsAdd", js_linear_stats_add}, {"quadraticForms", js_quadratic_forms},
   };
   napi_create_object(env, &out);
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {

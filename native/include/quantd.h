@@ -222,6 +222,11 @@ qd_status qd_linear_stats_add(double *hessian, double *abs_sum, uint64_t k, cons
 void qd_gptq_columns(double *wp, uint64_t out, uint64_t n, const double *u, double maxq, uint64_t group_size,
                      int32_t grouped, int32_t sym, uint64_t block, uint8_t *codes, double *scale, double *zero,
                      double *scratch);
+/* δ H δᵀ of each of `rows` rows of d [rows, n] (H: n×n, symmetric) into out (src/core/
+ * stats-error.ts's quadraticForm, to the bit); scratch holds 32·n doubles; avx2: the CPU has it
+ * (the same bits either way). */
+void qd_quadratic_forms(const double *h, const double *d, uint64_t rows, uint64_t n, double *out,
+                        double *scratch, int32_t avx2);
 
 /* quantize / choose_quantize on `k`'s kernels, adding the codes' quality statistics to `stats`
  * chunk by chunk, while the chunk is in cache (measured.c). */

@@ -671,12 +671,27 @@ static void test_gptq_solve(void) {
         "gptq: codes [15, 0], scale 0.05, zero 5 (got [%d, %d], %g, %g)", codes[0], codes[1], scale, zero);
 }
 
+/* Quadratic forms (quadratic.c; test/awq/quadratic-kernel.test.ts checks it against the
+ * TypeScript to the bit): δHδᵀ worked by hand, rows past one block of lanes. */
+static void test_quadratic_forms(void) {
+  const double h[4] = {4, 2, 2, 3};
+  double d[2 * 35], out[35], scratch[32 * 2];
+  for (int r = 0; r < 35; r++) d[2 * r] = r % 2 ? 0 : 1, d[2 * r + 1] = r % 2 ? 2 : -1;
+  for (int avx2 = 0; avx2 < (qd_select("avx2") ? 2 : 1); avx2++) {
+    qd_quadratic_forms(h, d, 35, 2, out, scratch, avx2);
+    for (int r = 0; r < 35; r++)
+      CHECK(out[r] == (r % 2 ? 12 : 3), "quadratic%s: row %d is %g, expected %d", avx2 ? " avx2" : "", r, out[r],
+            r % 2 ? 12 : 3);
+  }
+}
+
 int main(int argc, char **argv) {
   const char *all[] = {"avx2", "avx512", "simd128"};
   const char **isas = argc > 1 ? (const char **)argv + 1 : all;
   int n = argc > 1 ? argc - 1 : 3;
   test_reference_values();
   test_gptq_solve();
+  test_quadratic_forms();
   int tested = 0;
   for (int i = 0; i < n; i++) {
     if (!qd_supported(isas[i])) {

@@ -9,6 +9,7 @@ import type { AwqParams } from '../core/interop/awq.js';
 import { toHalf } from '../core/interop/awq.js';
 import { AWQ_SEARCH_DEFAULTS } from '../core/interop/awq-search.js';
 import { awqPlannedWeight, awqScalesFromStats, divideBy } from '../core/interop/awq-stats.js';
+import type { QuadraticFormsKernel } from '../core/stats-error.js';
 import { bfloat16BitsFromFloat32, float16BitsFromFloat32 } from '../core/float16.js';
 import type { LinearStats } from '../core/linear-stats.js';
 import { bytesOf } from '../core/tensor.js';
@@ -37,8 +38,10 @@ export interface AwqCalibration {
   readonly scales: Float64Array | null;
   /** the scales of the layers reading its output (rows divided), null: none */
   readonly rowDivide: Float64Array | null;
-  /** its input's statistics for the clipping search, null: no clipping */
-  readonly clip: NamedStats | null;
+  /** its input's statistics (for the output error), null: none */
+  readonly input: NamedStats | null;
+  /** run the clipping search on `input` (AutoAWQ skips the query and key projections) */
+  readonly clip: boolean;
 }
 
 /** A 1-D tensor divided elementwise by scales (a norm weight, or the bias of a scaled row). */
@@ -72,6 +75,7 @@ const groupOf = (params: AwqParams, inF: number): number =>
 export function awqScalesResult(
   call: AwqScalesCall,
   weights: readonly Float32Array[],
+  kernel?: QuadraticFormsKernel,
 ): { outputs: Uint8Array[]; notes: string[] } {
   checkStats(call.input, call.tensors[0]!, call.inF);
   weights.forEach((w, k) => {
@@ -85,12 +89,18 @@ export function awqScalesResult(
       });
     }
   });
-  const found = awqScalesFromStats(call.input.stats, weights, call.rows, {
-    bits: 4,
-    groupSize: groupOf(call.params, call.inF),
-    zeroPoint: true,
-    nGrid: AWQ_SEARCH_DEFAULTS.nGrid,
-  });
+  const found = awqScalesFromStats(
+    call.input.stats,
+    weights,
+    call.rows,
+    {
+      bits: 4,
+      groupSize: groupOf(call.params, call.inF),
+      zeroPoint: true,
+      nGrid: AWQ_SEARCH_DEFAULTS.nGrid,
+    },
+    kernel,
+  );
   const alpha = found.ratio / AWQ_SEARCH_DEFAULTS.nGrid;
   return {
     outputs: [bytesOf(found.scales)],
@@ -105,20 +115,23 @@ export function awqCalibratedWeight(
   shape: readonly number[],
   params: AwqParams,
   c: AwqCalibration,
+  kernel?: QuadraticFormsKernel,
 ): { weight: Float32Array; notes: string[] } {
   const [out, inF] = shape as [number, number];
-  if (c.clip) checkStats(c.clip, tensor, inF);
+  if (c.input) checkStats(c.input, tensor, inF);
+  const clipStats = c.clip && c.input ? c.input.stats : null;
   const { weight, clipped } = awqPlannedWeight(
     w,
     out,
     inF,
-    { scales: c.scales, rowDivide: c.rowDivide, clipStats: c.clip?.stats ?? null },
+    { scales: c.scales, rowDivide: c.rowDivide, clipStats },
     { bits: 4, groupSize: groupOf(params, inF), zeroPoint: true, ...AWQ_SEARCH_DEFAULTS },
+    kernel,
   );
   const notes: string[] = [];
   if (c.scales) notes.push('columns scaled by AWQ');
   if (c.rowDivide) notes.push('rows divided by the next layer’s scales');
-  if (c.clip) notes.push(`${clipped} of ${(out * inF) / groupOf(params, inF)} groups clipped`);
+  if (clipStats) notes.push(`${clipped} of ${(out * inF) / groupOf(params, inF)} groups clipped`);
   return { weight, notes };
 }
 

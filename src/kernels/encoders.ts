@@ -47,6 +47,8 @@ import {
 } from '../core/interop/onnx.js';
 import { GPTQ_SOLVE_DEFAULTS, gptqSolve, type GptqSolveKernel } from '../core/interop/gptq-solve.js';
 import type { LinearStats } from '../core/linear-stats.js';
+import { statsOutputError, type QuadraticFormsKernel, type StatsOutputError } from '../core/stats-error.js';
+import { float32FromFloat16Bits } from '../core/float16.js';
 import {
   awqCalibratedWeight,
   awqFoldResult,
@@ -178,6 +180,8 @@ export interface EncodeReply {
   readonly histogram?: ErrorHistogram;
   /** With quality on a part of a tensor: its share of the sample's errors, for the caller to bin. */
   readonly sampleErrors?: Float64Array;
+  /** With calibration: the layer's output error on the calibration tokens, from their statistics. */
+  readonly outputError?: StatsOutputError;
 }
 
 /** Where a layout's encode tasks run: the worker pool, or inline (the CLI without kernels, tests). */
@@ -213,6 +217,7 @@ type Results = {
   readonly quality?: QualityStats;
   readonly histogram?: ErrorHistogram;
   readonly sampleErrors?: Float64Array;
+  readonly outputError?: StatsOutputError;
 };
 
 /**
@@ -361,6 +366,43 @@ function awqPacked(
 }
 
 /**
+ * The AWQ algorithm's packing of a weight (awq-calibrated.ts scales and clips it first), and its
+ * output error on the calibration tokens as the checkpoint computes it: diag(rowDivide) · Q ·
+ * diag(1/s) against the original weight, on the original inputs.
+ */
+function awqCalibrated(
+  module: KernelModule | null,
+  call: Extract<EncoderCall, { kind: 'awq' }>,
+  w: Float32Array,
+  c: AwqCalibration,
+): Results {
+  const s = awqShapes(call.tensor, call.shape, call.params);
+  const [out, inF] = call.shape as [number, number];
+  const forms = module?.quadraticForms;
+  const planned = awqCalibratedWeight(call.tensor, w, call.shape, call.params, c, forms);
+  const p = awqPacked(module, call.tensor, planned.weight, call.shape, call.params);
+  const outputs = [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales)];
+  if (c.input === null) return { outputs, notes: planned.notes };
+  const q = awqDequantize(
+    p.qweight,
+    p.qzeros,
+    Float32Array.from(p.scales, float32FromFloat16Bits),
+    out,
+    inF,
+    s.groups,
+  );
+  const effective = Float64Array.from(q, (v, k) => {
+    const r = Math.floor(k / inF);
+    return (v * (c.rowDivide ? c.rowDivide[r]! : 1)) / (c.scales ? c.scales[k % inF]! : 1);
+  });
+  return {
+    outputs,
+    notes: planned.notes,
+    outputError: statsOutputError(c.input.stats, w, effective, out, forms),
+  };
+}
+
+/**
  * The GPTQ algorithm's result for a weight, from its layer's input statistics, on the worker the
  * task runs on: gptq-solve.ts with the module's C kernels for its costly steps where it has them
  * (the same bits), the TypeScript otherwise.
@@ -370,6 +412,7 @@ function gptqSolved(
   w: Float32Array,
   c: GptqCalibration,
   kernel: GptqSolveKernel | undefined,
+  forms: QuadraticFormsKernel | undefined,
 ): Results {
   const { tensor, shape, params } = call;
   gptqShapes(tensor, shape, params);
@@ -393,9 +436,21 @@ function gptqSolved(
   );
   const p = gptqPackSolution(tensor, solution, out, inF, params.bits);
   const notes = [`GPTQ from ${c.stats.tokens} tokens of ${c.name}${c.actOrder ? ', act-order' : ''}`];
+  const groups = p.scales.length / out;
+  const effective = gptqDequantize(
+    p.qweight,
+    p.qzeros,
+    Float32Array.from(p.scales, float32FromFloat16Bits),
+    p.gIdx,
+    out,
+    inF,
+    groups,
+    params.bits,
+  );
   return {
     outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales), bytesOf(p.gIdx)],
     notes: [...notes, ...gptqNotes(p.zeroPointZero, 0, params.bits)],
+    outputError: statsOutputError(c.stats, w, effective, out, forms),
   };
 }
 
@@ -467,7 +522,13 @@ function encode(
       return { outputs: [bytesOf(ggmlDecode(call.type, a!, call.numel))] };
     case 'gptq': {
       if (call.calibration) {
-        return gptqSolved(call, floatsOf(call.dtype, a!, module), call.calibration, module?.gptqSolve);
+        return gptqSolved(
+          call,
+          floatsOf(call.dtype, a!, module),
+          call.calibration,
+          module?.gptqSolve,
+          module?.quadraticForms,
+        );
       }
       const p = gptqPacked(
         module,
@@ -498,25 +559,16 @@ function encode(
       return { outputs: [bytesOf(w)] };
     }
     case 'awq': {
-      let w = floatsOf(call.dtype, a!, module);
-      let notes: string[] = [];
-      if (call.calibration) {
-        awqShapes(call.tensor, call.shape, call.params);
-        ({ weight: w, notes } = awqCalibratedWeight(
-          call.tensor,
-          w,
-          call.shape,
-          call.params,
-          call.calibration,
-        ));
-      }
+      const w = floatsOf(call.dtype, a!, module);
+      if (call.calibration) return awqCalibrated(module, call, w, call.calibration);
       const p = awqPacked(module, call.tensor, w, call.shape, call.params);
-      return { outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales)], notes };
+      return { outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales)] };
     }
     case 'awq-scales':
       return awqScalesResult(
         call,
         inputs.map((bytes, k) => floatsOf(call.dtypes[k]!, bytes, module)),
+        module?.quadraticForms,
       );
     case 'awq-fold':
       return { outputs: [awqFoldResult(call, floatsOf(call.from, a!))] };
@@ -577,6 +629,7 @@ export function runEncodeTask(module: KernelModule | null, task: EncodeTask): En
     quality,
     histogram,
     sampleErrors,
+    outputError,
   } = encode(module, task.call, task.inputs, task.outputs);
   if (outputs.length !== task.outputs.length) {
     throw new QuantdError('INTERNAL', {
@@ -597,5 +650,6 @@ export function runEncodeTask(module: KernelModule | null, task: EncodeTask): En
     ...(quality !== undefined && { quality }),
     ...(histogram !== undefined && { histogram }),
     ...(sampleErrors !== undefined && { sampleErrors }),
+    ...(outputError !== undefined && { outputError }),
   };
 }

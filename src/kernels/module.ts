@@ -6,6 +6,7 @@
  */
 import { ggmlTypeByName } from '../core/interop/ggml.js';
 import type { GptqSolveKernel } from '../core/interop/gptq-solve.js';
+import type { QuadraticFormsKernel } from '../core/stats-error.js';
 
 /** qd_codes */
 export const CODES = {
@@ -261,6 +262,12 @@ export interface KernelModule {
    * a NaN or ±Infinity (lastBad() its index), nothing changed. Absent in WebAssembly.
    */
   linearStatsAdd?(hessian: Float64Array, absSum: Float64Array, k: number, x: Float32Array): number;
+  /**
+   * δ H δᵀ of each row of d [rows, n] into out (qd_quadratic_forms, equal to the bit to
+   * stats-error.ts's quadraticForm): AWQ's searches and the calibrated output error. Absent in
+   * WebAssembly.
+   */
+  readonly quadraticForms?: QuadraticFormsKernel;
 }
 
 /** The layer dtype GPTQ rounds Q to before re-deriving its code (gptqQuantize's `store`). */

@@ -35,6 +35,7 @@ interface BoundKernels {
   gptqInverseCholesky(...args: unknown[]): number;
   gptqColumns(...args: unknown[]): void;
   linearStatsAdd(...args: unknown[]): number;
+  quadraticForms(...args: unknown[]): void;
 }
 
 interface Addon {
@@ -92,6 +93,7 @@ export function loadNative(isa = ''): KernelModule {
       k.gptqQuantize(w, out, inF, bits, groupSize, +sym, store, qweight, qzeros, scales, counts),
     linearStatsAdd: (hessian, absSum, n, x) =>
       k.linearStatsAdd(hessian, absSum, n, x, new Float64Array(16 * n)),
+    quadraticForms: (h, d, rows, n, out) => k.quadraticForms(h, d, rows, n, out, new Float64Array(32 * n)),
     gptqSolve: {
       inverseCholesky: (h, n, u) => k.gptqInverseCholesky(h, n, u, new Float64Array(n * n)),
       columns: (wp, out, n, u, p, codes, scale, zero) =>

@@ -8,7 +8,8 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 
 import { awqSearch } from '../../src/core/interop/awq-search.js';
-import { awqClipFromStats, awqScalesFromStats, quadraticForm } from '../../src/core/interop/awq-stats.js';
+import { awqClipFromStats, awqScalesFromStats } from '../../src/core/interop/awq-stats.js';
+import { quadraticForm } from '../../src/core/stats-error.js';
 import { accumulateLinearStats, emptyLinearStats } from '../../src/core/linear-stats.js';
 
 interface Case {

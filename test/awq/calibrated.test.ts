@@ -186,9 +186,20 @@ describe('the AWQ algorithm through the awq layout', () => {
     let awqSum = 0;
     let rtnSum = 0;
     const lines: string[] = [];
+    const report = JSON.parse(readFileSync(`${join(root, 'awq')}.report.json`, 'utf8')) as {
+      tensors: Array<{
+        name: string;
+        output_error?: { tokens: number; relative_mse: number; sqnr_db: number };
+      }>;
+    };
     for (const m of Object.keys(SHAPES).filter((k) => INPUT_OF[k])) {
       const a = outputError(awq, m, columns.get(m), rows.get(m));
       const r = outputError(rtn, m);
+      // the report's figure, from the statistics alone, is the error on the tokens themselves
+      const reported = report.tensors.find((t) => t.name === `${m}.weight`)!.output_error!;
+      expect(reported.tokens).toBe(384);
+      expect(Math.abs(reported.relative_mse / a - 1)).toBeLessThan(1e-9);
+      expect(reported.sqnr_db).toBeCloseTo(-10 * Math.log10(a), 6);
       lines.push(
         `${m}: AWQ ${a.toExponential(3)} RTN ${r.toExponential(3)} (${(100 * (a / r - 1)).toFixed(0)} %)`,
       );

@@ -192,11 +192,18 @@ describe('quantd quantize --layout gptq --calibration', () => {
         layout.replace(/,desc_act=true|,damp_percent=[^,]*/g, ''),
         false,
       );
+      const report = JSON.parse(readFileSync(`${join(root, `out-${tag}`)}.report.json`, 'utf8')) as {
+        tensors: { name: string; type: string; note?: string; output_error?: { relative_mse: number } }[];
+      };
+      const row = (n: string) => report.tensors.find((t) => t.name === n)!;
       for (const m of [Q_PROJ, DOWN_PROJ]) {
         const gptq = outputError(file, m, o.bits);
         const base = outputError(rtn, m, o.bits);
         expect(gptq, `${m}: GPTQ ${gptq} vs RTN ${base}`).toBeLessThan(0.7 * base);
+        // the report's figure, from the statistics alone, is the error on the tokens themselves
+        expect(Math.abs(row(`${m}.weight`).output_error!.relative_mse / gptq - 1)).toBeLessThan(1e-9);
       }
+      expect(row(`${UP_PROJ}.weight`).output_error).toBeUndefined();
       // the projection without statistics is round-to-nearest, as in the RTN run, and says so
       const r = readStored(rtn);
       for (const name of ['qweight', 'qzeros', 'scales', 'g_idx']) {
@@ -206,10 +213,6 @@ describe('quantd quantize --layout gptq --calibration', () => {
           ),
         ).toBe(true);
       }
-      const report = JSON.parse(readFileSync(`${join(root, `out-${tag}`)}.report.json`, 'utf8')) as {
-        tensors: { name: string; type: string; note?: string }[];
-      };
-      const row = (n: string) => report.tensors.find((t) => t.name === n)!;
       expect(row(`${Q_PROJ}.weight`).type).toContain('GPTQ');
       expect(row(`${Q_PROJ}.weight`).note).toContain(`GPTQ from ${BATCHES * 128} tokens of ${Q_PROJ}.input`);
       expect(row(`${UP_PROJ}.weight`).note).toContain('round-to-nearest');

@@ -25,6 +25,7 @@ const SOURCES = [
   'native/src/awq_ref.c',
   'native/src/gptq_ref.c',
   'native/src/gptq_solve.c',
+  'native/src/quadratic.c',
   'native/src/measured.c',
   'native/src/dispatch.c',
   'native/src/x86_avx2.c',

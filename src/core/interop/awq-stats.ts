@@ -17,6 +17,7 @@
  * maxShrink · nGrid · rows · in · group_size.
  */
 import type { LinearStats } from '../linear-stats.js';
+import { quadraticForms, type QuadraticFormsKernel } from '../stats-error.js';
 import { toHalf } from './awq.js';
 import {
   awqPseudoQuantize,
@@ -35,19 +36,8 @@ export interface AwqScaleSearch {
   readonly loss: number;
 }
 
-/** δ H δᵀ for one row δ of `inF` values, H [inF, inF] row-major: Σ_i δ_i (Σ_j H_ij δ_j). */
-export function quadraticForm(h: Float64Array, d: Float64Array, inF: number): number {
-  let acc = 0;
-  for (let i = 0; i < inF; i++) {
-    const di = d[i]!;
-    if (di === 0) continue;
-    const base = i * inF;
-    let row = 0;
-    for (let j = 0; j < inF; j++) row += h[base + j]! * d[j]!;
-    acc += di * row;
-  }
-  return acc;
-}
+/** Rows of δ formed at once for the quadratic forms (bounded scratch, whole kernel blocks). */
+const ROW_CHUNK = 256;
 
 /**
  * AWQ's per-input-channel scales for the weights (each [rows[k], in]) of the layers that read
@@ -58,12 +48,15 @@ export function awqScalesFromStats(
   weights: readonly Float32Array[],
   rows: readonly number[],
   options: AwqQuantizer & { readonly nGrid: number },
+  kernel?: QuadraticFormsKernel,
 ): AwqScaleSearch {
   const inF = stats.inFeatures;
   const xMean = Float64Array.from(stats.absSum, (v) => v / stats.tokens);
   const wMean = weightMeans(weights, rows, inF, options.groupSize);
   const totalRows = rows.reduce((a, b) => a + b, 0);
-  const delta = new Float64Array(inF);
+  const chunk = Math.min(ROW_CHUNK, Math.max(...rows));
+  const delta = new Float64Array(chunk * inF);
+  const forms = new Float64Array(chunk);
   let best = Infinity;
   let bestRatio = 0;
   let bestScales: Float64Array = new Float64Array(inF).fill(1);
@@ -71,11 +64,14 @@ export function awqScalesFromStats(
     const s = candidateScales(xMean, wMean, step / options.nGrid);
     let loss = 0;
     weights.forEach((w, k) => {
-      for (let r = 0; r < rows[k]!; r++) {
-        for (let i = 0; i < inF; i++) delta[i] = w[r * inF + i]! * s[i]!;
-        pseudoQuantizeRows(delta, 1, inF, options);
-        for (let i = 0; i < inF; i++) delta[i] = w[r * inF + i]! - delta[i]! / s[i]!;
-        loss += quadraticForm(stats.hessian, delta, inF);
+      for (let r0 = 0; r0 < rows[k]!; r0 += chunk) {
+        const count = Math.min(chunk, rows[k]! - r0);
+        const d = delta.subarray(0, count * inF);
+        for (let e = 0; e < d.length; e++) d[e] = w[r0 * inF + e]! * s[e % inF]!;
+        pseudoQuantizeRows(d, count, inF, options);
+        for (let e = 0; e < d.length; e++) d[e] = w[r0 * inF + e]! - d[e]! / s[e % inF]!;
+        quadraticForms(stats.hessian, d, count, inF, forms, kernel);
+        for (let r = 0; r < count; r++) loss += forms[r]!;
       }
     });
     loss /= stats.tokens * totalRows;
@@ -100,6 +96,7 @@ export function awqClipFromStats(
   out: number,
   inputScales: Float64Array | null,
   options: AwqQuantizer & { readonly nGrid: number; readonly maxShrink: number },
+  kernel?: QuadraticFormsKernel,
 ): Float64Array {
   const inF = stats.inFeatures;
   const gs = options.groupSize;
@@ -117,26 +114,40 @@ export function awqClipFromStats(
         hg[i * width + j] = inputScales ? v / inputScales[begin + i]! / inputScales[begin + j]! : v;
       }
     }
-    const cur = new Float64Array(width);
+    // every row's candidate at once per shrink step; each row keeps its first least error
+    const bestErr = new Float64Array(out).fill(Infinity);
+    const orgMax = new Float64Array(out);
+    const bestMax = new Float64Array(out);
     for (let r = 0; r < out; r++) {
-      const wg = weight.subarray(r * inF + begin, r * inF + begin + width);
-      let orgMax = 0;
-      for (const v of wg) orgMax = Math.max(orgMax, Math.abs(v));
-      let bestErr = Infinity;
-      let bestMax = orgMax;
-      for (let i = 0; i < steps; i++) {
-        const m = orgMax * (1 - i / options.nGrid);
-        for (let k = 0; k < width; k++) cur[k] = Math.min(Math.max(wg[k]!, -m), m);
-        awqPseudoQuantize(cur, options.bits, options.zeroPoint);
-        for (let k = 0; k < width; k++) cur[k] = wg[k]! - cur[k]!;
-        const err = quadraticForm(hg, cur, width) / stats.tokens;
-        if (err < bestErr) {
-          bestErr = err;
-          bestMax = m;
+      for (let k = 0; k < width; k++)
+        orgMax[r] = Math.max(orgMax[r]!, Math.abs(weight[r * inF + begin + k]!));
+      bestMax[r] = orgMax[r]!;
+    }
+    const cur = new Float64Array(out * width);
+    const errs = new Float64Array(out);
+    for (let i = 0; i < steps; i++) {
+      for (let r = 0; r < out; r++) {
+        const m = orgMax[r]! * (1 - i / options.nGrid);
+        const c = cur.subarray(r * width, (r + 1) * width);
+        for (let k = 0; k < width; k++) c[k] = Math.min(Math.max(weight[r * inF + begin + k]!, -m), m);
+        awqPseudoQuantize(c, options.bits, options.zeroPoint);
+        for (let k = 0; k < width; k++) c[k] = weight[r * inF + begin + k]! - c[k]!;
+      }
+      quadraticForms(hg, cur, out, width, errs, kernel);
+      for (let r = 0; r < out; r++) {
+        const err = errs[r]! / stats.tokens;
+        if (err < bestErr[r]!) {
+          bestErr[r] = err;
+          bestMax[r] = orgMax[r]! * (1 - i / options.nGrid);
         }
       }
-      clip[r * groups + g] = bestMax;
-      for (let k = 0; k < width; k++) wg[k] = Math.min(Math.max(wg[k]!, -bestMax), bestMax);
+    }
+    for (let r = 0; r < out; r++) {
+      const b = bestMax[r]!;
+      clip[r * groups + g] = b;
+      for (let k = 0; k < width; k++) {
+        weight[r * inF + begin + k] = Math.min(Math.max(weight[r * inF + begin + k]!, -b), b);
+      }
     }
   }
   return clip;
@@ -163,6 +174,7 @@ export function awqPlannedWeight(
   inF: number,
   plan: AwqWeightPlan,
   options: AwqQuantizer & { readonly nGrid: number; readonly maxShrink: number },
+  kernel?: QuadraticFormsKernel,
 ): { readonly weight: Float32Array; readonly clipped: number } {
   const weight = new Float64Array(out * inF);
   for (let r = 0; r < out; r++) {
@@ -180,7 +192,7 @@ export function awqPlannedWeight(
       const at = Math.floor(k / inF) * groups + Math.floor((k % inF) / options.groupSize);
       maxima[at] = Math.max(maxima[at]!, Math.abs(weight[k]!));
     }
-    const bounds = awqClipFromStats(plan.clipStats, weight, out, plan.scales, options);
+    const bounds = awqClipFromStats(plan.clipStats, weight, out, plan.scales, options, kernel);
     bounds.forEach((b, k) => (clipped += b < maxima[k]! ? 1 : 0));
   }
   return { weight: Float32Array.from(weight, toHalf), clipped };

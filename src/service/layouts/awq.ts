@@ -50,7 +50,7 @@ import {
   type QuantizationConfig,
 } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
-import { factsOf, layoutFile, singleFileWrite } from './safetensors-parts.js';
+import { factsOf, layoutFile, singleFileWrite, type ReportRow } from './safetensors-parts.js';
 import type {
   InteropLayout,
   LayoutFacts,
@@ -142,7 +142,7 @@ async function writeTensors(
     const entries = reader.header.entries;
     const quantized = new Set(entries.filter(isLinearWeight).map((e) => e.name));
     if (quantized.size === 0 && model === null) throw noLinear();
-    const report = new Map<string, { type: string; note?: string }>();
+    const report = new Map<string, ReportRow>();
     let calibrated = 0;
     const jobs: Job[] = entries.map((entry): Job => {
       const divide = folds?.divide.get(entry.name);
@@ -158,8 +158,7 @@ async function writeTensors(
         ] as const;
         const columns = folds?.columns.get(m);
         const rowDivide = folds?.rows.get(m) ?? null;
-        const stats =
-          calibration && !NOT_CLIPPED.test(m) ? (statsFor(calibration, m) ?? columns?.input) : undefined;
+        const stats = calibration ? (statsFor(calibration, m) ?? columns?.input) : undefined;
         if (!columns && !rowDivide && !stats) {
           report.set(entry.name, {
             type: label,
@@ -168,9 +167,9 @@ async function writeTensors(
           return { inputs: [entry], outputs, call };
         }
         calibrated++;
-        const type = `${label}, AWQ`;
-        report.set(entry.name, { type });
-        const plan = { scales: columns?.scales ?? null, rowDivide };
+        const row: ReportRow = { type: `${label}, AWQ` };
+        report.set(entry.name, row);
+        const plan = { scales: columns?.scales ?? null, rowDivide, clip: !NOT_CLIPPED.test(m) };
         return {
           inputs: [entry],
           outputs,
@@ -180,14 +179,14 @@ async function writeTensors(
                   ...call,
                   calibration: {
                     ...plan,
-                    clip: { name: stats.name, stats: await readLayerStats(stats.ref, stats.name) },
+                    input: { name: stats.name, stats: await readLayerStats(stats.ref, stats.name) },
                   },
                 }),
                 prepareBytes: 8 * stats.ref.inFeatures ** 2,
               }
-            : { call: { ...call, calibration: { ...plan, clip: null } } }),
-          onNotes: (notes) =>
-            report.set(entry.name, { type, note: [columns?.note ?? [], ...notes].flat().join('; ') }),
+            : { call: { ...call, calibration: { ...plan, input: null } } }),
+          onNotes: (notes) => (row.note = [columns?.note ?? [], ...notes].flat().join('; ')),
+          onOutputError: (e) => (row.output_error = e),
         };
       }
       const isBias = entry.name.endsWith('.bias') && quantized.has(`${moduleOf(entry.name, '.bias')}.weight`);

@@ -42,7 +42,7 @@ import { readLayerStats } from '../../format/layer-stats.js';
 import { noLayerMatched, openCalibration, statsFor } from './calibration-stats.js';
 import { jsonText, sideFileCompanion, type QuantizationConfig } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
-import { factsOf, layoutFile, singleFileWrite } from './safetensors-parts.js';
+import { factsOf, layoutFile, singleFileWrite, type ReportRow } from './safetensors-parts.js';
 import type {
   InteropLayout,
   LayoutFacts,
@@ -172,7 +172,7 @@ async function writeTensors(
     const entries = reader.header.entries;
     const quantized = new Set(entries.filter(isLinearWeight).map((e) => e.name));
     if (quantized.size === 0 && model === null) throw noLinear();
-    const report = new Map<string, { type: string; note?: string }>();
+    const report = new Map<string, ReportRow>();
     let calibrated = 0;
     const jobs: Job[] = entries.map((entry): Job => {
       if (quantized.has(entry.name)) {
@@ -180,11 +180,11 @@ async function writeTensors(
         const s = gptqShapes(entry.name, entry.shape, params);
         const m = moduleOf(entry.name);
         const stats = calibration && statsFor(calibration, m);
-        const label = `${bitsLabel(params)}${stats ? ', GPTQ' : ''}`;
-        report.set(entry.name, {
-          type: label,
+        const row: ReportRow = {
+          type: `${bitsLabel(params)}${stats ? ', GPTQ' : ''}`,
           ...(calibration && !stats && { note: `no statistics of ${m}.input: round-to-nearest` }),
-        });
+        };
+        report.set(entry.name, row);
         const call = { kind: 'gptq', tensor: entry.name, shape: entry.shape, dtype, params } as const;
         if (stats) calibrated++;
         return {
@@ -209,7 +209,8 @@ async function writeTensors(
                 prepareBytes: 8 * stats.ref.inFeatures ** 2,
               }
             : { call }),
-          onNotes: (notes) => report.set(entry.name, { type: label, note: notes.join('; ') }),
+          onNotes: (notes) => (row.note = notes.join('; ')),
+          onOutputError: (e) => (row.output_error = e),
         };
       }
       if (entry.name.endsWith('.bias') && quantized.has(`${moduleOf(entry.name, '.bias')}.weight`)) {

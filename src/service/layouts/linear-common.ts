@@ -9,6 +9,7 @@ import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { ST_DTYPE_SIZE, floatDTypeOfSt, type FloatDType, type StDType } from '../../core/dtypes.js';
 import { QuantdError, shapeText, throwIfAborted } from '../../errors/index.js';
 import type { EncoderCall } from '../../kernels/encoders.js';
+import type { StatsOutputError } from '../../core/stats-error.js';
 import { SafetensorsFileReader, SafetensorsFileWriter } from '../../format/safetensors-file.js';
 import {
   parseHeader,
@@ -131,6 +132,8 @@ export interface Job {
   readonly prepareBytes?: number;
   /** Receives the encoder's remarks. */
   readonly onNotes?: (notes: readonly string[]) => void;
+  /** Receives the layer's output error on the calibration tokens (gptq, awq with calibration). */
+  readonly onOutputError?: (error: StatsOutputError) => void;
 }
 
 /** A job that copies one tensor unchanged. */
@@ -174,6 +177,7 @@ export async function runJobs(
       ...(j.call && { call: j.call }),
       ...(j.prepare && { prepare: j.prepare, prepareBytes: j.prepareBytes ?? 0 }),
       ...(j.onNotes && { onNotes: j.onNotes }),
+      ...(j.onOutputError && { onOutputError: j.onOutputError }),
       label: j.inputs[0]?.name ?? '',
     })),
     writer,

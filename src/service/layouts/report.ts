@@ -1,7 +1,8 @@
 /**
  * A layout run's report (`--report FILE` on the command line, GET /v1/jobs/ID/report for a layout
  * job): each tensor's type and why, with its bits per weight and error where the layout measures
- * them (GGUF file types), worst measured first; the file's bits per weight, as llama-quantize
+ * them (GGUF file types; gptq and awq with calibration: the layer's output error on the
+ * calibration tokens), worst measured first; the file's bits per weight, as llama-quantize
  * sums it up.
  */
 import type { LayoutOptions, LayoutWriteResult } from './types.js';
@@ -24,9 +25,12 @@ export function layoutReport(
   result: LayoutWriteResult,
   files: readonly string[] = result.files,
 ): LayoutReport {
-  // lowest SQNR first (the tensors worth more bits), then the unmeasured in file order
-  const sqnr = (t: LayoutWriteResult['tensors'][number]): number =>
-    t.quality === undefined ? Infinity : (t.quality.sqnr_db ?? Number.MAX_VALUE);
+  // lowest SQNR first (the tensors worth more bits), then the unmeasured in file order; with
+  // calibration (gptq, awq) the SQNR of the layer's output
+  const sqnr = (t: LayoutWriteResult['tensors'][number]): number => {
+    if (t.quality !== undefined) return t.quality.sqnr_db ?? Number.MAX_VALUE;
+    return t.output_error === undefined ? Infinity : t.output_error.sqnr_db;
+  };
   return {
     format: LAYOUT_REPORT_FORMAT,
     layout: name,

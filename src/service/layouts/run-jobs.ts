@@ -20,6 +20,7 @@ import { mergeQuality } from '../../core/quality.js';
 import { histogramOf } from '../../core/error-histogram.js';
 import type { QualityStats } from '../../core/quality-stats.js';
 import type { ErrorHistogram } from '../../core/error-histogram.js';
+import type { StatsOutputError } from '../../core/stats-error.js';
 import type { Progress } from '../model.js';
 import { runInOrder } from '../ordered.js';
 
@@ -38,6 +39,8 @@ export interface EncodeJob<E> {
   readonly onNotes?: (notes: readonly string[]) => void;
   /** Receives the error measured when the call asked for it (`quality`), and its histogram. */
   readonly onQuality?: (quality: QualityStats, histogram?: ErrorHistogram) => void;
+  /** Receives the layer's output error on the calibration tokens, when the encoder measured it. */
+  readonly onOutputError?: (error: StatsOutputError) => void;
   /** The name progress reports for this job. */
   readonly label: string;
 }
@@ -183,6 +186,7 @@ export async function runEncodeJobs<E>(
           for (const input of inputs) arena.give(input);
           if (reply.notes.length > 0) job.onNotes?.(reply.notes);
           if (reply.quality !== undefined) job.onQuality?.(reply.quality, reply.histogram);
+          if (reply.outputError !== undefined) job.onOutputError?.(reply.outputError);
           return outputs;
         },
         finish: async (i, outputs) => {

@@ -8,6 +8,7 @@ import { basename } from 'node:path';
 import { floatDTypeOfSt, type FloatDType } from '../../core/dtypes.js';
 import type { TensorEntry } from '../../format/safetensors.js';
 import { writeFileAtomic } from '../../format/file-io.js';
+import type { StatsOutputError } from '../../core/stats-error.js';
 import { planBytes, unquantizedModules, type Job } from './linear-common.js';
 import { sideFilePath } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
@@ -18,6 +19,13 @@ import type {
   LayoutWriteResult,
   SafetensorsLayoutParts,
 } from './types.js';
+
+/** A tensor's row of the report while the file is written (the encoder's remarks come later). */
+export interface ReportRow {
+  type: string;
+  note?: string;
+  output_error?: StatsOutputError;
+}
 
 /** The facts of one file: its unquantized 2-D weights' modules, its quantized weights' dtypes. */
 export function factsOf(entries: readonly TensorEntry[], quantized: ReadonlySet<string>): LayoutFacts {

@@ -9,6 +9,7 @@
 import type { FloatDType } from '../../core/dtypes.js';
 import type { QualitySummary } from '../../core/quality.js';
 import type { ErrorHistogram } from '../../core/error-histogram.js';
+import type { StatsOutputError } from '../../core/stats-error.js';
 import type { QuantizationConfig } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
 
@@ -31,6 +32,8 @@ export interface LayoutWriteResult {
     readonly quality?: QualitySummary;
     /** With quality: the error's distribution on a sample of the tensor. */
     readonly error_histogram?: ErrorHistogram;
+    /** With calibration (gptq, awq): the layer's output error on the calibration tokens. */
+    readonly output_error?: StatsOutputError;
   }>;
   /** Weights written and the bits their data takes (GGUF: llama-quantize's "BPW" summary). */
   readonly size?: { readonly weights: number; readonly bits: number };
