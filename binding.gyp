@@ -14,6 +14,7 @@
         "native/src/gptq_ref.c",
         "native/src/gptq_solve.c",
         "native/src/quadratic.c",
+        "native/src/linear_out.c",
         "native/src/measured.c",
         "native/src/dispatch.c",
         "native/src/x86_avx2.c",

@@ -92,7 +92,7 @@ export default function run(task: KernelTask | EncodeTask | ReferenceTask | Test
   if (config.testHooks && config.taskDelayMs > 0) spin(config.taskDelayMs);
   if (task.op === 'reference') {
     try {
-      return { ok: true, value: runReferenceTask(task.call) };
+      return { ok: true, value: runReferenceTask(task.call, kernels.module) };
     } catch (err) {
       return failure(err);
     }

@@ -492,6 +492,25 @@ static napi_value js_quadratic_forms(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+/* linearOutputs(x, w, bias | null, n, k, out, y, scratch): qd_linear_outputs, Y = X·Wᵀ + b */
+static napi_value js_linear_outputs(napi_env env, napi_callback_info info) {
+  ARGS(8);
+  const qd_kernels *kt = kernels;
+  const int32_t avx2 = strcmp(kt->isa, "avx2") == 0 || strcmp(kt->isa, "avx512") == 0;
+  view x, w, bias = {NULL, 0}, y, scratch;
+  uint64_t n, k, out;
+  napi_valuetype bias_type;
+  CHECK_NAPI(napi_typeof(env, argv[2], &bias_type));
+  if (!get_view(env, argv[0], &x) || !get_view(env, argv[1], &w) ||
+      (bias_type != napi_null && !get_view(env, argv[2], &bias)) || !get_u64(env, argv[3], &n) ||
+      !get_u64(env, argv[4], &k) || !get_u64(env, argv[5], &out) || !get_view(env, argv[6], &y) ||
+      !get_view(env, argv[7], &scratch) || k == 0 || x.bytes < n * k * 4 || w.bytes < out * k * 4 ||
+      (bias.data != NULL && bias.bytes < out * 4) || y.bytes < n * out * 8 || scratch.bytes < 32 * k * 8)
+    return throw_error(env, "quantd addon: linearOutputs arguments");
+  qd_linear_outputs(x.data, w.data, bias.data, n, k, out, y.data, scratch.data, avx2);
+  return NULL;
+}
+
 typedef napi_value (*js_fn)(napi_env, napi_callback_info);
 
 /* bind(isa: string) -> an object of kernel functions on that ISA's table, or null when the CPU
@@ -521,6 +540,7 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
       {"awqQuantize", js_awq_quantize}, {"gptqQuantize", js_gptq_quantize},
       {"gptqInverseCholesky", js_gptq_inverse_cholesky}, {"gptqColumns", js_gptq_columns},
       {"linearStatsAdd", js_linear_stats_add}, {"quadraticForms", js_quadratic_forms},
+      {"linearOutputs", js_linear_outputs},
   };
   napi_create_object(env, &out);
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {

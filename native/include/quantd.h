@@ -227,6 +227,10 @@ void qd_gptq_columns(double *wp, uint64_t out, uint64_t n, const double *u, doub
  * (the same bits either way). */
 void qd_quadratic_forms(const double *h, const double *d, uint64_t rows, uint64_t n, double *out,
                         double *scratch, int32_t avx2);
+/* Y [n, out] = X [n, k] · W [out, k]ᵀ + bias (NULL: none) in float64, each output's sum in the
+ * order of src/core/linear-eval.ts's linearOutput (to the bit); scratch holds 32·k doubles. */
+void qd_linear_outputs(const float *x, const float *w, const float *bias, uint64_t n, uint64_t k, uint64_t out,
+                       double *y, double *scratch, int32_t avx2);
 
 /* quantize / choose_quantize on `k`'s kernels, adding the codes' quality statistics to `stats`
  * chunk by chunk, while the chunk is in cache (measured.c). */

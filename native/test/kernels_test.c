@@ -685,6 +685,23 @@ static void test_quadratic_forms(void) {
   }
 }
 
+/* Linear outputs (linear_out.c; test/core/linear-outputs-kernel.test.ts checks it against the
+ * TypeScript to the bit): X·Wᵀ + b worked by hand, outputs past one block of lanes. */
+static void test_linear_outputs(void) {
+  enum { N = 2, K = 3, OUT = 35 };
+  float x[N * K] = {1, 2, 3, -1, 0, 0.5f}, w[OUT * K], bias[OUT];
+  double y[N * OUT], scratch[32 * K];
+  for (int o = 0; o < OUT; o++) w[o * K] = (float)o, w[o * K + 1] = 1, w[o * K + 2] = -2, bias[o] = 0.25f;
+  for (int avx2 = 0; avx2 < (qd_select("avx2") ? 2 : 1); avx2++) {
+    qd_linear_outputs(x, w, bias, N, K, OUT, y, scratch, avx2);
+    for (int o = 0; o < OUT; o++) {
+      /* token 0: o + 2 − 6 + 0.25; token 1: −o − 1 + 0.25 */
+      CHECK(y[o] == o - 3.75 && y[OUT + o] == -o - 0.75, "linear%s: output %d is %g, %g", avx2 ? " avx2" : "", o,
+            y[o], y[OUT + o]);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   const char *all[] = {"avx2", "avx512", "simd128"};
   const char **isas = argc > 1 ? (const char **)argv + 1 : all;
@@ -692,6 +709,7 @@ int main(int argc, char **argv) {
   test_reference_values();
   test_gptq_solve();
   test_quadratic_forms();
+  test_linear_outputs();
   int tested = 0;
   for (int i = 0; i < n; i++) {
     if (!qd_supported(isas[i])) {

@@ -12,7 +12,8 @@
  *                 linear (dequantize → linear → quantize) with the sum kept in integers
  *
  * and, for each, the error against the reference: relative MSE ‖Y − Ŷ‖² / ‖Y‖², SQNR in dB, and
- * the largest absolute error.
+ * the largest absolute error. The three products run in a C kernel where the caller has one
+ * (native/src/linear_out.c, the same sums in the same order).
  */
 import { dequantize } from './dequantize.js';
 import { planLayout } from './layout.js';
@@ -42,10 +43,32 @@ export interface OutputError {
   readonly max_abs_error: number;
 }
 
+/**
+ * Y [n, out] = X·Wᵀ + b, float32 operands, every output summed in float64 from its bias over i
+ * ascending: equal to the bit to linearOutput (a C kernel).
+ */
+export type LinearOutputsKernel = (
+  x: Float32Array,
+  w: Float32Array,
+  bias: Float32Array | null,
+  n: number,
+  k: number,
+  out: number,
+  y: Float64Array,
+) => void;
+
 /** X·Wᵀ + b for a weight given as float values, accumulated in float64. */
-export function linearOutput(layer: LinearLayer, w: ArrayLike<number> = layer.w): Float64Array {
+export function linearOutput(
+  layer: LinearLayer,
+  w: ArrayLike<number> = layer.w,
+  kernel?: LinearOutputsKernel,
+): Float64Array {
   const { x, n, inFeatures: k, outFeatures: out, bias } = layer;
   const y = new Float64Array(n * out);
+  if (kernel && w instanceof Float32Array) {
+    kernel(x, w, bias ?? null, n, k, out, y);
+    return y;
+  }
   for (let s = 0; s < n; s++) {
     for (let o = 0; o < out; o++) {
       let acc = bias ? bias[o]! : 0;
@@ -82,7 +105,11 @@ export function weightRoundTrip(name: string, layer: LinearLayer, spec: QuantSpe
 }
 
 /** The qlinear path (see the module comment): the dequantized output [n, out]. */
-export function qlinearOutput(layer: LinearLayer, reference: ArrayLike<number>): Float64Array {
+export function qlinearOutput(
+  layer: LinearLayer,
+  reference: ArrayLike<number>,
+  kernel?: LinearOutputsKernel,
+): Float64Array {
   const { x, n, inFeatures: k, w, outFeatures: out, bias } = layer;
   const minMax = (values: ArrayLike<number>): [Float32Array, Float32Array] => {
     const [lo, hi] = aminmax(values);
@@ -110,11 +137,20 @@ export function qlinearOutput(layer: LinearLayer, reference: ArrayLike<number>):
   }
   const xCodes = new Int32Array(n * k);
   for (let j = 0; j < n * k; j++) xCodes[j] = Math.min(Math.max(rint(x[j]! / xs) + xz, 0), 255) - xz;
+  // the integer sums, exact either way (|acc| ≤ in · 255 · 128): codes are exact in float32
+  const sums = kernel
+    ? linearOutput(
+        { x: Float32Array.from(xCodes), n, inFeatures: k, w, outFeatures: out },
+        Float32Array.from(codes),
+        kernel,
+      )
+    : null;
   const y = new Float64Array(n * out);
   for (let s = 0; s < n; s++) {
     for (let o = 0; o < out; o++) {
-      let acc = 0; // exact: |acc| ≤ in · 255 · 128
-      for (let i = 0; i < k; i++) acc += xCodes[s * k + i]! * codes[o * k + i]!;
+      let acc = 0;
+      if (sums) acc = sums[s * out + o]!;
+      else for (let i = 0; i < k; i++) acc += xCodes[s * k + i]! * codes[o * k + i]!;
       const real = acc * xs * wq.scale[o]! + (bias ? bias[o]! : 0);
       const q = Math.min(Math.max(rint(real / ys) + yz, 0), 255);
       y[s * out + o] = (q - yz) * ys;
@@ -132,14 +168,18 @@ export interface LinearErrorReport {
 }
 
 /** Every path's output error for `layer`, the weight-only path quantizing W with `spec`. */
-export function linearErrorReport(layer: LinearLayer, spec: QuantSpec): LinearErrorReport {
-  const reference = linearOutput(layer);
-  const weightOnly = linearOutput(layer, weightRoundTrip('weight', layer, spec));
+export function linearErrorReport(
+  layer: LinearLayer,
+  spec: QuantSpec,
+  kernel?: LinearOutputsKernel,
+): LinearErrorReport {
+  const reference = linearOutput(layer, layer.w, kernel);
+  const weightOnly = linearOutput(layer, weightRoundTrip('weight', layer, spec), kernel);
   return {
     n: layer.n,
     in_features: layer.inFeatures,
     out_features: layer.outFeatures,
     weight_only: outputError(reference, weightOnly),
-    qlinear_int8: outputError(reference, qlinearOutput(layer, reference)),
+    qlinear_int8: outputError(reference, qlinearOutput(layer, reference, kernel)),
   };
 }

@@ -7,6 +7,7 @@
 import { ggmlTypeByName } from '../core/interop/ggml.js';
 import type { GptqSolveKernel } from '../core/interop/gptq-solve.js';
 import type { QuadraticFormsKernel } from '../core/stats-error.js';
+import type { LinearOutputsKernel } from '../core/linear-eval.js';
 
 /** qd_codes */
 export const CODES = {
@@ -268,6 +269,11 @@ export interface KernelModule {
    * WebAssembly.
    */
   readonly quadraticForms?: QuadraticFormsKernel;
+  /**
+   * A linear layer's output X·Wᵀ + b in float64 (qd_linear_outputs, equal to the bit to
+   * linear-eval.ts's linearOutput): /v1/linear-error's products. Absent in WebAssembly.
+   */
+  readonly linearOutputs?: LinearOutputsKernel;
 }
 
 /** The layer dtype GPTQ rounds Q to before re-deriving its code (gptqQuantize's `store`). */

@@ -36,6 +36,7 @@ interface BoundKernels {
   gptqColumns(...args: unknown[]): void;
   linearStatsAdd(...args: unknown[]): number;
   quadraticForms(...args: unknown[]): void;
+  linearOutputs(...args: unknown[]): void;
 }
 
 interface Addon {
@@ -93,6 +94,8 @@ export function loadNative(isa = ''): KernelModule {
       k.gptqQuantize(w, out, inF, bits, groupSize, +sym, store, qweight, qzeros, scales, counts),
     linearStatsAdd: (hessian, absSum, n, x) =>
       k.linearStatsAdd(hessian, absSum, n, x, new Float64Array(16 * n)),
+    linearOutputs: (x, w, bias, n, kIn, out, y) =>
+      k.linearOutputs(x, w, bias, n, kIn, out, y, new Float64Array(32 * kIn)),
     quadraticForms: (h, d, rows, n, out) => k.quadraticForms(h, d, rows, n, out, new Float64Array(32 * n)),
     gptqSolve: {
       inverseCholesky: (h, n, u) => k.gptqInverseCholesky(h, n, u, new Float64Array(n * n)),

@@ -20,6 +20,7 @@ import { observeBatch, type ObserverConfig, type ObserverState } from '../core/o
 import { linearErrorReport, type LinearErrorReport, type LinearLayer } from '../core/linear-eval.js';
 import { accumulateLinearStats, type LinearStats } from '../core/linear-stats.js';
 import type { LinearStatsCall } from '../core/compute.js';
+import type { KernelModule } from './module.js';
 
 export type ReferenceCall =
   | {
@@ -68,7 +69,11 @@ export interface ReferenceTask {
   readonly call: ReferenceCall;
 }
 
-export function runReferenceTask(call: ReferenceCall): ReferenceResults[ReferenceCall['kind']] {
+/** `module`: the worker's kernels, for the ops that have one beside their TypeScript. */
+export function runReferenceTask(
+  call: ReferenceCall,
+  module: KernelModule | null = null,
+): ReferenceResults[ReferenceCall['kind']] {
   switch (call.kind) {
     case 'quantize':
       return quantizeTensor(call.input, call.spec, call.given);
@@ -81,7 +86,7 @@ export function runReferenceTask(call: ReferenceCall): ReferenceResults[Referenc
     case 'observe':
       return observeBatch(call.config, call.state, call.x, call.shape);
     case 'linearError':
-      return linearErrorReport(call.layer, call.spec);
+      return linearErrorReport(call.layer, call.spec, module?.linearOutputs);
     case 'linearStats':
       return accumulateLinearStats(call.tensor, call.stats, call.x, call.shape);
   }
