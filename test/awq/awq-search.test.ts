@@ -3,39 +3,13 @@
  * float64): the same ratio, scales and clipping bounds, the same output error; and an output
  * error well below round-to-nearest's on correlated, outlier-heavy activations.
  */
-import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 
 import { awqPseudoQuantize, awqSearch } from '../../src/core/interop/awq-search.js';
-
-interface Case {
-  id: string;
-  bits: number;
-  group_size: number;
-  zero_point: boolean;
-  in: number;
-  out: number;
-  n: number;
-  x: string;
-  w: string;
-  scales: string;
-  ratio: number;
-  clip: string;
-  awq_error: number;
-  rtn_error: number;
-}
-
-const golden = JSON.parse(readFileSync(new URL('./awq-search.json', import.meta.url), 'utf8')) as {
-  cases: Case[];
-};
-
-function decode<T>(b64: string, ctor: new (buffer: ArrayBuffer) => T): T {
-  const raw = Buffer.from(b64, 'base64');
-  return new ctor(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength));
-}
+import { AWQ_CASES, decode } from './golden.js';
 
 describe('the AWQ search matches the torch reference of the algorithm', () => {
-  for (const c of golden.cases) {
+  for (const c of AWQ_CASES) {
     it(c.id, () => {
       const x = decode(c.x, Float32Array);
       const w = decode(c.w, Float32Array);

@@ -4,43 +4,19 @@
  * clipping bounds. The statistics are gathered from the golden cases' tokens by quantd's own
  * accumulator, as a calibration session gathers them.
  */
-import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 
 import { awqSearch } from '../../src/core/interop/awq-search.js';
 import { awqClipFromStats, awqScalesFromStats } from '../../src/core/interop/awq-stats.js';
 import { quadraticForm } from '../../src/core/stats-error.js';
 import { accumulateLinearStats, emptyLinearStats } from '../../src/core/linear-stats.js';
-
-interface Case {
-  id: string;
-  bits: number;
-  group_size: number;
-  zero_point: boolean;
-  in: number;
-  out: number;
-  n: number;
-  x: string;
-  w: string;
-  scales: string;
-  ratio: number;
-  clip: string;
-}
-
-const golden = JSON.parse(readFileSync(new URL('./awq-search.json', import.meta.url), 'utf8')) as {
-  cases: Case[];
-};
-
-function decode<T>(b64: string, ctor: new (buffer: ArrayBuffer) => T): T {
-  const raw = Buffer.from(b64, 'base64');
-  return new ctor(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength));
-}
+import { AWQ_CASES, decode } from './golden.js';
 
 const close = (a: number, b: number, rel: number): boolean => Math.abs(a - b) <= rel * Math.abs(b);
 
 describe('the AWQ search from layer statistics', () => {
   it('δHδᵀ is the squared output change summed over the tokens', () => {
-    const c = golden.cases[0]!;
+    const c = AWQ_CASES[0]!;
     const x = decode(c.x, Float32Array);
     const stats = accumulateLinearStats('x', emptyLinearStats(c.in), x, [c.n, c.in]);
     const d = Float64Array.from({ length: c.in }, (_, i) => Math.sin(i) * 0.01);
@@ -53,7 +29,7 @@ describe('the AWQ search from layer statistics', () => {
     expect(close(quadraticForm(stats.hessian, d, c.in), direct, 1e-12)).toBe(true);
   });
 
-  for (const c of golden.cases) {
+  for (const c of AWQ_CASES) {
     it(`${c.id}: the torch reference's step, scales and clipping bounds`, () => {
       const x = decode(c.x, Float32Array);
       const w = decode(c.w, Float32Array);
@@ -85,7 +61,7 @@ describe('the AWQ search from layer statistics', () => {
   }
 
   it('layers sharing an input share one search: stacked weights, one loss', () => {
-    const c = golden.cases[0]!;
+    const c = AWQ_CASES[0]!;
     const x = decode(c.x, Float32Array);
     const w = decode(c.w, Float32Array);
     const stats = accumulateLinearStats('x', emptyLinearStats(c.in), x, [c.n, c.in]);

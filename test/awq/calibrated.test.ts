@@ -6,7 +6,7 @@
  * the scaled and clipped weights, and whose layers' output error on the calibration inputs is well
  * below round-to-nearest's. What the statistics do not reach stays round-to-nearest, said so.
  */
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -30,6 +30,9 @@ import {
   writeModel,
   writeShardedModel,
 } from './calibrated.helpers.js';
+import { calibrateModel } from '../gptq/calibrated.helpers.js';
+import { awqLayout } from '../../src/service/layouts/awq.js';
+import type { Progress } from '../../src/service/model.js';
 
 const root = tempDir('awq-calibrated');
 const model = join(root, 'model');
@@ -37,22 +40,7 @@ const statsFile = join(root, 'layers.stats');
 const stats = new Map<string, LinearStats>();
 
 beforeAll(async () => {
-  mkdirSync(model);
-  writeModel(join(model, 'model.safetensors'));
-  writeFileSync(join(model, 'config.json'), JSON.stringify({ model_type: 'llama' }));
-  mkdirSync(join(root, 'batches'));
-  for (let b = 0; b < BATCHES; b++) writeBatch(join(root, 'batches', `batch-${b}.safetensors`), b);
-  writeFileSync(join(root, 'recipe.json'), JSON.stringify(RECIPE));
-  const r = await quantdAsync([
-    'calibrate',
-    join(root, 'batches'),
-    '--observers',
-    join(root, 'recipe.json'),
-    '--statistics',
-    statsFile,
-    '-o',
-    join(root, 'qparams.safetensors'),
-  ]);
+  const r = await calibrateModel(root, writeModel, writeBatch, BATCHES, RECIPE, statsFile);
   expect(r.code).toBe(0);
   for (const [name, ref] of await indexLayerStats(statsFile))
     stats.set(name, await readLayerStats(ref, name));
@@ -263,6 +251,23 @@ describe('the AWQ algorithm through the awq layout', () => {
       }
     }
     expect(seen).toBe(whole.names.length);
+  }, 60_000);
+});
+
+describe('progress', () => {
+  it('names the scale searches before the first tensor is written', async () => {
+    const seen: Progress[] = [];
+    await awqLayout.write(
+      join(model, 'model.safetensors'),
+      join(root, 'progress.safetensors'),
+      { group_size: '64', calibration: statsFile },
+      { onProgress: (p) => seen.push(p) },
+    );
+    const searches = seen.filter((p) => p.tensor.startsWith('AWQ scales of '));
+    expect(searches).toHaveLength(6);
+    expect(seen.indexOf(searches[5]!)).toBe(5);
+    expect(searches.every((p) => p.tensorsDone === 0 && p.bytesDone === 0)).toBe(true);
+    expect(seen.at(-1)).toMatchObject({ tensorsDone: seen.at(-1)!.tensorsTotal });
   }, 60_000);
 });
 

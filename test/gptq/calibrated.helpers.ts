@@ -5,7 +5,9 @@
  * noise), one projection the batches do not reach (it stays round-to-nearest), an embedding that
  * passes through. Deterministic (an LCG), so every test and the expectations agree.
  */
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { quantdAsync } from '../cli/cli-helpers.js';
 import { serializeSafetensors } from '../../src/format/safetensors.js';
 
 export const Q_PROJ = 'model.layers.0.self_attn.q_proj';
@@ -96,3 +98,34 @@ export const RECIPE = {
     { match: '*_proj.input', statistics: 'linear' },
   ],
 };
+
+/**
+ * A calibrated model's setup: ROOT/model (model.safetensors by `model`, a llama config.json),
+ * `batches` batches in ROOT/batches by `batch`, and `quantd calibrate` over them with `recipe`
+ * (ROOT/recipe.json), statistics to `stats`. Returns the calibrate run.
+ */
+export function calibrateModel(
+  root: string,
+  model: (path: string) => void,
+  batch: (path: string, b: number) => void,
+  batches: number,
+  recipe: object,
+  stats: string,
+) {
+  mkdirSync(join(root, 'model'));
+  model(join(root, 'model', 'model.safetensors'));
+  writeFileSync(join(root, 'model', 'config.json'), JSON.stringify({ model_type: 'llama' }));
+  mkdirSync(join(root, 'batches'));
+  for (let b = 0; b < batches; b++) batch(join(root, 'batches', `batch-${b}.safetensors`), b);
+  writeFileSync(join(root, 'recipe.json'), JSON.stringify(recipe));
+  return quantdAsync([
+    'calibrate',
+    join(root, 'batches'),
+    '--observers',
+    join(root, 'recipe.json'),
+    '--statistics',
+    stats,
+    '-o',
+    join(root, 'qparams.safetensors'),
+  ]);
+}

@@ -7,7 +7,7 @@
  * below round-to-nearest's. A projection without statistics stays round-to-nearest and the
  * report says so; mismatched or foreign statistics are refused by name.
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -26,6 +26,7 @@ import {
   SHAPES,
   UP_PROJ,
   batchTensors,
+  calibrateModel,
   weight,
   writeBatch,
   writeModel,
@@ -36,22 +37,7 @@ const model = join(root, 'model');
 const stats = join(root, 'layers.stats');
 
 beforeAll(async () => {
-  mkdirSync(model);
-  writeModel(join(model, 'model.safetensors'));
-  writeFileSync(join(model, 'config.json'), JSON.stringify({ model_type: 'llama' }));
-  mkdirSync(join(root, 'batches'));
-  for (let b = 0; b < BATCHES; b++) writeBatch(join(root, 'batches', `batch-${b}.safetensors`), b);
-  writeFileSync(join(root, 'recipe.json'), JSON.stringify(RECIPE));
-  const r = await quantdAsync([
-    'calibrate',
-    join(root, 'batches'),
-    '--observers',
-    join(root, 'recipe.json'),
-    '--statistics',
-    stats,
-    '-o',
-    join(root, 'qparams.safetensors'),
-  ]);
+  const r = await calibrateModel(root, writeModel, writeBatch, BATCHES, RECIPE, stats);
   expect(r.stderr).toContain('calibrated 2 tensors over 3 batches');
   expect(r.code).toBe(0);
 }, 60_000);

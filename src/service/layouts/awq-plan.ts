@@ -25,6 +25,7 @@ import type { TensorEntry } from '../../format/safetensors.js';
 import { typedView } from '../../core/tensor.js';
 import { statsFor, type CalibrationIndex } from './calibration-stats.js';
 import { floatDType } from './linear-common.js';
+import type { Progress } from '../model.js';
 import { runEncodeJobs, type EncodeJob, type JobSource, type LayoutHooks } from './run-jobs.js';
 
 /** Layers that read one input, and what produces it. */
@@ -175,7 +176,20 @@ export async function planAwqScales(
       commit: async () => {},
       abort: async () => {},
     };
-    await runEncodeJobs(source, jobs, sink, { ...hooks, onProgress: undefined });
+    // the searches come before the file's first tensor: progress names them, at none done yet
+    const file = readers[files.indexOf(input)]?.header;
+    const onProgress =
+      hooks.onProgress &&
+      file &&
+      ((p: Progress) =>
+        hooks.onProgress!({
+          tensorsDone: 0,
+          tensorsTotal: file.entries.length,
+          bytesDone: 0,
+          bytesTotal: file.dataLength,
+          tensor: p.tensor,
+        }));
+    await runEncodeJobs(source, jobs, sink, { ...hooks, onProgress });
     return foldsOf(groups, scales, notes, inputs);
   } finally {
     await Promise.all(readers.map((r) => r.close()));
