@@ -7,8 +7,8 @@ POST /v1/calibrations/ID/batches as one safetensors file (written here by hand: 
 length, a JSON header and the raw bytes). The session's qparams come back from
 GET /v1/calibrations/ID/qparams; the same activations through torch.ao.quantization's
 HistogramObserver / MovingAverageMinMaxObserver must give the same scales and zero points, to the
-bit. The session also gathers each layer's input statistics for GPTQ (GET …/statistics: Σ xᵀx,
-Σ |x| and the token count, in float64), checked against torch's own float64 sums (to rounding:
+bit. The session also gathers each layer's input statistics for GPTQ and AWQ (GET …/statistics:
+Σ xᵀx, Σ |x| and the token count, in float64), checked against torch's own float64 sums (to rounding:
 torch's matrix product adds in another order). Prints one JSON line per layer: {"name", "kind",
 "scale", "zero_point", "torch_equal", "tokens", "hessian_rel_error", "abs_sum_rel_error"}.
 
