@@ -130,7 +130,7 @@ export function awqCalibratedWeight(
   );
   const notes: string[] = [];
   if (c.scales) notes.push('columns scaled by AWQ');
-  if (c.rowDivide) notes.push('rows divided by the next layer’s scales');
+  if (c.rowDivide) notes.push("rows divided by the next layer's scales");
   if (clipStats) notes.push(`${clipped} of ${(out * inF) / groupOf(params, inF)} groups clipped`);
   return { weight, notes };
 }

@@ -208,7 +208,7 @@ describe('the AWQ algorithm through the awq layout', () => {
       /^AWQ scales α = [0-9.]+ from 384 tokens of model\.layers\.0\.self_attn\.q_proj\.input \(one search for q_proj, k_proj, v_proj\); columns scaled by AWQ$/,
     );
     expect(row('model.layers.0.mlp.up_proj.weight').note).toMatch(
-      /columns scaled by AWQ; rows divided by the next layer’s scales; \d+ of 128 groups clipped$/,
+      /columns scaled by AWQ; rows divided by the next layer's scales; \d+ of 128 groups clipped$/,
     );
     expect(row('model.layers.1.self_attn.o_proj.weight').note).toMatch(/^\d+ of 64 groups clipped$/);
     expect(row('model.layers.1.mlp.down_proj.weight')).toMatchObject({

@@ -13,8 +13,9 @@
  * Layers that read one input (q, k and v after one norm) share one scale vector: the search runs
  * on their weights stacked, w̄ over all their rows, the loss summed over all of them.
  *
- * Cost: the scale search is nGrid · rows · in² multiply-adds, the clipping search
- * maxShrink · nGrid · rows · in · group_size.
+ * Cost (each form takes the lower triangle: half the products): the scale search is
+ * nGrid · rows · in² / 2 multiply-adds, the clipping search maxShrink · nGrid · rows · in ·
+ * group_size / 2.
  */
 import type { LinearStats } from '../linear-stats.js';
 import { quadraticForms, type QuadraticFormsKernel } from '../stats-error.js';
