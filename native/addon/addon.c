@@ -476,12 +476,16 @@ static napi_value js_gptq_columns(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+/* Whether the bound table is an AVX2 or AVX-512 one: the float64 kernels' AVX2 paths may run. */
+static int32_t has_avx2(const qd_kernels *k) {
+  return strcmp(k->isa, "avx2") == 0 || strcmp(k->isa, "avx512") == 0;
+}
+
 /* quadraticForms(h, d, rows, n, out, scratch): qd_quadratic_forms, δ H δᵀ of each row of d, with
  * AVX2 where the bound table is an AVX2 or AVX-512 one */
 static napi_value js_quadratic_forms(napi_env env, napi_callback_info info) {
   ARGS(6);
-  const qd_kernels *k = kernels;
-  const int32_t avx2 = strcmp(k->isa, "avx2") == 0 || strcmp(k->isa, "avx512") == 0;
+  const int32_t avx2 = has_avx2(kernels);
   view h, d, out, scratch;
   uint64_t rows, n;
   if (!get_view(env, argv[0], &h) || !get_view(env, argv[1], &d) || !get_u64(env, argv[2], &rows) ||
@@ -495,8 +499,7 @@ static napi_value js_quadratic_forms(napi_env env, napi_callback_info info) {
 /* linearOutputs(x, w, bias | null, n, k, out, y, scratch): qd_linear_outputs, Y = X·Wᵀ + b */
 static napi_value js_linear_outputs(napi_env env, napi_callback_info info) {
   ARGS(8);
-  const qd_kernels *kt = kernels;
-  const int32_t avx2 = strcmp(kt->isa, "avx2") == 0 || strcmp(kt->isa, "avx512") == 0;
+  const int32_t avx2 = has_avx2(kernels);
   view x, w, bias = {NULL, 0}, y, scratch;
   uint64_t n, k, out;
   napi_valuetype bias_type;

@@ -41,7 +41,7 @@ describe('the AWQ search from layer statistics', () => {
       found.scales.forEach((s, i) => expect(close(s, scales[i]!, 1e-12)).toBe(true));
 
       const weight = Float64Array.from({ length: c.out * c.in }, (_, k) => w[k]! * found.scales[k % c.in]!);
-      const clip = awqClipFromStats(stats, weight, c.out, found.scales, o);
+      const clip = awqClipFromStats(stats, weight, c.out, found.scales, o).bounds;
       const expected = decode(c.clip, Float64Array);
       let same = 0;
       clip.forEach((m, i) => (same += close(m, expected[i]!, 1e-12) ? 1 : 0));

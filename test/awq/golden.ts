@@ -22,8 +22,4 @@ export const AWQ_CASES = (
   JSON.parse(readFileSync(new URL('./awq-search.json', import.meta.url), 'utf8')) as { cases: AwqCase[] }
 ).cases;
 
-/** A base64 field as a typed array. */
-export function decode<T>(b64: string, ctor: new (buffer: ArrayBuffer) => T): T {
-  const raw = Buffer.from(b64, 'base64');
-  return new ctor(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.byteLength));
-}
+export { decode } from '../gptq/golden.js';

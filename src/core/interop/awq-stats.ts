@@ -89,7 +89,8 @@ export function awqScalesFromStats(
  * AWQ's clipping search on `weight` [out, in] (the weight as the checkpoint quantizes it, after
  * its scales), in place: each row's group clamped to the bound max|w_g|·(1 − i/nGrid) of least
  * output error on the inputs `stats` describes, divided by `inputScales` when the inputs are
- * (null: as they are). Returns the bounds [out, groups].
+ * (null: as they are). Returns the bounds [out, groups] and how many of them are below their
+ * group's max |w| (the groups the search clipped).
  */
 export function awqClipFromStats(
   stats: LinearStats,
@@ -98,11 +99,12 @@ export function awqClipFromStats(
   inputScales: Float64Array | null,
   options: AwqQuantizer & { readonly nGrid: number; readonly maxShrink: number },
   kernel?: QuadraticFormsKernel,
-): Float64Array {
+): { readonly bounds: Float64Array; readonly shrunk: number } {
   const inF = stats.inFeatures;
   const gs = options.groupSize;
   const groups = Math.ceil(inF / gs);
   const clip = new Float64Array(out * groups);
+  let shrunk = 0;
   const steps = Math.floor(options.maxShrink * options.nGrid);
   for (let g = 0; g < groups; g++) {
     const begin = g * gs;
@@ -146,12 +148,13 @@ export function awqClipFromStats(
     for (let r = 0; r < out; r++) {
       const b = bestMax[r]!;
       clip[r * groups + g] = b;
+      if (b < orgMax[r]!) shrunk++;
       for (let k = 0; k < width; k++) {
         weight[r * inF + begin + k] = Math.min(Math.max(weight[r * inF + begin + k]!, -b), b);
       }
     }
   }
-  return clip;
+  return { bounds: clip, shrunk };
 }
 
 /** What AWQ does to one weight before it is packed. */
@@ -185,17 +188,9 @@ export function awqPlannedWeight(
       weight[r * inF + i] = plan.rowDivide ? v / d : v;
     }
   }
-  let clipped = 0;
-  if (plan.clipStats) {
-    const groups = Math.ceil(inF / options.groupSize);
-    const maxima = new Float64Array(out * groups);
-    for (let k = 0; k < weight.length; k++) {
-      const at = Math.floor(k / inF) * groups + Math.floor((k % inF) / options.groupSize);
-      maxima[at] = Math.max(maxima[at]!, Math.abs(weight[k]!));
-    }
-    const bounds = awqClipFromStats(plan.clipStats, weight, out, plan.scales, options, kernel);
-    bounds.forEach((b, k) => (clipped += b < maxima[k]! ? 1 : 0));
-  }
+  const clipped = plan.clipStats
+    ? awqClipFromStats(plan.clipStats, weight, out, plan.scales, options, kernel).shrunk
+    : 0;
   return { weight: Float32Array.from(weight, toHalf), clipped };
 }
 
