@@ -1,7 +1,7 @@
 // The interop layouts' block quantizers (issue: each GGUF type must beat ggml's own single-thread
 // quantize_row_*_ref on this machine: Q8_0 ≈ 0.77×, Q4_0 ≈ 0.25–0.35×, Q4_1 0.45×, Q5_0 0.23×,
-// Q6_K 0.011×, Q4_K 0.004× memcpy). The GGUF types, ONNX MatMulNBits, AWQ and bitsandbytes' NF4 /
-// FP4 run in the C kernels (native, wasm) and in TypeScript; GPTQ is TypeScript only.
+// Q6_K 0.011×, Q4_K 0.004× memcpy). The GGUF types, ONNX MatMulNBits, AWQ, GPTQ and
+// bitsandbytes' NF4 / FP4 run in the C kernels (native, wasm) and in TypeScript.
 // TypeScript runs on a smaller matrix (its rate does not depend on the size).
 import { awqQuantize } from '../dist/src/core/interop/awq.js';
 import { bnbQuantize } from '../dist/src/core/interop/bnb.js';
@@ -49,24 +49,37 @@ export async function benchLayouts(mib, smallMib, reps) {
         m.nbitsQuantize(x, rows, COLS, 32, false, false, b, scales, zeroPoints),
       );
   }
+  // AWQ and GPTQ also on AVX2 where the best ISA is AVX-512: the machines these targets were set
+  // on have AVX2 only.
+  const packers = [...modules];
+  if (modules[0]?.[1].isa === 'avx512') {
+    try {
+      packers.splice(1, 0, ['native', loadNative('avx2')]);
+    } catch {
+      // no AVX2 twin in this build
+    }
+  }
   {
     const qweight = new Int32Array(x.length / 8);
     const qzeros = new Int32Array(x.length / 8 / 128);
     const scales = new Uint16Array(x.length / 128);
-    for (const [name, m] of modules)
+    for (const [name, m] of packers)
       await time('awq 4-bit g128', `${name} ${m.isa}`, x.byteLength, () =>
         m.awqQuantize(x, x.length / COLS, COLS, 128, qweight, qzeros, scales),
       );
   }
-  {
+  for (const [store, layer] of [
+    [0, 'float32'],
+    [1, 'float16'],
+  ]) {
     const rows = x.length / COLS;
     const qweight = new Int32Array(x.length / 8);
     const qzeros = new Int32Array((COLS / 128) * (rows / 8));
     const scales = new Uint16Array(x.length / 128);
     const counts = new Float64Array(2);
-    for (const [name, m] of modules)
-      await time('gptq 4-bit g128 asym', `${name} ${m.isa}`, x.byteLength, () =>
-        m.gptqQuantize(x, rows, COLS, 4, 128, false, 0, qweight, qzeros, scales, counts),
+    for (const [name, m] of packers)
+      await time(`gptq 4-bit g128 asym, ${layer} layer`, `${name} ${m.isa}`, x.byteLength, () =>
+        m.gptqQuantize(x, rows, COLS, 4, 128, false, store, qweight, qzeros, scales, counts),
       );
   }
   for (const [type, id] of Object.entries(BNB_KERNEL_TYPES)) {
@@ -84,7 +97,7 @@ export async function benchLayouts(mib, smallMib, reps) {
   for (const type of QUANT_TYPES) {
     await ts(`gguf ${type}`, () => ggmlEncode(type, small, COLS));
   }
-  await ts('gptq 4-bit g128 asym', () =>
+  await ts('gptq 4-bit g128 asym, float32 layer', () =>
     gptqQuantize('w', small, shape, 'float32', { bits: 4, groupSize: 128, sym: false }),
   );
   await ts('awq 4-bit g128', () => awqQuantize('w', small, shape, { groupSize: 128 }));

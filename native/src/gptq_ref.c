@@ -35,9 +35,23 @@ int qd_gptq_params(float lo, float hi, uint32_t bits, int32_t sym, qd_gptq_group
   return p->half_scale > 0.0f && qd_is_finite(p->half_scale) && p->zero >= 0.0f && p->zero <= maxq;
 }
 
-int qd_gptq_group_ref(const float *x, uint64_t begin, uint64_t end, uint64_t out, uint32_t bits, int32_t sym,
-                      int32_t store, uint32_t *qweight_col, uint32_t *zero_out, uint16_t *scale_out,
-                      uint64_t *clamped) {
+uint32_t qd_gptq_code(float x, const qd_gptq_group_params *p, int32_t store, uint64_t *clamped) {
+  float q = qd_rint(x / p->scale) + p->zero;
+  q = q < 0.0f ? 0.0f : q > p->maxq ? p->maxq : q;
+  const float fake = gptq_store(p->scale * (q - p->zero), store);
+  float code = qd_rint((fake + p->scale_zero) / p->half_scale);
+  if (!(code >= 0.0f && code <= p->maxq)) {
+    (*clamped)++;
+    code = code > p->maxq ? p->maxq : 0.0f;
+  }
+  return (uint32_t)code;
+}
+
+/* Elements [begin, end) of one row: their codes OR-ed into the row's column of qweight (words
+ * `out` apart), its zero point and float16 scale; 0 when the parameters cannot be written. */
+static int gptq_group_ref(const float *x, uint64_t begin, uint64_t end, uint64_t out, uint32_t bits, int32_t sym,
+                          int32_t store, uint32_t *qweight_col, uint32_t *zero_out, uint16_t *scale_out,
+                          uint64_t *clamped) {
   float lo = __builtin_inff(), hi = -__builtin_inff();
   for (uint64_t i = begin; i < end; i++) {
     if (x[i] < lo) lo = x[i];
@@ -46,25 +60,23 @@ int qd_gptq_group_ref(const float *x, uint64_t begin, uint64_t end, uint64_t out
   qd_gptq_group_params p;
   if (!qd_gptq_params(lo, hi, bits, sym, &p)) return 0;
   for (uint64_t i = begin; i < end; i++) {
-    float q = qd_rint(x[i] / p.scale) + p.zero;
-    q = q < 0.0f ? 0.0f : q > p.maxq ? p.maxq : q;
-    const float fake = gptq_store(p.scale * (q - p.zero), store);
-    float code = qd_rint((fake + p.scale_zero) / p.half_scale);
-    if (!(code >= 0.0f && code <= p.maxq)) {
-      (*clamped)++;
-      code = code > p.maxq ? p.maxq : 0.0f;
-    }
     const uint64_t bit = i * bits;
-    qweight_col[(bit >> 5) * out] |= (uint32_t)code << (bit & 31);
+    qweight_col[(bit >> 5) * out] |= qd_gptq_code(x[i], &p, store, clamped) << (bit & 31);
   }
   *zero_out = (uint32_t)p.zero;
   *scale_out = p.half;
   return 1;
 }
 
-qd_status qd_gptq_quantize_with(qd_gptq_group_fn group, const float *w, uint64_t out, uint64_t in, uint32_t bits,
-                                uint64_t group_size, int32_t sym, int32_t store, uint32_t *qweight, uint32_t *qzeros,
-                                uint16_t *scales, uint64_t *counts, uint64_t *bad) {
+void qd_gptq_v1_zeros(uint32_t *qzeros, uint64_t words, uint32_t bits) {
+  uint32_t ones = 0; /* a 1 in every field: the v1 "minus one", with GPTQModel's borrow */
+  for (uint32_t shift = 0; shift < 32; shift += bits) ones |= 1u << shift;
+  for (uint64_t k = 0; k < words; k++) qzeros[k] -= ones;
+}
+
+qd_status qd_gptq_quantize_ref(const float *w, uint64_t out, uint64_t in, uint32_t bits, uint64_t group_size,
+                               int32_t sym, int32_t store, uint32_t *qweight, uint32_t *qzeros, uint16_t *scales,
+                               uint64_t *counts, uint64_t *bad) {
   if (out == 0 || in == 0 || out % 32 != 0 || in % 32 != 0 || group_size == 0 || store < 0 || store > 2 ||
       (bits != 2 && bits != 4 && bits != 8))
     return QD_BAD_ARGUMENT;
@@ -83,7 +95,7 @@ qd_status qd_gptq_quantize_with(qd_gptq_group_fn group, const float *w, uint64_t
         }
       }
       uint32_t zero;
-      if (!group(row, begin, end, out, bits, sym, store, qweight + r, &zero, scales + g * out + r, &counts[1])) {
+      if (!gptq_group_ref(row, begin, end, out, bits, sym, store, qweight + r, &zero, scales + g * out + r, &counts[1])) {
         *bad = r * groups + g;
         return QD_RANGE_OVERFLOW;
       }
@@ -92,15 +104,6 @@ qd_status qd_gptq_quantize_with(qd_gptq_group_fn group, const float *w, uint64_t
       qzeros[g * zero_words + (zbit >> 5)] |= zero << (zbit & 31);
     }
   }
-  uint32_t ones = 0; /* a 1 in every field: the v1 "minus one", with GPTQModel's borrow */
-  for (uint32_t shift = 0; shift < 32; shift += bits) ones |= 1u << shift;
-  for (uint64_t k = 0; k < groups * zero_words; k++) qzeros[k] -= ones;
+  qd_gptq_v1_zeros(qzeros, groups * zero_words, bits);
   return QD_OK;
-}
-
-qd_status qd_gptq_quantize_ref(const float *w, uint64_t out, uint64_t in, uint32_t bits, uint64_t group_size,
-                               int32_t sym, int32_t store, uint32_t *qweight, uint32_t *qzeros, uint16_t *scales,
-                               uint64_t *counts, uint64_t *bad) {
-  return qd_gptq_quantize_with(qd_gptq_group_ref, w, out, in, bits, group_size, sym, store, qweight, qzeros, scales,
-                               counts, bad);
 }

@@ -94,17 +94,13 @@ uint8_t qd_nbits_code(float v, float recip, uint8_t zp);
 qd_status qd_nbits_quantize_with(qd_nbits_block_fn whole, const float *w, uint64_t n_cols, uint64_t k_len,
                                  uint64_t block_size, int32_t sym, int32_t f16, uint8_t *b, float *scales,
                                  uint8_t *zero_points, uint64_t *bad);
-/* AWQ: one group of one row (n values) → its codes OR-ed into qweight[k · stride] and its zero
- * point into *qzero at `shift`, its float16 scale; 0 if the scale is not finite or a code cannot be
- * re-derived. The driver checks finiteness, clears the words and runs `group` on each group. */
-typedef int (*qd_awq_group_fn)(const float *x, uint64_t n, uint64_t stride, uint32_t shift, uint32_t *qweight,
-                               uint32_t *qzero, uint16_t *scale_out);
-int qd_awq_group_ref(const float *x, uint64_t n, uint64_t stride, uint32_t shift, uint32_t *qweight, uint32_t *qzero,
-                     uint16_t *scale_out);
+/* AWQ: the nibble of each output row within its word (AutoAWQ's order_map, inverted). */
+extern const uint8_t qd_awq_slot[8];
+/* AWQ: one value's code in a group of float16 `scale`, `zero`, zero · scale; -1 when the scale
+ * cannot re-derive it. */
+int32_t qd_awq_code(float x, float scale, float zero, float scale_zero);
 /* A group's float16 scale, zero point and zero · scale from the float16 minimum and maximum. */
 void qd_awq_params(float lo, float hi, float *scale, float *zero, float *scale_zero);
-qd_status qd_awq_quantize_with(qd_awq_group_fn group, const float *w, uint64_t out, uint64_t in, uint64_t group_size,
-                               uint32_t *qweight, uint32_t *qzeros, uint16_t *scales, uint64_t *bad);
 qd_status qd_awq_quantize_ref(const float *w, uint64_t out, uint64_t in, uint64_t group_size, uint32_t *qweight,
                               uint32_t *qzeros, uint16_t *scales, uint64_t *bad);
 /* GPTQ: a group's parameters from its minimum and maximum (0: its float16 scale is 0 or infinite,
@@ -114,17 +110,11 @@ typedef struct {
   uint16_t half;
 } qd_gptq_group_params;
 int qd_gptq_params(float lo, float hi, uint32_t bits, int32_t sym, qd_gptq_group_params *p);
-/* GPTQ: elements [begin, end) of one row → their codes OR-ed into the row's column of qweight
- * (words `out` apart), its zero point and float16 scale, clamped codes counted; 0 when the
- * parameters cannot be written. The driver checks finiteness, clears the words, runs `group`. */
-typedef int (*qd_gptq_group_fn)(const float *x, uint64_t begin, uint64_t end, uint64_t out, uint32_t bits, int32_t sym,
-                                int32_t store, uint32_t *qweight_col, uint32_t *zero_out, uint16_t *scale_out,
-                                uint64_t *clamped);
-int qd_gptq_group_ref(const float *x, uint64_t begin, uint64_t end, uint64_t out, uint32_t bits, int32_t sym,
-                      int32_t store, uint32_t *qweight_col, uint32_t *zero_out, uint16_t *scale_out, uint64_t *clamped);
-qd_status qd_gptq_quantize_with(qd_gptq_group_fn group, const float *w, uint64_t out, uint64_t in, uint32_t bits,
-                                uint64_t group_size, int32_t sym, int32_t store, uint32_t *qweight, uint32_t *qzeros,
-                                uint16_t *scales, uint64_t *counts, uint64_t *bad);
+/* GPTQ: one value's code in a group (Q rounded to the layer's dtype `store`, the code re-derived
+ * from the float16 scale, a code outside 0…maxq clamped and counted). */
+uint32_t qd_gptq_code(float x, const qd_gptq_group_params *p, int32_t store, uint64_t *clamped);
+/* GPTQ: the packed zero points (each field the zero point) made AutoGPTQ v1's, zero point - 1. */
+void qd_gptq_v1_zeros(uint32_t *qzeros, uint64_t words, uint32_t bits);
 qd_status qd_gptq_quantize_ref(const float *w, uint64_t out, uint64_t in, uint32_t bits, uint64_t group_size,
                                int32_t sym, int32_t store, uint32_t *qweight, uint32_t *qzeros, uint16_t *scales,
                                uint64_t *counts, uint64_t *bad);

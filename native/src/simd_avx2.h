@@ -67,6 +67,7 @@ QD_V vm vm_or(vm a, vm b) { return _mm256_or_si256(a, b); }
 QD_V vm vm_and(vm a, vm b) { return _mm256_and_si256(a, b); }
 QD_V int vm_count(vm m) { return __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(m))); }
 QD_V int vm_any(vm m) { return !_mm256_testz_si256(m, m); }
+QD_V int vm_all(vm m) { return _mm256_movemask_ps(_mm256_castsi256_ps(m)) == 0xff; }
 QD_V vm vf_unord(vf a) { return _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
 QD_V vm vf_ge(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GE_OQ)); }
 QD_V vm vf_le(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_LE_OQ)); }
@@ -157,6 +158,11 @@ QD_V void vf_store_f16(void *p, vf v) {
   __m128i sign = _mm_and_si128(h, _mm_set1_epi16((short)0x8000));
   __m128i canonical = _mm_or_si128(sign, _mm_set1_epi16(0x7e00));
   _mm_storeu_si128((__m128i *)p, _mm_blendv_epi8(h, canonical, nan16));
+}
+/* x rounded to float16 (nearest-even, overflow to ±Infinity) and back, in registers: the float16
+ * arithmetic AWQ and GPTQ's float16 layers need, as qd_f16_round. */
+QD_V vf vf_f16_round(vf v) {
+  return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 QD_V vi vi_load_u16(const void *p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)); }
 QD_V void vi_store_u16(void *p, vi v) {

@@ -65,6 +65,7 @@ QD_V vm vm_or(vm a, vm b) { return (vm)(a | b); }
 QD_V vm vm_and(vm a, vm b) { return (vm)(a & b); }
 QD_V int vm_count(vm m) { return __builtin_popcount((unsigned)m); }
 QD_V int vm_any(vm m) { return m != 0; }
+QD_V int vm_all(vm m) { return m == 0xffff; }
 QD_V vm vf_unord(vf a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
 QD_V vm vf_ge(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 QD_V vm vf_le(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LE_OQ); }
@@ -144,6 +145,10 @@ QD_V void vf_store_f16(void *p, vf v) {
   __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   __m256i canonical = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)), _mm256_set1_epi16(0x7e00));
   _mm256_storeu_si256((__m256i *)p, _mm256_mask_blend_epi16(nan, h, canonical));
+}
+/* x rounded to float16 and back, in registers (as qd_f16_round). */
+QD_V vf vf_f16_round(vf v) {
+  return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 QD_V vi vi_load_u16(const void *p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)); }
 QD_V void vi_store_u16(void *p, vi v) { _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(v)); }

@@ -1,25 +1,173 @@
 /*
- * AutoGPTQ's packing over the vector primitives (included by simd_kernels.h): gptq_ref.c's
- * driver with a vector body per group, VL consecutive inputs of one row at a time, each step the
- * reference's float32 operation (rounding Q to float16 needs F16C; to bfloat16 is f32_to_bf16's
- * integer work on the bits). The group's minimum and maximum may differ from the sequential
- * scan's only in the sign of a zero, which the parameters do not keep (both clamp at 0). Groups
- * that are not a multiple of VL, and float16 layers without F16C, go to the reference.
+ * AutoGPTQ's packing over the vector primitives (included by simd_kernels.h), byte for byte
+ * gptq_ref.c. Q is rounded to float16 by vf_f16_round and to bfloat16 by f32_to_bf16's integer
+ * work on the bits. Three things make it fast, none of which changes a result:
+ *
+ * - Writes. The reference clears qweight and ORs each code into its word, a read-modify-write per
+ *   weight on words `out` apart. Here codes are packed in registers (four vectors at a time into
+ *   nibbles or bytes) and each word is stored once, nothing cleared. That needs every word inside
+ *   one group (group sizes a multiple of 32 / bits, as every real one is).
+ * - Parameters. qd_gptq_params' divisions and float16 rounding, lane for lane, for VL groups of a
+ *   row at once (gptq_params): the same operations in the same order on each lane.
+ * - Divisions. rint(a / b) is rint(a · (1/b)) unless a / b lies near a half-integer: with
+ *   r = RN(1/b) and y = RN(a · r), |y − RN(a / b)| ≤ |y| · 2^-22 (three roundings of 2^-24
+ *   each), so where y is farther than |y| · 2^-21 from every half-integer both round to the same
+ *   integer. A vector with any lane nearer (or not finite) is computed again with divisions.
+ *
+ * Any weight the vector path refuses (a value not finite, a scale float16 cannot hold) and group
+ * sizes it does not take run the reference driver from the start, which gives its error and index.
+ * A group's minimum and maximum may differ from the sequential scan's only in the sign of a zero,
+ * which the parameters do not keep (both clamp at 0).
  */
-#if QD_HAS_F16C
-#define QD_GPTQ_F16 1
-#else
-#define QD_GPTQ_F16 0
-#endif
 
-QD_TARGET static int QD_NAME(gptq_group)(const float *x, uint64_t begin, uint64_t end, uint64_t out, uint32_t bits,
-                                         int32_t sym, int32_t store, uint32_t *qweight_col, uint32_t *zero_out,
-                                         uint16_t *scale_out, uint64_t *clamped) {
-  if ((end - begin) % VL != 0 || (store == 1 && !QD_GPTQ_F16))
-    return qd_gptq_group_ref(x, begin, end, out, bits, sym, store, qweight_col, zero_out, scale_out, clamped);
+/* One group's parameters as the code loop uses them (reciprocals included). */
+typedef struct {
+  float scale, zero, half_scale, scale_zero, inv_scale, inv_half_scale;
+} QD_NAME(gptq_lane);
+
+/* |x| */
+QD_V vf QD_NAME(gptq_abs)(vf x) { return vi_bits(vi_and(vf_bits(x), vi_set(0x7fffffff))); }
+
+/* −x, as C's unary minus (the sign bit flipped). */
+QD_V vf QD_NAME(gptq_neg)(vf x) { return vi_bits(vi_xor(vf_bits(x), vi_set((int32_t)0x80000000u))); }
+
+/* qd_gptq_params for VL groups at once from their minima and maxima: each lane's parameters into
+ * `lanes` and float16 scale into `half`, and whether that lane's group can be written (bit j). */
+QD_TARGET static uint32_t QD_NAME(gptq_params)(const float *lo, const float *hi, uint32_t bits, int32_t sym,
+                                               QD_NAME(gptq_lane) *lanes, uint16_t *half) {
+  const vf maxq = vf_set((float)((1u << bits) - 1u)), zero0 = vf_set(0.0f), one = vf_set(1.0f);
+  const vf l = vf_load(lo), h = vf_load(hi);
+  vf xmin = vf_select(vf_lt(l, zero0), l, zero0), xmax = vf_select(vf_gt(h, zero0), h, zero0);
+  if (sym) {
+    const vf m = QD_NAME(gptq_abs)(xmin);
+    xmax = vf_select(vf_gt(m, xmax), m, xmax);
+    xmin = vf_select(vf_lt(xmin, zero0), QD_NAME(gptq_neg)(xmax), xmin);
+  }
+  const vm both_zero = vm_and(vf_ge(xmin, zero0), vf_le(xmax, zero0)); /* xmin ≤ 0 ≤ xmax */
+  xmin = vf_select(both_zero, QD_NAME(gptq_neg)(one), xmin);
+  xmax = vf_select(both_zero, one, xmax);
+  const vf scale = vf_div(vf_sub(xmax, xmin), maxq);
+  const vf zero = sym ? vf_div(vf_add(maxq, one), vf_set(2.0f)) : vf_round(vf_div(QD_NAME(gptq_neg)(xmin), scale));
+  const vf half_scale = vf_f16_round(scale);
+  const vm ok = vm_and(vm_and(vf_gt(half_scale, zero0), vf_lt(half_scale, vf_set(__builtin_inff()))),
+                       vm_and(vf_ge(zero, zero0), vf_le(zero, maxq)));
+  float s[VL], z[VL], hs[VL], sz[VL], is[VL], ihs[VL];
+  uint8_t good[VL];
+  vf_store(s, scale);
+  vf_store(z, zero);
+  vf_store(hs, half_scale);
+  vf_store(sz, vf_mul(zero, scale));
+  vf_store(is, vf_div(one, scale));
+  vf_store(ihs, vf_div(one, half_scale));
+  vm_store_bytes(good, ok);
+  uint32_t mask = 0;
+  for (int j = 0; j < VL; j++) {
+    lanes[j] = (QD_NAME(gptq_lane)){s[j], z[j], hs[j], sz[j], is[j], ihs[j]};
+    half[j] = qd_f32_to_f16(s[j]);
+    mask |= (uint32_t)(good[j] != 0) << j;
+  }
+  return mask;
+}
+
+/* y = RN(a · r) stands for RN(a / b) under rint when it is farther than |y| · 2^-21 from every
+ * half-integer (see the top); the lanes where it does (NaN: none). */
+QD_V vm QD_NAME(gptq_rint_safe)(vf y, vf rounded) {
+  const vf gap = vf_sub(vf_set(0.5f), QD_NAME(gptq_abs)(vf_sub(y, rounded)));
+  return vf_gt(gap, vf_mul(QD_NAME(gptq_abs)(y), vf_set(0x1p-21f)));
+}
+
+/* The codes of x[0…VL) of a group, clamped ones counted: the reference's operations. */
+QD_V vi QD_NAME(gptq_codes)(const float *x, const QD_NAME(gptq_lane) *p, vf top, int32_t store, uint64_t *clamped) {
+  const vf s = vf_set(p->scale), z = vf_set(p->zero), sz = vf_set(p->scale_zero), floor0 = vf_set(0.0f);
+  const vf v = vf_load(x);
+  const vf y = vf_mul(v, vf_set(p->inv_scale));
+  vf q = vf_round(y);
+  vm safe = QD_NAME(gptq_rint_safe)(y, q);
+  if (!vm_all(safe)) q = vf_round(vf_div(v, s));
+  q = vf_min(vf_max(vf_add(q, z), floor0), top);
+  vf fake = vf_mul(s, vf_sub(q, z));
+  if (store == 1) fake = vf_f16_round(fake);
+  if (store == 2) fake = vi_bits(vi_sll(QD_NAME(bf16_bits)(fake), 16));
+  const vf num = vf_add(fake, sz);
+  const vf u = vf_mul(num, vf_set(p->inv_half_scale));
+  vf code = vf_round(u);
+  safe = QD_NAME(gptq_rint_safe)(u, code);
+  if (!vm_all(safe)) code = vf_round(vf_div(num, vf_set(p->half_scale)));
+  const vm outside = vm_or(vf_lt(code, floor0), vf_gt(code, top)); /* not NaN: 0 < half_scale < ∞ */
+  if (vm_any(outside)) {
+    *clamped += (uint64_t)vm_count(outside);
+    code = vf_select(vf_gt(code, top), top, vf_select(outside, floor0, code));
+  }
+  return vf_to_vi_trunc(code);
+}
+
+/* The first 32 / bits codes at c (each < 2^bits) packed into one word, the first lowest. */
+QD_V uint32_t QD_NAME(gptq_word)(const uint8_t *c, uint32_t bits) {
+  uint64_t x;
+  if (bits == 8) {
+    uint32_t w;
+    __builtin_memcpy(&w, c, 4);
+    return w;
+  }
+  if (bits == 4) { /* eight bytes → nibbles: pairs, then quads, then the word */
+    __builtin_memcpy(&x, c, 8);
+    x = (x | x >> 4) & 0x00ff00ff00ff00ffull;
+    x = (x | x >> 8) & 0x0000ffff0000ffffull;
+    return (uint32_t)(x | x >> 16);
+  }
+  uint32_t w = 0;
+  for (uint32_t k = 0; k < 16; k++) w |= (uint32_t)c[k] << (2 * k);
+  return w;
+}
+
+/* One group of one row, x[0…n) (n a multiple of 32 / bits): its codes into qweight_col, words
+ * `out` apart. Runs of 4·VL values are packed in registers (4 and 8 bits); the rest goes through
+ * bytes. */
+QD_TARGET static void QD_NAME(gptq_group)(const float *x, uint64_t n, uint64_t out, uint32_t bits, int32_t store,
+                                          const QD_NAME(gptq_lane) *p, uint32_t *qweight_col, uint64_t *clamped) {
+  const float maxq = (float)((1u << bits) - 1u);
+  const vf top = vf_set(maxq);
+  uint8_t codes[4 * VL];
+  uint64_t k = 0;
+  if (bits != 2) {
+    for (; k + 4 * VL <= n; k += 4 * VL) {
+      const vi a = QD_NAME(gptq_codes)(x + k, p, top, store, clamped);
+      const vi b = QD_NAME(gptq_codes)(x + k + VL, p, top, store, clamped);
+      const vi c = QD_NAME(gptq_codes)(x + k + 2 * VL, p, top, store, clamped);
+      const vi d = QD_NAME(gptq_codes)(x + k + 3 * VL, p, top, store, clamped);
+      if (bits == 4)
+        store4_nibbles(codes, a, b, c, d);
+      else
+        store4_u8(codes, a, b, c, d);
+      uint32_t *dst = qweight_col + (k * bits >> 5) * out;
+      for (uint32_t w = 0; w < 4 * VL * bits / 32; w++) __builtin_memcpy(dst + w * out, codes + 4 * w, 4);
+    }
+  }
+  const qd_gptq_group_params ref = {maxq, p->scale, p->zero, p->half_scale, p->scale_zero, 0};
+  const uint32_t per_word = 32 / bits;
+  while (k < n) { /* codes as bytes, then words (m is a multiple of per_word) */
+    const uint64_t m = n - k < 4 * VL ? n - k : 4 * VL;
+    uint64_t j = 0;
+    for (; j + VL <= m; j += VL) vi_store_u8(codes + j, QD_NAME(gptq_codes)(x + k + j, p, top, store, clamped));
+    for (; j < m; j++) codes[j] = (uint8_t)qd_gptq_code(x[k + j], &ref, store, clamped);
+    uint32_t *dst = qweight_col + (k * bits >> 5) * out;
+    for (uint64_t w = 0; w < (m * bits >> 5); w++) dst[w * out] = QD_NAME(gptq_word)(codes + w * per_word, bits);
+    k += m;
+  }
+}
+
+/* One group's minimum and maximum; 0 if a value is not finite. ahead[0…ahead_n), the row's next
+ * group, is asked into the cache on the way: the hardware's prefetchers, one stream each, miss a
+ * tile's rows. */
+QD_TARGET static int QD_NAME(gptq_range)(const float *x, uint64_t n, const float *ahead, uint64_t ahead_n,
+                                         float *lo_out, float *hi_out) {
   vf lo = vf_set(__builtin_inff()), hi = vf_set(-__builtin_inff());
-  for (uint64_t i = begin; i < end; i += VL) {
-    vf v = vf_load(x + i);
+  vm bad = vm_none();
+  uint64_t i = 0;
+  for (; i + VL <= n; i += VL) {
+    const vf v = vf_load(x + i);
+    if (i % 16 == 0 && i < ahead_n) __builtin_prefetch(ahead + i);
+    bad = vm_or(bad, vf_unord(vf_sub(v, v))); /* ±Infinity and NaN give NaN */
     lo = vf_min(lo, v);
     hi = vf_max(hi, v);
   }
@@ -30,45 +178,62 @@ QD_TARGET static int QD_NAME(gptq_group)(const float *x, uint64_t begin, uint64_
     l = los[j] < l ? los[j] : l;
     h = his[j] > h ? his[j] : h;
   }
-  qd_gptq_group_params p;
-  if (!qd_gptq_params(l, h, bits, sym, &p)) return 0;
-  const vf s = vf_set(p.scale), z = vf_set(p.zero), sz = vf_set(p.scale_zero), hs = vf_set(p.half_scale);
-  const vf top = vf_set(p.maxq), floor0 = vf_set(0.0f);
-  for (uint64_t i = begin; i < end; i += VL) {
-    vf q = vf_add(vf_round(vf_div(vf_load(x + i), s)), z);
-    q = vf_min(vf_max(q, floor0), top);
-    vf fake = vf_mul(s, vf_sub(q, z));
-#if QD_HAS_F16C
-    if (store == 1) {
-      uint16_t halves[VL];
-      vf_store_f16(halves, fake);
-      fake = vf_load_f16(halves);
-    }
-#endif
-    if (store == 2) fake = vi_bits(vi_sll(QD_NAME(bf16_bits)(fake), 16));
-    vf code = vf_round(vf_div(vf_add(fake, sz), hs));
-    vm outside = vm_or(vm_or(vf_lt(code, floor0), vf_gt(code, top)), vf_unord(code));
-    if (vm_any(outside)) {
-      *clamped += (uint64_t)vm_count(outside);
-      code = vf_select(vf_gt(code, top), top, vf_select(outside, floor0, code));
-    }
-    int32_t codes[VL];
-    vi_store(codes, vf_to_vi_trunc(code));
-    for (int j = 0; j < VL; j++) {
-      const uint64_t bit = (i + (uint64_t)j) * bits;
-      qweight_col[(bit >> 5) * out] |= (uint32_t)codes[j] << (bit & 31);
-    }
+  for (; i < n; i++) {
+    if (!qd_is_finite(x[i])) return 0;
+    l = x[i] < l ? x[i] : l;
+    h = x[i] > h ? x[i] : h;
   }
-  *zero_out = (uint32_t)p.zero;
-  *scale_out = p.half;
-  return 1;
+  *lo_out = l;
+  *hi_out = h;
+  return !vm_any(bad);
 }
 
 QD_TARGET static qd_status QD_NAME(gptq_quantize)(const float *w, uint64_t out, uint64_t in, uint32_t bits,
                                                   uint64_t group_size, int32_t sym, int32_t store, uint32_t *qweight,
                                                   uint32_t *qzeros, uint16_t *scales, uint64_t *counts,
                                                   uint64_t *bad) {
-  return qd_gptq_quantize_with(QD_NAME(gptq_group), w, out, in, bits, group_size, sym, store, qweight, qzeros, scales,
-                               counts, bad);
+  enum { ROWS = 16, CHUNK = 128 }; /* a tile: 16 rows (a cache line of words) by 128 inputs */
+  if (out == 0 || in == 0 || out % 32 != 0 || in % 32 != 0 || group_size == 0 || store < 0 || store > 2 ||
+      (bits != 2 && bits != 4 && bits != 8) || group_size % (32 / bits) != 0)
+    return qd_gptq_quantize_ref(w, out, in, bits, group_size, sym, store, qweight, qzeros, scales, counts, bad);
+  const uint64_t groups = (in + group_size - 1) / group_size, zero_words = out * bits / 32;
+  for (uint64_t k = 0; k < groups * zero_words; k++) qzeros[k] = 0;
+  uint64_t zero_groups = 0, clamped = 0;
+  for (uint64_t r0 = 0; r0 < out; r0 += ROWS) {
+    for (uint64_t g = 0; g < groups; g++) {
+      const uint64_t begin = g * group_size, n = (begin + group_size < in ? begin + group_size : in) - begin;
+      const float *x = w + r0 * in + begin;
+      float lo[ROWS], hi[ROWS];
+      QD_NAME(gptq_lane) lanes[ROWS];
+      uint16_t half[ROWS];
+      const uint64_t ahead = in - begin - n < group_size ? in - begin - n : group_size; /* the next group */
+      uint32_t ok = 0;
+      for (int j = 0; j < ROWS; j++)
+        if (!QD_NAME(gptq_range)(x + (uint64_t)j * in, n, x + (uint64_t)j * in + n, ahead, &lo[j], &hi[j]))
+          return qd_gptq_quantize_ref(w, out, in, bits, group_size, sym, store, qweight, qzeros, scales, counts, bad);
+      for (int j = 0; j < ROWS; j += VL) ok |= QD_NAME(gptq_params)(lo + j, hi + j, bits, sym, lanes + j, half + j) << j;
+      if (ok != (1u << ROWS) - 1)
+        return qd_gptq_quantize_ref(w, out, in, bits, group_size, sym, store, qweight, qzeros, scales, counts, bad);
+      for (int j = 0; j < ROWS; j++) {
+        const uint32_t zero = (uint32_t)lanes[j].zero;
+        if (zero == 0) zero_groups++;
+        const uint64_t zbit = (r0 + (uint64_t)j) * bits;
+        qzeros[g * zero_words + (zbit >> 5)] |= zero << (zbit & 31);
+        scales[g * out + r0 + (uint64_t)j] = half[j];
+      }
+      for (uint64_t c0 = 0; c0 < n; c0 += CHUNK) { /* each row's words, then whole lines of qweight */
+        const uint64_t m = n - c0 < CHUNK ? n - c0 : CHUNK, words = m * bits >> 5;
+        uint32_t tile[ROWS][CHUNK / 4];
+        for (int j = 0; j < ROWS; j++)
+          QD_NAME(gptq_group)(x + (uint64_t)j * in + c0, m, 1, bits, store, &lanes[j], tile[j], &clamped);
+        uint32_t *dst = qweight + ((begin + c0) * bits >> 5) * out + r0;
+        for (uint64_t k = 0; k < words; k++, dst += out)
+          for (int j = 0; j < ROWS; j++) dst[j] = tile[j][k];
+      }
+    }
+  }
+  qd_gptq_v1_zeros(qzeros, groups * zero_words, bits);
+  counts[0] = zero_groups;
+  counts[1] = clamped;
+  return QD_OK;
 }
-#undef QD_GPTQ_F16

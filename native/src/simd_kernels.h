@@ -699,6 +699,6 @@ const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_NAME(ggml_quantize),
     QD_NAME(bnb_quantize),
     QD_NAME(nbits_quantize),
-    QD_AWQ_QUANTIZE,
+    QD_NAME(awq_quantize),
     QD_NAME(gptq_quantize),
 };

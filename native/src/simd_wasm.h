@@ -1,7 +1,8 @@
 /*
  * The vector primitives of simd_kernels.h for WebAssembly SIMD128 (4 float32 lanes). wasm has
  * no gather and no float16 conversion: fp8 dequantize and the float16 conversions use the
- * scalar reference. f32x4.nearest rounds half to even; i32x4.trunc_sat saturates exactly as
+ * scalar reference; rounding to float16 and back (AWQ, GPTQ's float16 layers) is integer work on
+ * the bits (vf_f16_round). f32x4.nearest rounds half to even; i32x4.trunc_sat saturates exactly as
  * the reference clamps.
  */
 #ifndef QUANTD_SIMD_WASM_H
@@ -61,6 +62,7 @@ QD_V vm vm_or(vm a, vm b) { return wasm_v128_or(a, b); }
 QD_V vm vm_and(vm a, vm b) { return wasm_v128_and(a, b); }
 QD_V int vm_count(vm m) { return __builtin_popcount((unsigned)wasm_i32x4_bitmask(m)); }
 QD_V int vm_any(vm m) { return wasm_v128_any_true(m); }
+QD_V int vm_all(vm m) { return wasm_i32x4_all_true(m); }
 QD_V vm vf_unord(vf a) { return wasm_f32x4_ne(a, a); }
 QD_V vm vf_ge(vf a, vf b) { return wasm_f32x4_ge(a, b); }
 QD_V vm vf_le(vf a, vf b) { return wasm_f32x4_le(a, b); }
@@ -137,6 +139,25 @@ QD_V void store4_nibbles(void *out, vi a, vi b, vi c, vi d) {
   v128_t hi = wasm_v128_and(wasm_u16x8_shr(bytes, 4), wasm_i16x8_splat(0x00f0));
   v128_t words = wasm_v128_or(lo, hi);
   wasm_v128_store64_lane(out, wasm_u8x16_narrow_i16x8(words, words), 0);
+}
+
+/* ---- float16 rounding without a conversion instruction ---- */
+/* x rounded to float16 (nearest-even, overflow to ±Infinity) and back, as qd_f16_round, on the
+ * bits: in float16's normal range the 13 low mantissa bits round away (adding 0xfff plus the
+ * kept bit's parity carries exactly when nearest-even rounds up); below it float16's step is the
+ * fixed 2^-24, which (|x| + 0.5) - 0.5 rounds to (0.5's step is 2^-24, and 0.5 is even). NaN
+ * passes through. */
+QD_V vf vf_f16_round(vf v) {
+  const v128_t a = wasm_v128_and(v, wasm_i32x4_splat(0x7fffffff)), sign = wasm_v128_xor(v, a);
+  const v128_t odd = wasm_v128_and(wasm_u32x4_shr(a, 13), wasm_i32x4_splat(1));
+  v128_t normal = wasm_i32x4_add(a, wasm_i32x4_add(wasm_i32x4_splat(0xfff), odd));
+  normal = wasm_v128_and(normal, wasm_i32x4_splat(~0x1fff));
+  normal = wasm_v128_bitselect(wasm_i32x4_splat(0x7f800000), normal, wasm_i32x4_gt(normal, wasm_i32x4_splat(0x477fe000)));
+  const v128_t half = wasm_f32x4_splat(0.5f);
+  const v128_t small = wasm_f32x4_sub(wasm_f32x4_add(a, half), half);
+  v128_t r = wasm_v128_bitselect(small, normal, wasm_i32x4_lt(a, wasm_i32x4_splat(0x38800000)));
+  r = wasm_v128_or(r, sign);
+  return wasm_v128_bitselect(v, r, wasm_i32x4_gt(a, wasm_i32x4_splat(0x7f800000)));
 }
 
 /* ---- bfloat16 (float16 has no vector conversion here) ---- */

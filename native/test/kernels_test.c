@@ -606,11 +606,32 @@ static void test_awq(const qd_kernels *k) {
   free(w), free(q1), free(q2), free(z1), free(z2), free(s1), free(s2);
 }
 
+/* GPTQ groups whose values divide by their scale to exact half-integers, give or take one ulp:
+ * where the vector path's reciprocal cannot stand for the division (rint's ties). The scale is
+ * d = (1 + m / 2^16) · 2^e, exact through the parameters (the range is maxq · d), or one of
+ * 5.5, 7.5, … · 2^-24, whose float16 (6, 8, … · 2^-24) puts the second quotient, q · d / f16(d),
+ * on half-integers too (5.5 · 6 / 6). */
+static void gptq_ties(float *w, uint64_t n, uint64_t group_size, uint32_t bits) {
+  const uint32_t levels = 1u << bits;
+  for (uint64_t g = 0; g < n; g += group_size) {
+    float d = (1.0f + (float)(next_u32() % 65536) / 65536.0f) * ldexpf(1.0f, (int)(next_u32() % 34) - 24);
+    if (next_u32() % 3 == 0) d = ((float)(next_u32() % 8) * 2.0f + 5.5f) * 0x1p-24f; /* float16 6, 8, 10…: ties */
+    for (uint64_t i = g; i < g + group_size && i < n; i++) {
+      const uint64_t k = i - g < levels ? i - g : next_u32() % levels; /* both ends first */
+      uint32_t b = qd_bits(((float)k - (float)levels / 2 + 0.5f) * d);
+      const uint32_t nudge = next_u32() % 3;
+      if (i - g >= levels && b != 0) b += nudge == 0 ? 1 : nudge == 1 ? 0xffffffffu : 0;
+      w[i] = qd_float(b);
+    }
+  }
+}
+
 /* GPTQ: the SIMD variant against the reference over bits, schemes, layer dtypes, group sizes the
  * vector path takes and ones it leaves (a last group of 16, groups of 12), scales whose float16 is
- * 0 (QD_RANGE_OVERFLOW), NaN / ±Infinity; the counts of zero-point-0 groups and clamped codes. */
+ * 0 (QD_RANGE_OVERFLOW), NaN / ±Infinity, quotients at half-integers (gptq_ties); the counts of
+ * zero-point-0 groups and clamped codes. 64 rows: the vector path's tiles of 16 rows, four times. */
 static void test_gptq(const qd_kernels *k) {
-  enum { OUT = 32, IN = 256 };
+  enum { OUT = 64, IN = 256 };
   float *w = malloc(4 * OUT * IN);
   uint32_t *q1 = malloc(4 * IN * OUT), *q2 = malloc(4 * IN * OUT), *z1 = malloc(4 * IN * OUT), *z2 = malloc(4 * IN * OUT);
   uint16_t *s1 = malloc(2 * IN * OUT), *s2 = malloc(2 * IN * OUT);
@@ -623,7 +644,8 @@ static void test_gptq(const qd_kernels *k) {
     const float scale = iter % 4 == 0 ? 1.0f : iter % 4 == 1 ? 1e-9f : iter % 4 == 2 ? 3e3f : 1e-3f;
     const int specials = iter % 13 == 0;
     for (uint64_t i = 0; i < OUT * in; i++) w[i] = interesting(scale, specials, specials) * 1e-2f;
-    if (store == 2 && !specials) { /* uniform and off-centre: bfloat16 layers at 8 bits clamp codes */
+    if (iter % 7 == 5) gptq_ties(w, OUT * in, gs, bits);
+    else if (store == 2 && !specials) { /* uniform and off-centre: bfloat16 layers at 8 bits clamp codes */
       for (uint64_t i = 0; i < OUT * in; i++) {
         lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
         w[i] = ((float)(lcg >> 40) / 16777216.0f - 0.3f) * scale;
