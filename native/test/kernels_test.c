@@ -575,10 +575,21 @@ static void test_nbits(const qd_kernels *k) {
   free(w), free(b1), free(b2), free(z1), free(z2), free(s1), free(s2);
 }
 
+/* Values of about `scale` that every float16 group scale holds (AWQ's and GPTQ's vector paths take
+ * whole matrices of them): uniform, ±0, halves, float16 and float32 subnormals. */
+static float tame(float scale) {
+  const uint32_t r = next_u32() % 10;
+  if (r < 6) return (uniform() * 2 - 1) * scale;
+  if (r < 7) return (next_u32() & 1) ? 0.0f : -0.0f;
+  if (r < 8) return (float)((int32_t)(next_u32() % 2048) - 1024) * 0x1p-24f;
+  if (r < 9) return ((float)((int32_t)(next_u32() % 600) - 300) + 0.5f) * scale / 300;
+  return qd_float(next_u32() & 0x807fffffu);
+}
+
 /* AWQ: the SIMD variant against the reference over group sizes the vector path takes and ones it
  * leaves, values past float16's range (QD_RANGE_OVERFLOW), float16 subnormals, NaN / ±Infinity. */
 static void test_awq(const qd_kernels *k) {
-  enum { OUT = 16, IN = 256 };
+  enum { OUT = 136, IN = 256 }; /* the vector path's tiles of 128 rows: one whole, one of 8 */
   float *w = malloc(4 * OUT * IN);
   uint32_t *q1 = malloc(4 * IN * OUT / 8), *q2 = malloc(4 * IN * OUT / 8), *z1 = malloc(4 * IN * OUT / 8),
            *z2 = malloc(4 * IN * OUT / 8);
@@ -588,7 +599,8 @@ static void test_awq(const qd_kernels *k) {
     const uint64_t gs = sizes[iter % 5], in = gs == 12 ? 240 : IN, groups = in / gs;
     const float scale = iter % 3 == 0 ? 1.0f : iter % 3 == 1 ? 1e-6f : 3e4f;
     const int specials = iter % 11 == 0;
-    for (uint64_t i = 0; i < OUT * in; i++) w[i] = interesting(scale, specials, specials) * 1e-2f;
+    for (uint64_t i = 0; i < OUT * in; i++)
+      w[i] = iter % 2 ? tame(scale == 3e4f ? 3e4f : scale * 30) : interesting(scale, specials, specials) * 1e-2f;
     uint64_t bad1 = 7, bad2 = 9;
     memset(q2, 0x5a, 4 * in * OUT / 8), memset(z2, 0x5a, 4 * groups * OUT / 8);
     qd_status r1 = qd_kernels_ref.awq_quantize(w, OUT, in, gs, q1, z1, s1, &bad1);
@@ -645,6 +657,8 @@ static void test_gptq(const qd_kernels *k) {
     const int specials = iter % 13 == 0;
     for (uint64_t i = 0; i < OUT * in; i++) w[i] = interesting(scale, specials, specials) * 1e-2f;
     if (iter % 7 == 5) gptq_ties(w, OUT * in, gs, bits);
+    else if (iter % 2 && !specials)
+      for (uint64_t i = 0; i < OUT * in; i++) w[i] = tame(scale * 300);
     else if (store == 2 && !specials) { /* uniform and off-centre: bfloat16 layers at 8 bits clamp codes */
       for (uint64_t i = 0; i < OUT * in; i++) {
         lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
