@@ -4,7 +4,8 @@
 // model's tensors) quantized whole, each run in a child process as a user runs it:
 //  1. quantd quantize --recipe: int4 per_group g128 symmetric (embeddings skipped, norms passed through);
 //  2. quantd quantize --layout gguf:type=Q4_K, and 3. gguf:type=Q8_0 (every 2-D weight);
-//  4. sequential single-tensor calls: each tensor POSTed to a running server's /v1/quantize as
+//  4. --layout gptq and 5. --layout awq (4-bit g128 round-to-nearest, for vLLM / transformers);
+//  6. sequential single-tensor calls: each tensor POSTed to a running server's /v1/quantize as
 //     application/octet-stream (int4 g128), one after another — the script a user writes without
 //     model runs.
 // Beside each: the I/O floor measured in the same run — reading the checkpoint from the page cache
@@ -197,6 +198,8 @@ const runs = [
   ['int4 g128: quantd quantize --recipe', 'out.safetensors', ['--recipe', recipe]],
   ['GGUF Q4_K: quantd quantize --layout', 'out-q4_k.gguf', ['--layout', 'gguf:type=Q4_K']],
   ['GGUF Q8_0: quantd quantize --layout', 'out-q8_0.gguf', ['--layout', 'gguf:type=Q8_0']],
+  ['GPTQ 4-bit g128 (vLLM): quantd quantize --layout', 'out-gptq.safetensors', ['--layout', 'gptq']],
+  ['AWQ 4-bit g128 (vLLM): quantd quantize --layout', 'out-awq.safetensors', ['--layout', 'awq']],
 ];
 const rows = [];
 for (const [how, file, args] of runs) {

@@ -65,6 +65,7 @@ import { histogramOf, sampledDecodedErrors, type ErrorHistogram } from '../core/
 import type { QualityStats } from '../core/quality-stats.js';
 import { checkFinite, encodedByRows, ggmlEncodeRows, type RowRange } from './ggml-rows.js';
 import { BNB_KERNEL_TYPES, CONVERT, GPTQ_STORE, type KernelModule } from './module.js';
+import { awqPackedByRows, gptqPackedByRows } from './packed-rows.js';
 
 /** What the GPTQ algorithm needs beside the weight (gptq-solve.ts). */
 export interface GptqCalibration {
@@ -530,14 +531,16 @@ function encode(
           module?.quadraticForms,
         );
       }
-      const p = gptqPacked(
-        module,
-        call.tensor,
-        floatsOf(call.dtype, a!, module),
-        call.shape,
-        call.dtype,
-        call.params,
-      );
+      const p =
+        (module && gptqPackedByRows(module, call.tensor, a!, call.dtype, call.shape, call.params)) ??
+        gptqPacked(
+          module,
+          call.tensor,
+          floatsOf(call.dtype, a!, module),
+          call.shape,
+          call.dtype,
+          call.params,
+        );
       return {
         outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales), bytesOf(p.gIdx)],
         notes: gptqNotes(p.zeroPointZero, p.clampedCodes, call.params.bits),
@@ -559,9 +562,11 @@ function encode(
       return { outputs: [bytesOf(w)] };
     }
     case 'awq': {
-      const w = floatsOf(call.dtype, a!, module);
-      if (call.calibration) return awqCalibrated(module, call, w, call.calibration);
-      const p = awqPacked(module, call.tensor, w, call.shape, call.params);
+      if (call.calibration)
+        return awqCalibrated(module, call, floatsOf(call.dtype, a!, module), call.calibration);
+      const p =
+        (module && awqPackedByRows(module, call.tensor, a!, call.dtype, call.shape, call.params)) ??
+        awqPacked(module, call.tensor, floatsOf(call.dtype, a!, module), call.shape, call.params);
       return { outputs: [bytesOf(p.qweight), bytesOf(p.qzeros), bytesOf(p.scales)] };
     }
     case 'awq-scales':

@@ -85,12 +85,18 @@ function jobCost<E>(job: EncodeJob<E>, source: JobSource<E>, kernels: boolean): 
   if (job.prepare !== undefined) return 3 * inputs + 2 * outputs + 2 * (job.prepareBytes ?? 0);
   if (job.call === undefined) return inputs;
   if (kernels && byRows(job.call)) return inputs + outputs;
+  if (kernels && packedByRows(job.call)) return inputs + 2 * outputs; // src/kernels/packed-rows.ts
   return 3 * inputs + 2 * outputs;
 }
 
 /** A GGUF call that workers with kernels encode by rows (src/kernels/ggml-rows.ts). */
 function byRows(call: EncoderCall): call is Extract<EncoderCall, { kind: 'ggml' }> {
   return call.kind === 'ggml' && encodedByRows(call);
+}
+
+/** GPTQ and AWQ round-to-nearest, which workers with kernels pack by chunks of rows. */
+function packedByRows(call: EncoderCall): boolean {
+  return (call.kind === 'gptq' || call.kind === 'awq') && call.calibration === undefined;
 }
 
 /** `data` itself, or (when `shared`) a copy in a SharedArrayBuffer for the pool's threads. */
