@@ -85,7 +85,7 @@ const SECTIONS: ReadonlyArray<readonly [string, readonly OptionHelp[]]> = [
       line('concurrency', '  --concurrency N       tensors processed at once (default: CPU cores)'),
       line(
         'memory',
-        '  --memory SIZE         bytes tensors in flight may hold together, e.g. 2G (default: max(256M, largest tensor))',
+        '  --memory SIZE         bytes tensors in flight may hold together, e.g. 2G (default: max(32M, twice what the largest tensor needs))',
       ),
       line('no-progress', '  --no-progress         no progress bar / progress lines on stderr'),
       line('force', '  --force               replace an output file that already exists (never an input)'),
