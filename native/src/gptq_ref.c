@@ -95,7 +95,8 @@ qd_status qd_gptq_quantize_ref(const float *w, uint64_t out, uint64_t in, uint32
         }
       }
       uint32_t zero;
-      if (!gptq_group_ref(row, begin, end, out, bits, sym, store, qweight + r, &zero, scales + g * out + r, &counts[1])) {
+      if (!gptq_group_ref(row, begin, end, out, bits, sym, store, qweight + r, &zero, scales + g * out + r,
+                          &counts[1])) {
         *bad = r * groups + g;
         return QD_RANGE_OVERFLOW;
       }

@@ -4,11 +4,12 @@
  * work on the bits. Three things make it fast, none of which changes a result:
  *
  * - Writes. The reference clears qweight and ORs each code into its word, a read-modify-write per
- *   weight on words `out` apart. Here codes are packed in registers (four vectors at a time into
- *   nibbles or bytes) and each word is stored once, nothing cleared. That needs every word inside
- *   one group (group sizes a multiple of 32 / bits, as every real one is).
- * - Parameters. qd_gptq_params' divisions and float16 rounding, lane for lane, for VL groups of a
- *   row at once (gptq_params): the same operations in the same order on each lane.
+ *   weight on words `out` apart (on a power-of-two `out`, all in one cache set). Here a tile of 16
+ *   rows (a cache line of words) by up to 128 inputs is packed in registers (four vectors at a
+ *   time into nibbles or bytes) and written as whole lines, once, nothing cleared. That needs
+ *   every word inside one group (group sizes a multiple of 32 / bits, as every real one is).
+ * - Parameters. qd_gptq_params' divisions and float16 rounding for the tile's 16 rows at once,
+ *   lane by lane (gptq_params): the same operations in the same order on each lane.
  * - Divisions. rint(a / b) is rint(a · (1/b)) unless a / b lies near a half-integer: with
  *   r = RN(1/b) and y = RN(a · r), |y − RN(a / b)| ≤ |y| · 2^-22 (three roundings of 2^-24
  *   each), so where y is farther than |y| · 2^-21 from every half-integer both round to the same
@@ -31,8 +32,8 @@ QD_V vf QD_NAME(gptq_abs)(vf x) { return vi_bits(vi_and(vf_bits(x), vi_set(0x7ff
 /* −x, as C's unary minus (the sign bit flipped). */
 QD_V vf QD_NAME(gptq_neg)(vf x) { return vi_bits(vi_xor(vf_bits(x), vi_set((int32_t)0x80000000u))); }
 
-/* qd_gptq_params for VL groups at once from their minima and maxima: each lane's parameters into
- * `lanes` and float16 scale into `half`, and whether that lane's group can be written (bit j). */
+/* qd_gptq_params for VL rows' groups at once from their minima and maxima: each lane's parameters
+ * into `lanes` and float16 scale into `half`, and whether that lane's group can be written (bit j). */
 QD_TARGET static uint32_t QD_NAME(gptq_params)(const float *lo, const float *hi, uint32_t bits, int32_t sym,
                                                QD_NAME(gptq_lane) *lanes, uint16_t *half) {
   const vf maxq = vf_set((float)((1u << bits) - 1u)), zero0 = vf_set(0.0f), one = vf_set(1.0f);
@@ -120,11 +121,10 @@ QD_V uint32_t QD_NAME(gptq_word)(const uint8_t *c, uint32_t bits) {
   return w;
 }
 
-/* One group of one row, x[0…n) (n a multiple of 32 / bits): its codes into qweight_col, words
- * `out` apart. Runs of 4·VL values are packed in registers (4 and 8 bits); the rest goes through
- * bytes. */
-QD_TARGET static void QD_NAME(gptq_group)(const float *x, uint64_t n, uint64_t out, uint32_t bits, int32_t store,
-                                          const QD_NAME(gptq_lane) *p, uint32_t *qweight_col, uint64_t *clamped) {
+/* Values x[0…n) of one row's group (n a multiple of 32 / bits) packed into n · bits / 32 words.
+ * Runs of 4·VL values are packed in registers (4 and 8 bits); the rest goes through bytes. */
+QD_TARGET static void QD_NAME(gptq_words)(const float *x, uint64_t n, uint32_t bits, int32_t store,
+                                          const QD_NAME(gptq_lane) *p, uint32_t *words, uint64_t *clamped) {
   const float maxq = (float)((1u << bits) - 1u);
   const vf top = vf_set(maxq);
   uint8_t codes[4 * VL];
@@ -139,8 +139,7 @@ QD_TARGET static void QD_NAME(gptq_group)(const float *x, uint64_t n, uint64_t o
         store4_nibbles(codes, a, b, c, d);
       else
         store4_u8(codes, a, b, c, d);
-      uint32_t *dst = qweight_col + (k * bits >> 5) * out;
-      for (uint32_t w = 0; w < 4 * VL * bits / 32; w++) __builtin_memcpy(dst + w * out, codes + 4 * w, 4);
+      __builtin_memcpy(words + (k * bits >> 5), codes, 4 * VL * bits / 8);
     }
   }
   const qd_gptq_group_params ref = {maxq, p->scale, p->zero, p->half_scale, p->scale_zero, 0};
@@ -150,8 +149,8 @@ QD_TARGET static void QD_NAME(gptq_group)(const float *x, uint64_t n, uint64_t o
     uint64_t j = 0;
     for (; j + VL <= m; j += VL) vi_store_u8(codes + j, QD_NAME(gptq_codes)(x + k + j, p, top, store, clamped));
     for (; j < m; j++) codes[j] = (uint8_t)qd_gptq_code(x[k + j], &ref, store, clamped);
-    uint32_t *dst = qweight_col + (k * bits >> 5) * out;
-    for (uint64_t w = 0; w < (m * bits >> 5); w++) dst[w * out] = QD_NAME(gptq_word)(codes + w * per_word, bits);
+    for (uint64_t w = 0; w < (m * bits >> 5); w++)
+      words[(k * bits >> 5) + w] = QD_NAME(gptq_word)(codes + w * per_word, bits);
     k += m;
   }
 }
@@ -211,7 +210,8 @@ QD_TARGET static qd_status QD_NAME(gptq_quantize)(const float *w, uint64_t out, 
       for (int j = 0; j < ROWS; j++)
         if (!QD_NAME(gptq_range)(x + (uint64_t)j * in, n, x + (uint64_t)j * in + n, ahead, &lo[j], &hi[j]))
           return qd_gptq_quantize_ref(w, out, in, bits, group_size, sym, store, qweight, qzeros, scales, counts, bad);
-      for (int j = 0; j < ROWS; j += VL) ok |= QD_NAME(gptq_params)(lo + j, hi + j, bits, sym, lanes + j, half + j) << j;
+      for (int j = 0; j < ROWS; j += VL)
+        ok |= QD_NAME(gptq_params)(lo + j, hi + j, bits, sym, lanes + j, half + j) << j;
       if (ok != (1u << ROWS) - 1)
         return qd_gptq_quantize_ref(w, out, in, bits, group_size, sym, store, qweight, qzeros, scales, counts, bad);
       for (int j = 0; j < ROWS; j++) {
@@ -225,7 +225,7 @@ QD_TARGET static qd_status QD_NAME(gptq_quantize)(const float *w, uint64_t out, 
         const uint64_t m = n - c0 < CHUNK ? n - c0 : CHUNK, words = m * bits >> 5;
         uint32_t tile[ROWS][CHUNK / 4];
         for (int j = 0; j < ROWS; j++)
-          QD_NAME(gptq_group)(x + (uint64_t)j * in + c0, m, 1, bits, store, &lanes[j], tile[j], &clamped);
+          QD_NAME(gptq_words)(x + (uint64_t)j * in + c0, m, bits, store, &lanes[j], tile[j], &clamped);
         uint32_t *dst = qweight + ((begin + c0) * bits >> 5) * out + r0;
         for (uint64_t k = 0; k < words; k++, dst += out)
           for (int j = 0; j < ROWS; j++) dst[j] = tile[j][k];

@@ -152,7 +152,8 @@ QD_V vf vf_f16_round(vf v) {
   const v128_t odd = wasm_v128_and(wasm_u32x4_shr(a, 13), wasm_i32x4_splat(1));
   v128_t normal = wasm_i32x4_add(a, wasm_i32x4_add(wasm_i32x4_splat(0xfff), odd));
   normal = wasm_v128_and(normal, wasm_i32x4_splat(~0x1fff));
-  normal = wasm_v128_bitselect(wasm_i32x4_splat(0x7f800000), normal, wasm_i32x4_gt(normal, wasm_i32x4_splat(0x477fe000)));
+  const v128_t overflow = wasm_i32x4_gt(normal, wasm_i32x4_splat(0x477fe000)); /* past 65504 */
+  normal = wasm_v128_bitselect(wasm_i32x4_splat(0x7f800000), normal, overflow);
   const v128_t half = wasm_f32x4_splat(0.5f);
   const v128_t small = wasm_f32x4_sub(wasm_f32x4_add(a, half), half);
   v128_t r = wasm_v128_bitselect(small, normal, wasm_i32x4_lt(a, wasm_i32x4_splat(0x38800000)));
