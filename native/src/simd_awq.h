@@ -23,38 +23,6 @@ typedef struct {
   float scale, zero, scale_zero;
 } QD_NAME(awq_lane);
 
-/* The minimum and maximum of x[0…n); 0 if a value is not finite. `ahead` (or NULL) is the row's next
- * group, asked into the cache on the way: the hardware's prefetchers, one stream each, miss a
- * tile's many rows. */
-QD_TARGET static int QD_NAME(awq_range)(const float *x, uint64_t n, const float *ahead, float *lo_out,
-                                        float *hi_out) {
-  vf lo = vf_set(__builtin_inff()), hi = vf_set(-__builtin_inff());
-  vm bad = vm_none();
-  uint64_t k = 0;
-  for (; k + VL <= n; k += VL) {
-    const vf v = vf_load(x + k);
-    if (ahead && k % 16 == 0) __builtin_prefetch(ahead + k);
-    bad = vm_or(bad, vf_unord(vf_sub(v, v))); /* ±Infinity and NaN give NaN */
-    lo = vf_min(lo, v);
-    hi = vf_max(hi, v);
-  }
-  float los[VL], his[VL], l = __builtin_inff(), h = -__builtin_inff();
-  vf_store(los, lo);
-  vf_store(his, hi);
-  for (int j = 0; j < VL; j++) {
-    l = los[j] < l ? los[j] : l;
-    h = his[j] > h ? his[j] : h;
-  }
-  for (; k < n; k++) {
-    if (!qd_is_finite(x[k])) return 0;
-    l = x[k] < l ? x[k] : l;
-    h = x[k] > h ? x[k] : h;
-  }
-  *lo_out = l;
-  *hi_out = h;
-  return !vm_any(bad);
-}
-
 /* qd_awq_params for VL rows at once from their float32 minima and maxima; 0 if a scale is not
  * finite. Each lane's float16 scale goes to `half`. */
 QD_TARGET static int QD_NAME(awq_params)(const float *lo, const float *hi, QD_NAME(awq_lane) *lanes, uint16_t *half) {
@@ -63,7 +31,7 @@ QD_TARGET static int QD_NAME(awq_params)(const float *lo, const float *hi, QD_NA
   vf range = vf_f16_round(vf_sub(h, l));
   range = vf_select(vf_lt(range, min_range), min_range, range);
   const vf scale = vf_f16_round(vf_div(range, maxq));
-  const vf z = vi_bits(vi_xor(vf_bits(vf_round(vf_f16_round(vf_div(l, scale)))), vi_set((int32_t)0x80000000u)));
+  const vf z = vf_neg(vf_round(vf_f16_round(vf_div(l, scale))));
   const vf zero = vf_select(vf_lt(z, zero0), zero0, vf_select(vf_gt(z, maxq), maxq, z));
   const vf scale_zero = vf_f16_round(vf_mul(zero, scale));
   if (!vm_all(vf_lt(scale, vf_set(__builtin_inff())))) return 0; /* scale ≥ float16(1e-5) / 15 > 0 */
@@ -127,8 +95,8 @@ QD_TARGET static qd_status QD_NAME(awq_quantize)(const float *w, uint64_t out, u
       uint16_t half[ROWS];
       for (uint64_t j = 0; j < ROWS; j++) {
         lo[j] = hi[j] = 0.0f;
-        if (j < rows && !QD_NAME(awq_range)(x + j * in, group_size, g + 1 < groups ? x + j * in + group_size : NULL,
-                                             &lo[j], &hi[j]))
+        if (j < rows && !group_range(x + j * in, group_size, x + j * in + group_size, g + 1 < groups ? group_size : 0,
+                                     &lo[j], &hi[j]))
           return qd_awq_quantize_ref(w, out, in, group_size, qweight, qzeros, scales, bad);
       }
       for (uint64_t j = 0; j < rows; j += VL)

@@ -11,6 +11,8 @@
 #define QD_GGML_VECS (32 / VL)
 
 QD_V vf vf_abs(vf v) { return vi_bits(vi_and(vf_bits(v), vi_set(0x7fffffff))); }
+/* −v as C's unary minus: the sign bit flipped. */
+QD_V vf vf_neg(vf v) { return vi_bits(vi_xor(vf_bits(v), vi_set((int32_t)0x80000000u))); }
 
 /* roundf (half away from zero): trunc, then one step away from zero when the dropped fraction
  * is at least one half; v - trunc(v) is exact in float32. */

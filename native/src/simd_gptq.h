@@ -26,12 +26,6 @@ typedef struct {
   float scale, zero, half_scale, scale_zero, inv_scale, inv_half_scale;
 } QD_NAME(gptq_lane);
 
-/* |x| */
-QD_V vf QD_NAME(gptq_abs)(vf x) { return vi_bits(vi_and(vf_bits(x), vi_set(0x7fffffff))); }
-
-/* −x, as C's unary minus (the sign bit flipped). */
-QD_V vf QD_NAME(gptq_neg)(vf x) { return vi_bits(vi_xor(vf_bits(x), vi_set((int32_t)0x80000000u))); }
-
 /* qd_gptq_params for VL rows' groups at once from their minima and maxima: each lane's parameters
  * into `lanes` and float16 scale into `half`, and whether that lane's group can be written (bit j). */
 QD_TARGET static uint32_t QD_NAME(gptq_params)(const float *lo, const float *hi, uint32_t bits, int32_t sym,
@@ -40,15 +34,15 @@ QD_TARGET static uint32_t QD_NAME(gptq_params)(const float *lo, const float *hi,
   const vf l = vf_load(lo), h = vf_load(hi);
   vf xmin = vf_select(vf_lt(l, zero0), l, zero0), xmax = vf_select(vf_gt(h, zero0), h, zero0);
   if (sym) {
-    const vf m = QD_NAME(gptq_abs)(xmin);
+    const vf m = vf_abs(xmin);
     xmax = vf_select(vf_gt(m, xmax), m, xmax);
-    xmin = vf_select(vf_lt(xmin, zero0), QD_NAME(gptq_neg)(xmax), xmin);
+    xmin = vf_select(vf_lt(xmin, zero0), vf_neg(xmax), xmin);
   }
   const vm both_zero = vm_and(vf_ge(xmin, zero0), vf_le(xmax, zero0)); /* xmin ≤ 0 ≤ xmax */
-  xmin = vf_select(both_zero, QD_NAME(gptq_neg)(one), xmin);
+  xmin = vf_select(both_zero, vf_neg(one), xmin);
   xmax = vf_select(both_zero, one, xmax);
   const vf scale = vf_div(vf_sub(xmax, xmin), maxq);
-  const vf zero = sym ? vf_div(vf_add(maxq, one), vf_set(2.0f)) : vf_round(vf_div(QD_NAME(gptq_neg)(xmin), scale));
+  const vf zero = sym ? vf_div(vf_add(maxq, one), vf_set(2.0f)) : vf_round(vf_div(vf_neg(xmin), scale));
   const vf half_scale = vf_f16_round(scale);
   const vm ok = vm_and(vm_and(vf_gt(half_scale, zero0), vf_lt(half_scale, vf_set(__builtin_inff()))),
                        vm_and(vf_ge(zero, zero0), vf_le(zero, maxq)));
@@ -73,8 +67,8 @@ QD_TARGET static uint32_t QD_NAME(gptq_params)(const float *lo, const float *hi,
 /* y = RN(a · r) stands for RN(a / b) under rint when it is farther than |y| · 2^-21 from every
  * half-integer (see the top); the lanes where it does (NaN: none). */
 QD_V vm QD_NAME(gptq_rint_safe)(vf y, vf rounded) {
-  const vf gap = vf_sub(vf_set(0.5f), QD_NAME(gptq_abs)(vf_sub(y, rounded)));
-  return vf_gt(gap, vf_mul(QD_NAME(gptq_abs)(y), vf_set(0x1p-21f)));
+  const vf gap = vf_sub(vf_set(0.5f), vf_abs(vf_sub(y, rounded)));
+  return vf_gt(gap, vf_mul(vf_abs(y), vf_set(0x1p-21f)));
 }
 
 /* The codes of x[0…VL) of a group, clamped ones counted: the reference's operations. */
@@ -155,38 +149,6 @@ QD_TARGET static void QD_NAME(gptq_words)(const float *x, uint64_t n, uint32_t b
   }
 }
 
-/* One group's minimum and maximum; 0 if a value is not finite. ahead[0…ahead_n), the row's next
- * group, is asked into the cache on the way: the hardware's prefetchers, one stream each, miss a
- * tile's rows. */
-QD_TARGET static int QD_NAME(gptq_range)(const float *x, uint64_t n, const float *ahead, uint64_t ahead_n,
-                                         float *lo_out, float *hi_out) {
-  vf lo = vf_set(__builtin_inff()), hi = vf_set(-__builtin_inff());
-  vm bad = vm_none();
-  uint64_t i = 0;
-  for (; i + VL <= n; i += VL) {
-    const vf v = vf_load(x + i);
-    if (i % 16 == 0 && i < ahead_n) __builtin_prefetch(ahead + i);
-    bad = vm_or(bad, vf_unord(vf_sub(v, v))); /* ±Infinity and NaN give NaN */
-    lo = vf_min(lo, v);
-    hi = vf_max(hi, v);
-  }
-  float los[VL], his[VL], l = __builtin_inff(), h = -__builtin_inff();
-  vf_store(los, lo);
-  vf_store(his, hi);
-  for (int j = 0; j < VL; j++) {
-    l = los[j] < l ? los[j] : l;
-    h = his[j] > h ? his[j] : h;
-  }
-  for (; i < n; i++) {
-    if (!qd_is_finite(x[i])) return 0;
-    l = x[i] < l ? x[i] : l;
-    h = x[i] > h ? x[i] : h;
-  }
-  *lo_out = l;
-  *hi_out = h;
-  return !vm_any(bad);
-}
-
 QD_TARGET static qd_status QD_NAME(gptq_quantize)(const float *w, uint64_t out, uint64_t in, uint32_t bits,
                                                   uint64_t group_size, int32_t sym, int32_t store, uint32_t *qweight,
                                                   uint32_t *qzeros, uint16_t *scales, uint64_t *counts,
@@ -208,7 +170,7 @@ QD_TARGET static qd_status QD_NAME(gptq_quantize)(const float *w, uint64_t out, 
       const uint64_t ahead = in - begin - n < group_size ? in - begin - n : group_size; /* the next group */
       uint32_t ok = 0;
       for (int j = 0; j < ROWS; j++)
-        if (!QD_NAME(gptq_range)(x + (uint64_t)j * in, n, x + (uint64_t)j * in + n, ahead, &lo[j], &hi[j]))
+        if (!group_range(x + (uint64_t)j * in, n, x + (uint64_t)j * in + n, ahead, &lo[j], &hi[j]))
           return qd_gptq_quantize_ref(w, out, in, bits, group_size, sym, store, qweight, qzeros, scales, counts, bad);
       for (int j = 0; j < ROWS; j += VL)
         ok |= QD_NAME(gptq_params)(lo + j, hi + j, bits, sym, lanes + j, half + j) << j;
