@@ -244,14 +244,13 @@ static float make_qx_quants(const float *x, int8_t *L) {
   return scale;
 }
 
-void qd_ggml_q6_k_block_ref(const float *x, uint8_t *out) {
-  int8_t L[QK_K];
-  float scales[QK_K / 16];
-  for (int ib = 0; ib < QK_K / 16; ib++) scales[ib] = make_qx_quants(x + 16 * ib, L + 16 * ib);
-  qd_ggml_q6_k_finish(x, scales, L, out);
-}
+/* ---- Q2_K, Q3_K and Q6_K: 16 sub-blocks of 16. After the sub-block searches, each type's head
+ * writes the scale bytes and gives each sub-block's rounded d (and Q2_K's dm); then the codes
+ * against them (sixteen_codes, which the SIMD variants run in vectors) and the packing. ---- */
 
-void qd_ggml_q6_k_finish(const float *x, const float *scales, int8_t *L, uint8_t *out) {
+/* Q6_K: ql:u8[128], qh:u8[64], scales:i8[16] at 192, d:f16 at 208. 0 when the block is all zero
+ * (its 210 bytes written). */
+static int q6_k_head(const float *scales, uint8_t *out, float *d) {
   float max_scale = 0.0f, max_abs_scale = 0.0f;
   for (int ib = 0; ib < QK_K / 16; ib++) {
     const float abs = __builtin_fabsf(scales[ib]);
@@ -262,25 +261,24 @@ void qd_ggml_q6_k_finish(const float *x, const float *scales, int8_t *L, uint8_t
   }
   if (max_abs_scale < QD_GROUP_MAX_EPS) {
     for (int i = 0; i < 210; i++) out[i] = 0; /* d = fp16(0) = 0 */
-    return;
+    return 0;
   }
   const float iscale = -128.0f / max_scale;
   const uint16_t d_bits = qd_f32_to_f16(1.0f / iscale);
-  int8_t *sc = (int8_t *)(out + 192); /* int8 scales[16], then d */
+  int8_t *sc = (int8_t *)(out + 192);
   for (int ib = 0; ib < QK_K / 16; ib++) {
     const int32_t s = nearest_int(iscale * scales[ib]);
     sc[ib] = (int8_t)(uint8_t)(s < 127 ? s : 127);
   }
   put_f16(out + 208, d_bits);
   const float d_all = qd_f16_to_f32(d_bits);
-  for (int j = 0; j < QK_K / 16; j++) {
-    const float d = d_all * (float)sc[j];
-    if (d == 0) continue;
-    for (int ii = 0; ii < 16; ii++)
-      L[16 * j + ii] = (int8_t)(clamp_i32(nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
-  }
+  for (int j = 0; j < QK_K / 16; j++) d[j] = d_all * (float)sc[j];
+  return 1;
+}
+
+static void q6_k_pack(const uint8_t *L, uint8_t *out) {
   for (int half = 0; half < 2; half++) {
-    const int8_t *Lh = L + 128 * half;
+    const uint8_t *Lh = L + 128 * half;
     uint8_t *ql = out + 64 * half, *qh = out + 128 + 32 * half;
     for (int l = 0; l < 32; l++) {
       const int a = Lh[l], b = Lh[l + 32], c = Lh[l + 64], e = Lh[l + 96];
@@ -291,8 +289,7 @@ void qd_ggml_q6_k_finish(const float *x, const float *scales, int8_t *L, uint8_t
   }
 }
 
-/* ---- Q2_K and Q3_K: 16 sub-blocks of 16, 2-bit codes packed four to a byte 32 apart ---- */
-
+/* 2-bit codes packed four to a byte, 32 apart (Q2_K's and Q3_K's qs). */
 static void pack_two_bits(const uint8_t *L, uint8_t *qs) {
   for (int j = 0; j < QK_K; j += 128) {
     for (int l = 0; l < 32; l++) {
@@ -302,13 +299,9 @@ static void pack_two_bits(const uint8_t *L, uint8_t *qs) {
 }
 
 /* Q2_K: scales:u8[16] (scale | min << 4), qs:u8[64], d:f16 at 80, dmin:f16 at 82. */
-void qd_ggml_q2_k_block_ref(const float *x, uint8_t *out) {
-  uint8_t L[QK_K];
-  float weights[16], scales[16], mins[16];
+static void q2_k_head(const float *scales, const float *mins, uint8_t *out, float *d, float *dm) {
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < 16; j++) {
-    for (int l = 0; l < 16; l++) weights[l] = __builtin_fabsf(x[16 * j + l]);
-    scales[j] = make_qkx2_quants(x + 16 * j, weights, L + 16 * j, &mins[j], 3, -0.5f, 15, 16, 1);
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
@@ -331,12 +324,9 @@ void qd_ggml_q2_k_block_ref(const float *x, uint8_t *out) {
   const float d_all = qd_f16_to_f32((uint16_t)(out[80] | out[81] << 8));
   const float dmin_all = qd_f16_to_f32((uint16_t)(out[82] | out[83] << 8));
   for (int j = 0; j < 16; j++) {
-    const float d = d_all * (float)(sc[j] & 0xf);
-    if (d == 0) continue;
-    const float dm = dmin_all * (float)(sc[j] >> 4);
-    for (int ii = 0; ii < 16; ii++) L[16 * j + ii] = (uint8_t)clamp_i32(nearest_int((x[16 * j + ii] + dm) / d), 0, 3);
+    d[j] = d_all * (float)(sc[j] & 0xf);
+    dm[j] = dmin_all * (float)(sc[j] >> 4);
   }
-  pack_two_bits(L, out + 16);
 }
 
 /* make_q3_quants (do_rmse): codes -nmax..nmax-1 stored as code + nmax (0 for an all-zero group). */
@@ -383,13 +373,9 @@ static float make_q3_quants(const float *x, int8_t *L, const int32_t nmax) {
 }
 
 /* Q3_K: hmask:u8[32], qs:u8[64], scales:u8[12] (6-bit signed, offset 32), d:f16 at 108. */
-void qd_ggml_q3_k_block_ref(const float *x, uint8_t *out) {
-  int8_t L[QK_K];
-  uint8_t codes[QK_K];
-  float scales[16];
+static void q3_k_head(const float *scales, uint8_t *out, float *d) {
   float max_scale = 0.0f, amax = 0.0f;
   for (int j = 0; j < 16; j++) {
-    scales[j] = make_q3_quants(x + 16 * j, L + 16 * j, 4);
     const float scale = __builtin_fabsf(scales[j]);
     if (scale > amax) {
       amax = scale;
@@ -416,19 +402,80 @@ void qd_ggml_q3_k_block_ref(const float *x, uint8_t *out) {
   for (int j = 0; j < 16; j++) {
     int8_t s = (int8_t)(j < 8 ? sc[j] & 0xf : sc[j - 8] >> 4);
     s = (int8_t)((s | (((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
-    const float d = d_all * (float)s;
-    if (d == 0) continue;
-    for (int ii = 0; ii < 16; ii++) L[16 * j + ii] = (int8_t)(clamp_i32(nearest_int(x[16 * j + ii] / d), -4, 3) + 4);
+    d[j] = d_all * (float)s;
   }
+}
+
+static void q3_k_pack(const uint8_t *L, uint8_t *out) {
+  uint8_t codes[QK_K];
   uint8_t *hmask = out;
   for (int j = 0; j < 32; j++) hmask[j] = 0;
-  for (int j = 0; j < QK_K; j++) {
-    int l = L[j];
-    if (l > 3) {
-      hmask[j % 32] |= (uint8_t)(1 << (j / 32));
-      l -= 4;
-    }
-    codes[j] = (uint8_t)l;
+  for (int j = 0; j < QK_K; j++) { /* codes are 0..7: bit 2 is the high bit, without a branch */
+    hmask[j % 32] |= (uint8_t)(((L[j] >> 2) & 1) << (j / 32));
+    codes[j] = (uint8_t)(L[j] & 3);
   }
   pack_two_bits(codes, out + 32);
+}
+
+int qd_ggml_sixteen_head(int32_t type, const float *scales, const float *neg_mins, uint8_t *out, float *d, float *dm) {
+  if (type == QD_GGML_Q6_K) return q6_k_head(scales, out, d);
+  if (type == QD_GGML_Q3_K)
+    q3_k_head(scales, out, d);
+  else
+    q2_k_head(scales, neg_mins, out, d, dm);
+  return 1;
+}
+
+void qd_ggml_sixteen_pack(int32_t type, const uint8_t *L, uint8_t *out) {
+  if (type == QD_GGML_Q6_K)
+    q6_k_pack(L, out);
+  else if (type == QD_GGML_Q3_K)
+    q3_k_pack(L, out);
+  else
+    pack_two_bits(L, out + 16);
+}
+
+/* Each sub-block's codes against its rounded d (and dm): those with d 0 keep the search's. */
+static void sixteen_codes(int32_t type, const float *x, const float *d, const float *dm, uint8_t *L) {
+  const int32_t lo = qd_ggml_sixteen_low(type), hi = type == QD_GGML_Q2_K ? 3 : -lo - 1;
+  for (int j = 0; j < 16; j++) {
+    if (d[j] == 0) continue;
+    for (int ii = 0; ii < 16; ii++) {
+      const float v = type == QD_GGML_Q2_K ? x[16 * j + ii] + dm[j] : x[16 * j + ii];
+      L[16 * j + ii] = (uint8_t)(clamp_i32(nearest_int(v / d[j]), lo, hi) - lo);
+    }
+  }
+}
+
+/* The three block functions: the sub-block searches, then head, codes and packing. */
+static void sixteen_finish(int32_t type, const float *x, const float *scales, const float *neg_mins, uint8_t *L,
+                           uint8_t *out) {
+  float d[16], dm[16];
+  if (!qd_ggml_sixteen_head(type, scales, neg_mins, out, d, dm)) return;
+  sixteen_codes(type, x, d, dm, L);
+  qd_ggml_sixteen_pack(type, L, out);
+}
+
+void qd_ggml_q6_k_block_ref(const float *x, uint8_t *out) {
+  uint8_t L[QK_K];
+  float scales[QK_K / 16];
+  for (int ib = 0; ib < QK_K / 16; ib++) scales[ib] = make_qx_quants(x + 16 * ib, (int8_t *)L + 16 * ib);
+  sixteen_finish(QD_GGML_Q6_K, x, scales, NULL, L, out);
+}
+
+void qd_ggml_q3_k_block_ref(const float *x, uint8_t *out) {
+  uint8_t L[QK_K];
+  float scales[16];
+  for (int j = 0; j < 16; j++) scales[j] = make_q3_quants(x + 16 * j, (int8_t *)L + 16 * j, 4);
+  sixteen_finish(QD_GGML_Q3_K, x, scales, NULL, L, out);
+}
+
+void qd_ggml_q2_k_block_ref(const float *x, uint8_t *out) {
+  uint8_t L[QK_K];
+  float weights[16], scales[16], neg_mins[16];
+  for (int j = 0; j < 16; j++) {
+    for (int l = 0; l < 16; l++) weights[l] = __builtin_fabsf(x[16 * j + l]);
+    scales[j] = make_qkx2_quants(x + 16 * j, weights, L + 16 * j, &neg_mins[j], 3, -0.5f, 15, 16, 1);
+  }
+  sixteen_finish(QD_GGML_Q2_K, x, scales, neg_mins, L, out);
 }

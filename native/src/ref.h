@@ -59,9 +59,17 @@ void qd_ggml_q5_k_finish(const float *x, const float *scales, const float *mins,
 void qd_ggml_q6_k_block_ref(const float *x, uint8_t *out);
 /* Q4_K after the sub-block search: the 8 scales, 8 negated mins and codes L → the block's bytes. */
 void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out);
-/* Q6_K after the sub-block search: the block's 16 scales and codes L (nmax + code) → its bytes
- * (the SIMD variants search sub-blocks across lanes, then finish here). */
-void qd_ggml_q6_k_finish(const float *x, const float *scales, int8_t *L, uint8_t *out);
+/* Q2_K, Q3_K and Q6_K after their 16 sub-block searches (scales, Q2_K's negated mins, codes L
+ * stored minus qd_ggml_sixteen_low): the head writes the scale bytes and each sub-block's rounded
+ * d (Q2_K: and dm), 0 when it wrote the whole (all-zero) Q6_K block; then each sub-block whose d
+ * is not 0 takes the codes clamp(nearest((x + dm) / d), low, high) - low (dm: Q2_K only; high 3
+ * for Q2_K, -low - 1 otherwise), and the packing writes them. The SIMD variants search and code
+ * in vectors and call the head and the packing. */
+int qd_ggml_sixteen_head(int32_t type, const float *scales, const float *neg_mins, uint8_t *out, float *d, float *dm);
+void qd_ggml_sixteen_pack(int32_t type, const uint8_t *L, uint8_t *out);
+static inline int32_t qd_ggml_sixteen_low(int32_t type) {
+  return type == QD_GGML_Q6_K ? -32 : type == QD_GGML_Q3_K ? -4 : 0;
+}
 void qd_ggml_iq4_nl_block_ref(const float *x, uint8_t *out);
 void qd_ggml_iq4_xs_block_ref(const float *x, uint8_t *out);
 /* IQ4_NL / IQ4_XS's scale search for one group of 32 values (quantize_row_iq4_nl_impl, ntry 7). */

@@ -321,14 +321,8 @@ QD_TARGET static void QD_NAME(ggml_q5_0_group)(const float *x, int n, uint8_t *o
 QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, uint64_t blocks, uint8_t *out) {
   const uint64_t size = qd_ggml_block_bytes(type);
   if (size == 0) return QD_BAD_ARGUMENT;
-  if (type == QD_GGML_Q6_K) {
-    for (uint64_t b = 0; b < blocks; b++) QD_NAME(kq_q6_k_block)(x + 256 * b, out + size * b);
-    return QD_OK;
-  }
-  if (type == QD_GGML_Q2_K || type == QD_GGML_Q3_K) {
-    /* scalar for now: the lane search takes no sub-blocks of 16 yet */
-    const qd_ggml_block_fn block = qd_ggml_block_ref(type);
-    for (uint64_t b = 0; b < blocks; b++) block(x + 256 * b, out + size * b);
+  if (type == QD_GGML_Q6_K || type == QD_GGML_Q3_K || type == QD_GGML_Q2_K) {
+    for (uint64_t b = 0; b < blocks; b++) QD_NAME(kq_sixteen_block)(type, x + 256 * b, out + size * b);
     return QD_OK;
   }
   if (type == QD_GGML_IQ4_NL) {

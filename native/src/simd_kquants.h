@@ -24,21 +24,29 @@ QD_TARGET static int QD_NAME(kq_has_nan)(const float *x) {
   return vm_any(nan);
 }
 
-/* make_qx_quants (nmax 32, rmse_type 1) for VL sub-blocks of 16: t[16·i + s] is element i of
- * sub-block s (lanes: sub-blocks first .. first + VL); their scales to scales[], codes (nmax +
- * code) to L[16·s + i]. */
-QD_TARGET static void QD_NAME(kq_q6_search)(const float *t, int first, float *scales, int8_t *L) {
-  enum { N = 16, NMAX = 32 };
-  vf xs[N];
+/* VL sub-blocks of 16 (t[16·i + s] is element i of sub-block s; lanes: sub-blocks first ..
+ * first + VL) into xs, and each one's signed value of largest magnitude (the first such),
+ * as qd_ggml_signed_abs_max; *zero_group: the lanes whose magnitude is below GROUP_MAX_EPS. */
+QD_V vf kq_load_signed_max(const float *t, int first, vf *xs, vm *zero_group) {
   vf max = vf_set(0.0f), amax = vf_set(0.0f);
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < 16; i++) {
     xs[i] = vf_load(t + 16 * i + first);
     vf ax = vf_abs(xs[i]);
     vm bigger = vf_gt(ax, amax);
     amax = vf_select(bigger, ax, amax);
     max = vf_select(bigger, xs[i], max);
   }
-  const vm zero_group = vf_lt(amax, vf_set(1e-15f)); /* GROUP_MAX_EPS: all codes 0, scale 0 */
+  *zero_group = vf_lt(amax, vf_set(1e-15f));
+  return max;
+}
+
+/* make_qx_quants (nmax 32, rmse_type 1) for VL sub-blocks of 16 (kq_load_signed_max's t); their
+ * scales to scales[], codes (nmax + code) to L[16·s + i]. */
+QD_TARGET static void QD_NAME(kq_q6_search)(const float *t, int first, float *scales, int8_t *L) {
+  enum { N = 16, NMAX = 32 };
+  vf xs[N];
+  vm zero_group; /* all codes 0, scale 0 */
+  const vf max = kq_load_signed_max(t, first, xs, &zero_group);
   vf iscale = vf_div(vf_set(-(float)NMAX), max);
   vf sumlx = vf_set(0.0f), suml2 = vf_set(0.0f);
   vi l[N];
@@ -81,44 +89,82 @@ QD_TARGET static void QD_NAME(kq_q6_search)(const float *t, int first, float *sc
   }
 }
 
-QD_TARGET static void QD_NAME(kq_q6_k_block)(const float *x, uint8_t *out) {
-  if (QD_NAME(kq_has_nan)(x)) {
-    qd_ggml_q6_k_block_ref(x, out);
-    return;
+/* make_q3_quants (nmax 4, do_rmse) for VL sub-blocks of 16 (kq_load_signed_max's t); scales to
+ * scales[], codes (code + 4; 0 for an all-zero sub-block) to L[16·s + i]. The reference's passes
+ * of single-code changes run on all lanes together until no lane changes (at most five): a lane
+ * whose pass changed nothing would change nothing in the next, so the extra passes leave it. */
+QD_TARGET static void QD_NAME(kq_q3_search)(const float *t, int first, float *scales, int8_t *L) {
+  enum { N = 16, NMAX = 4 };
+  vf xs[N];
+  vm zero_group;
+  const vf max = kq_load_signed_max(t, first, xs, &zero_group);
+  const vf iscale = vf_div(vf_set(-(float)NMAX), max);
+  vf sumlx = vf_set(0.0f), suml2 = vf_set(0.0f);
+  vi l[N];
+  for (int i = 0; i < N; i++) {
+    l[i] = kq_clamp(kq_nearest(vf_mul(iscale, xs[i])), -NMAX, NMAX - 1);
+    const vf lf = vi_to_vf(l[i]), w = vf_mul(xs[i], xs[i]);
+    sumlx = vf_add(sumlx, vf_mul(vf_mul(w, xs[i]), lf));
+    suml2 = vf_add(suml2, vf_mul(vf_mul(w, lf), lf));
   }
-  float t[256], scales[16];
-  int8_t L[256];
-  for (int s = 0; s < 16; s++) {
-    for (int i = 0; i < 16; i++) t[16 * i + s] = x[16 * s + i];
+  for (int itry = 0; itry < 5; itry++) {
+    vm changed = vm_none();
+    for (int i = 0; i < N; i++) {
+      const vf w = vf_mul(xs[i], xs[i]), wx = vf_mul(w, xs[i]), lf = vi_to_vf(l[i]);
+      vf slx = vf_sub(sumlx, vf_mul(wx, lf));
+      vf sl2 = vf_sub(suml2, vf_mul(vf_mul(w, lf), lf));
+      const vi new_l = kq_clamp(kq_nearest(vf_div(vf_mul(xs[i], sl2), slx)), -NMAX, NMAX - 1);
+      const vm moved = vm_and(vf_gt(slx, vf_set(0.0f)), vm_or(vi_gt(new_l, l[i]), vi_gt(l[i], new_l)));
+      if (!vm_any(moved)) continue;
+      const vf nf = vi_to_vf(new_l);
+      slx = vf_add(slx, vf_mul(wx, nf));
+      sl2 = vf_add(sl2, vf_mul(vf_mul(w, nf), nf));
+      const vm better = vm_and(moved, vm_and(vf_gt(sl2, vf_set(0.0f)),
+                                             vf_gt(vf_mul(vf_mul(slx, slx), suml2), vf_mul(vf_mul(sumlx, sumlx), sl2))));
+      l[i] = vi_select(better, new_l, l[i]);
+      sumlx = vf_select(better, slx, sumlx);
+      suml2 = vf_select(better, sl2, suml2);
+      changed = vm_or(changed, better);
+    }
+    if (!vm_any(changed)) break;
   }
-  for (int first = 0; first < 16; first += VL) QD_NAME(kq_q6_search)(t, first, scales, L);
-  qd_ggml_q6_k_finish(x, scales, L, out);
+  vf scale = vf_select(vf_gt(suml2, vf_set(0.0f)), vf_div(sumlx, suml2), vf_set(0.0f));
+  vf_store(scales + first, vf_select(zero_group, vf_set(0.0f), scale));
+  int32_t lanes[N][VL];
+  for (int i = 0; i < N; i++) vi_store(lanes[i], vi_select(zero_group, vi_set(0), vi_add(l[i], vi_set(NMAX))));
+  for (int s = 0; s < VL; s++) {
+    for (int i = 0; i < N; i++) L[16 * (first + s) + i] = (int8_t)lanes[i][s];
+  }
 }
 
 /* Super-blocks per Q4_K search: its 8 sub-blocks fill VL lanes, or half of AVX-512's 16. */
 #define KQ_Q4_SUPER (VL > 8 ? VL / 8 : 1)
 #define KQ_Q4_SUBS (8 * KQ_Q4_SUPER)
 
-/* The weights av_x + |x| of make_qkx2_quants' caller and the search itself (rdelta 0.1; Q4_K:
- * nmax 15, rmin -1, nstep 20; Q5_K: nmax 31, rmin -0.5, nstep 15) for VL sub-blocks of 32:
- * t[KQ_Q4_SUBS·i + s] is element i of sub-block s (lanes: sub-blocks first .. first + VL);
- * scales, negated mins and codes L[32·s + i] out. */
-QD_TARGET static void QD_NAME(kq_affine_search)(const float *t, int first, float *scales, float *neg_mins,
-                                                uint8_t *L, const int32_t NMAX, const float rmin,
-                                                const int NSTEP) {
-  enum { N = 32 };
-  vf xs[N], ws[N];
+/* make_qkx2_quants (rdelta 0.1) for VL sub-blocks of N, with its callers' weights:
+ * - Q4_K (nmax 15, rmin -1, nstep 20) and Q5_K (nmax 31, rmin -0.5, nstep 15): N 32, weights
+ *   av_x + |x|, squared error;
+ * - Q2_K (`mad`: nmax 3, rmin -0.5, nstep 15): N 16, weights |x|, absolute error.
+ * t[stride·i + s] is element i of sub-block s (lanes: sub-blocks first .. first + VL); scales,
+ * negated mins and codes L[N·s + i] out. Always inlined, so that N and `mad` are constants. */
+QD_V void QD_NAME(kq_affine_search)(const float *t, const int stride, const int first, const int N, const int mad,
+                                    float *scales, float *neg_mins, uint8_t *L, const int32_t NMAX, const float rmin,
+                                    const int NSTEP) {
+  vf xs[32], ws[32];
   vf sum_x2 = vf_set(0.0f);
   for (int i = 0; i < N; i++) {
-    xs[i] = vf_load(t + KQ_Q4_SUBS * i + first);
+    xs[i] = vf_load(t + stride * i + first);
     sum_x2 = vf_add(sum_x2, vf_mul(xs[i], xs[i]));
   }
-  float av[VL];
-  vf_store(av, vf_div(sum_x2, vf_set(32.0f)));
-  for (int s = 0; s < VL; s++) av[s] = __builtin_sqrtf(av[s]);
-  const vf av_x = vf_load(av);
-  for (int i = 0; i < N; i++) ws[i] = vf_add(av_x, vf_abs(xs[i]));
-
+  if (mad) {
+    for (int i = 0; i < N; i++) ws[i] = vf_abs(xs[i]);
+  } else {
+    float av[VL];
+    vf_store(av, vf_div(sum_x2, vf_set(32.0f)));
+    for (int s = 0; s < VL; s++) av[s] = __builtin_sqrtf(av[s]);
+    const vf av_x = vf_load(av);
+    for (int i = 0; i < N; i++) ws[i] = vf_add(av_x, vf_abs(xs[i]));
+  }
   vf min = xs[0], max = xs[0];
   vf sum_w = ws[0];
   vf sum_x = vf_mul(sum_w, xs[0]);
@@ -134,16 +180,16 @@ QD_TARGET static void QD_NAME(kq_affine_search)(const float *t, int first, float
   vf iscale = vf_div(vf_set((float)NMAX), vf_sub(max, min));
   vf scale = vf_div(vf_set(1.0f), iscale);
   vf best_error = vf_set(0.0f);
-  vi l[N];
+  vi l[32];
   for (int i = 0; i < N; i++) {
     l[i] = kq_clamp(kq_nearest(vf_mul(iscale, vf_sub(xs[i], min))), 0, NMAX);
     vf diff = vf_sub(vf_add(vf_mul(scale, vi_to_vf(l[i])), min), xs[i]);
-    best_error = vf_add(best_error, vf_mul(ws[i], vf_mul(diff, diff)));
+    best_error = vf_add(best_error, vf_mul(ws[i], mad ? vf_abs(diff) : vf_mul(diff, diff)));
   }
   for (int is = 0; is <= NSTEP; is++) {
     iscale = vf_div(vf_set(rmin + 0.1f * (float)is + (float)NMAX), vf_sub(max, min));
     vf sum_l = vf_set(0.0f), sum_l2 = vf_set(0.0f), sum_xl = vf_set(0.0f);
-    vi laux[N];
+    vi laux[32];
     for (int i = 0; i < N; i++) {
       laux[i] = kq_clamp(kq_nearest(vf_mul(iscale, vf_sub(xs[i], min))), 0, NMAX);
       const vf lf = vi_to_vf(laux[i]), wl = vf_mul(ws[i], lf);
@@ -162,7 +208,7 @@ QD_TARGET static void QD_NAME(kq_affine_search)(const float *t, int first, float
     vf cur_error = vf_set(0.0f);
     for (int i = 0; i < N; i++) {
       vf diff = vf_sub(vf_add(vf_mul(this_scale, vi_to_vf(laux[i])), this_min), xs[i]);
-      cur_error = vf_add(cur_error, vf_mul(ws[i], vf_mul(diff, diff)));
+      cur_error = vf_add(cur_error, vf_mul(ws[i], mad ? vf_abs(diff) : vf_mul(diff, diff)));
     }
     const vm better = vm_and(solvable, vf_lt(cur_error, best_error));
     if (!vm_any(better)) continue;
@@ -175,10 +221,10 @@ QD_TARGET static void QD_NAME(kq_affine_search)(const float *t, int first, float
   min = vf_select(flat, flat_min, min);
   vf_store(scales + first, scale);
   vf_store(neg_mins + first, vi_bits(vi_xor(vf_bits(min), vi_set(INT32_MIN)))); /* -min, -0 for +0 */
-  int32_t lanes[N][VL];
+  int32_t lanes[32][VL];
   for (int i = 0; i < N; i++) vi_store(lanes[i], vi_select(flat, vi_set(0), l[i]));
   for (int s = 0; s < VL; s++) {
-    for (int i = 0; i < N; i++) L[32 * (first + s) + i] = (uint8_t)lanes[i][s];
+    for (int i = 0; i < N; i++) L[N * (first + s) + i] = (uint8_t)lanes[i][s];
   }
 }
 
@@ -197,9 +243,9 @@ QD_TARGET static void QD_NAME(kq_affine_k_blocks)(const float *x, int n, uint8_t
   }
   for (int first = 0; first < KQ_Q4_SUBS; first += VL) {
     if (five_bits)
-      QD_NAME(kq_affine_search)(t, first, scales, neg_mins, L, 31, -0.5f, 15);
+      QD_NAME(kq_affine_search)(t, KQ_Q4_SUBS, first, 32, 0, scales, neg_mins, L, 31, -0.5f, 15);
     else
-      QD_NAME(kq_affine_search)(t, first, scales, neg_mins, L, 15, -1.0f, 20);
+      QD_NAME(kq_affine_search)(t, KQ_Q4_SUBS, first, 32, 0, scales, neg_mins, L, 15, -1.0f, 20);
   }
   for (int b = 0; b < n; b++) {
     const float *xb = x + 256 * b;
@@ -209,4 +255,39 @@ QD_TARGET static void QD_NAME(kq_affine_k_blocks)(const float *x, int n, uint8_t
     else
       (five_bits ? qd_ggml_q5_k_finish : qd_ggml_q4_k_finish)(xb, scales + 8 * b, neg_mins + 8 * b, L + 256 * b, ob);
   }
+}
+
+/* One Q2_K, Q3_K or Q6_K super-block (16 sub-blocks of 16): its sub-blocks searched across
+ * lanes, then finished by the scalar code; a super-block holding NaN by the scalar reference. */
+QD_TARGET static void QD_NAME(kq_sixteen_block)(int32_t type, const float *x, uint8_t *out) {
+  if (QD_NAME(kq_has_nan)(x)) {
+    qd_ggml_block_ref(type)(x, out);
+    return;
+  }
+  float t[256], scales[16], neg_mins[16];
+  uint8_t L[256];
+  for (int s = 0; s < 16; s++) {
+    for (int i = 0; i < 16; i++) t[16 * i + s] = x[16 * s + i];
+  }
+  for (int first = 0; first < 16; first += VL) {
+    if (type == QD_GGML_Q6_K)
+      QD_NAME(kq_q6_search)(t, first, scales, (int8_t *)L);
+    else if (type == QD_GGML_Q3_K)
+      QD_NAME(kq_q3_search)(t, first, scales, (int8_t *)L);
+    else
+      QD_NAME(kq_affine_search)(t, 16, first, 16, 1, scales, neg_mins, L, 3, -0.5f, 15);
+  }
+  float d[16], dm[16];
+  if (!qd_ggml_sixteen_head(type, scales, type == QD_GGML_Q2_K ? neg_mins : NULL, out, d, dm)) return;
+  const int32_t lo = qd_ggml_sixteen_low(type), hi = type == QD_GGML_Q2_K ? 3 : -lo - 1;
+  for (int j = 0; j < 16; j++) { /* the codes against the rounded d (and dm), as the reference's */
+    if (d[j] == 0) continue;
+    const vf dj = vf_set(d[j]), dmj = vf_set(type == QD_GGML_Q2_K ? dm[j] : 0.0f);
+    for (int k = 0; k < 16; k += VL) {
+      vf v = vf_load(x + 16 * j + k);
+      if (type == QD_GGML_Q2_K) v = vf_add(v, dmj);
+      vi_store_u8(L + 16 * j + k, vi_sub(kq_clamp(kq_nearest(vf_div(v, dj)), lo, hi), vi_set(lo)));
+    }
+  }
+  qd_ggml_sixteen_pack(type, L, out);
 }
