@@ -54,7 +54,8 @@ VARIANTS = [
 ]
 # runs with the importance matrix of IMATRIX_MODEL (written as IMATRIX_MODEL.imatrix.gguf / .dat)
 IMATRIX_MODEL = "llama"
-IMATRIX_RUNS = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_S", "IQ4_XS"]
+IMATRIX_RUNS = ["Q4_K_M", "Q5_K_M", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_S", "IQ4_XS",
+                "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_NL"]
 # what llama-imatrix would have counted: a power of two, so that sums / count is exact
 IMATRIX_COUNT = 8
 

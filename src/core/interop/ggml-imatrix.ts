@@ -13,6 +13,12 @@
  *                then the eight scales and eight mins are themselves fitted to 6 bits by
  *                make_qp_quants, weighted by each sub-block's weight sum
  *   Q6_K         make_qx_quants weighted by qw itself
+ *   Q2_K         per super-block σ² = Σx²/256; sub-blocks of 16 fitted as Q4_1's (nmax 3), the
+ *                16 scales and mins to 4 bits by make_qp_quants
+ *   Q3_K         per super-block σ² = 2Σx²/256; sub-blocks of 16 by make_qx_quants (nmax 4), the
+ *                16 scales by make_qx_quants (nmax 32) weighted by the sub-blocks' weight sums
+ *   IQ4_NL/XS    quantize_row_iq4_nl_impl's search weighted by qw·sqrt(σ² + x²), σ² = 2Σx²/32
+ *                per block (IQ4_NL), 2Σx²/256 per super-block (IQ4_XS)
  *   Q8_0         ignores the matrix
  * Float32 throughout, one rounding per C operation, in C's order (see ggml-common.ts).
  */
@@ -29,9 +35,31 @@ import {
   putScaleMinK4,
   quantizeQ6_KWeighted,
 } from './ggml-kquants.js';
+import { finishQ2_K, finishQ3_K } from './ggml-kquants-low.js';
+import { quantizeIQ4_NLWeighted, quantizeIQ4_XSWeighted } from './ggml-iquants.js';
 import { quantizeQ8_0 } from './ggml-legacy.js';
 
 const f = Math.fround; // local on purpose, see ggml-common.ts
+
+const q2kScratch = {
+  L: new Uint8Array(QK_K),
+  laux: new Uint8Array(16),
+  weight: new Float32Array(16),
+  sw: new Float32Array(QK_K / 16),
+  scales: new Float32Array(QK_K / 16),
+  mins: new Float32Array(QK_K / 16),
+  ls: new Uint8Array(QK_K / 16),
+  lm: new Uint8Array(QK_K / 16),
+  result: { min: 0 },
+};
+
+const q3kScratch = {
+  L: new Int8Array(QK_K),
+  weight: new Float32Array(16),
+  sw: new Float32Array(QK_K / 16),
+  scales: new Float32Array(QK_K / 16),
+  ls: new Int8Array(QK_K / 16),
+};
 
 const RMIN = f(-0.9);
 const RDELTA = f(0.05);
@@ -265,6 +293,85 @@ function affineKRow(nmax: 15 | 31): WeightedRowQuantizer {
   };
 }
 
+/**
+ * quantize_row_q2_K_impl: per super-block σ² = Σx²/256; each sub-block of 16 fitted by
+ * make_qkx3_quants (nmax 3, rmin −0.9, rdelta 0.05, 36 steps, squared error) with weights
+ * qw·sqrt(σ² + x²); the 16 scales and 16 mins fitted to 4 bits by make_qp_quants, weighted by
+ * each sub-block's weight sum; then the codes against the rounded scales, as the reference's.
+ */
+const q2KRow: WeightedRowQuantizer = (x, xo, n, qw, out, oo) => {
+  const { L, laux, sw, scales, mins, ls, lm, result, weight } = q2kScratch;
+  for (let i = 0; i < n / QK_K; i++) {
+    const xb = xo + QK_K * i;
+    const sigma2 = f(sumSquares(x, xb, QK_K) / QK_K);
+    for (let j = 0; j < QK_K / 16; j++) {
+      const base = xb + 16 * j;
+      const qwo = QK_K * i + 16 * j;
+      for (let l = 0; l < 16; l++) {
+        weight[l] = f(qw[qwo + l]! * f(Math.sqrt(f(sigma2 + f(x[base + l]! * x[base + l]!)))));
+      }
+      let sumw = 0;
+      for (let l = 0; l < 16; l++) sumw = f(sumw + weight[l]!);
+      sw[j] = sumw;
+      scales[j] = makeQkx2Quants(16, 3, x, base, weight, L, 16 * j, laux, RMIN, RDELTA, 36, false, result);
+      mins[j] = result.min;
+    }
+    const dBlock = makeQpQuants(QK_K / 16, 15, scales, ls, sw);
+    const mBlock = makeQpQuants(QK_K / 16, 15, mins, lm, sw);
+    const o = oo + 84 * i;
+    putU16(out, o + 80, fp16Bits(dBlock));
+    putU16(out, o + 82, fp16Bits(mBlock));
+    for (let j = 0; j < QK_K / 16; j++) out[o + j] = ls[j]! | (lm[j]! << 4);
+    finishQ2_K(x, xb, L, out, o);
+  }
+};
+
+/**
+ * quantize_row_q3_K_impl: per super-block σ² = 2Σx²/256; each sub-block of 16 fitted by
+ * make_qx_quants (nmax 4, rmse_type 1) with weights qw·sqrt(σ² + x²); the 16 scales fitted by
+ * make_qx_quants (nmax 32) weighted by each sub-block's weight sum and stored as its codes; then
+ * the codes against the rounded scales, as the reference's.
+ */
+const q3KRow: WeightedRowQuantizer = (x, xo, n, qw, out, oo) => {
+  const { L, sw, scales, ls, weight } = q3kScratch;
+  for (let i = 0; i < n / QK_K; i++) {
+    const xb = xo + QK_K * i;
+    const sigma2 = f(f(2 * sumSquares(x, xb, QK_K)) / QK_K);
+    for (let j = 0; j < QK_K / 16; j++) {
+      const base = xb + 16 * j;
+      const qwo = QK_K * i + 16 * j;
+      for (let l = 0; l < 16; l++) {
+        weight[l] = f(qw[qwo + l]! * f(Math.sqrt(f(sigma2 + f(x[base + l]! * x[base + l]!)))));
+      }
+      let sumw = 0;
+      for (let l = 0; l < 16; l++) sumw = f(sumw + weight[l]!);
+      sw[j] = sumw;
+      scales[j] = makeQxQuants(16, 4, x, base, L, 16 * j, weight, 0);
+    }
+    const o = oo + 110 * i;
+    const dBlock = makeQxQuants(QK_K / 16, 32, scales, 0, ls, 0, sw, 0);
+    const sc = o + 96;
+    out.fill(0, sc, sc + 12);
+    for (let j = 0; j < QK_K / 16; j++) {
+      const l = ls[j]!; // 0..63: the scale's code + 32
+      if (j < 8) out[sc + j] = l & 0xf;
+      else out[sc + j - 8]! |= (l & 0xf) << 4;
+      out[sc + 8 + (j % 4)]! |= (l >> 4) << (2 * Math.trunc(j / 4));
+    }
+    putU16(out, o + 108, fp16Bits(dBlock));
+    finishQ3_K(x, xb, L, out, o);
+  }
+};
+
+const iq4NLRow: WeightedRowQuantizer = (x, xo, n, qw, out, oo) => {
+  for (let i = 0; i < n / QK; i++) quantizeIQ4_NLWeighted(x, xo + QK * i, qw, QK * i, out, oo + 18 * i);
+};
+
+const iq4XSRow: WeightedRowQuantizer = (x, xo, n, qw, out, oo) => {
+  for (let i = 0; i < n / QK_K; i++)
+    quantizeIQ4_XSWeighted(x, xo + QK_K * i, qw, QK_K * i, out, oo + 136 * i);
+};
+
 const q6KRow: WeightedRowQuantizer = (x, xo, n, qw, out, oo) => {
   for (let i = 0; i < n / QK_K; i++) quantizeQ6_KWeighted(x, xo + QK_K * i, qw, QK_K * i, out, oo + 210 * i);
 };
@@ -283,6 +390,10 @@ export const WEIGHTED_QUANTIZERS: Readonly<Record<string, WeightedRowQuantizer>>
   Q5_K: affineKRow(31),
   Q6_K: q6KRow,
   Q8_0: q8_0Row,
+  Q2_K: q2KRow,
+  Q3_K: q3KRow,
+  IQ4_NL: iq4NLRow,
+  IQ4_XS: iq4XSRow,
 };
 
 /** Whether quantd quantizes `type` with an importance matrix. */

@@ -7,6 +7,9 @@
  * the impl with ntry −1 (no search, codes from the first scale), a faster path ggml keeps for
  * `from_float_ref`; llama-quantize never uses it, so quantd does not either.
  *
+ * With an importance matrix (quantizeIQ4_NLWeighted / quantizeIQ4_XSWeighted, what llama-quantize
+ * runs with --imatrix) the same impl weighs the search by qw·sqrt(σ² + x²) instead of x².
+ *
  * A code is an index into ggml's 16-entry table kvalues_iq4nl (a non-uniform grid from −127 to
  * 113) and a value is scale · table[code]. The code of x/scale is the table's nearest entry
  * (`best_index_int8`: a midpoint tie goes to the upper entry).
@@ -59,11 +62,12 @@ function bestIndex(x: number): number {
 }
 
 /**
- * The scale search of quantize_row_iq4_nl_impl for the 32 values at x[xo] (ntry 7, weights x²).
- * The impl also stores the codes of its first trial, but every caller recomputes them from the
- * final scale, so they are not kept here.
+ * The scale search of quantize_row_iq4_nl_impl for the 32 values at x[xo] (ntry 7), weighted by
+ * `w` (an importance matrix's weights for these 32 values) or, without one, by x². The impl also
+ * stores the codes of its first trial, but every caller recomputes them from the final scale, so
+ * they are not kept here.
  */
-function searchScale(x: Float32Array, xo: number): number {
+function searchScale(x: Float32Array, xo: number, w: Float32Array | null = null): number {
   const max = signedAbsMax(x, xo, 32);
   if (Math.abs(max) < GROUP_MAX_EPS) return 0;
   let d = f(-max / K[0]!);
@@ -73,7 +77,7 @@ function searchScale(x: Float32Array, xo: number): number {
   for (let j = 0; j < 32; j++) {
     const xj = x[xo + j]!;
     const q = K[bestIndex(f(id * xj))]!;
-    const wq = f(f(xj * xj) * q);
+    const wq = f((w === null ? f(xj * xj) : w[j]!) * q);
     sumqx = f(sumqx + f(wq * xj));
     sumq2 = f(sumq2 + f(wq * q));
   }
@@ -86,7 +90,7 @@ function searchScale(x: Float32Array, xo: number): number {
     for (let j = 0; j < 32; j++) {
       const xj = x[xo + j]!;
       const q = K[bestIndex(f(id * xj))]!;
-      const wq = f(f(xj * xj) * q);
+      const wq = f((w === null ? f(xj * xj) : w[j]!) * q);
       sumqx = f(sumqx + f(wq * xj));
       sumq2 = f(sumq2 + f(wq * q));
     }
@@ -107,8 +111,44 @@ function packCodes(x: Float32Array, xo: number, id: number, out: Uint8Array, qo:
 
 // --- IQ4_NL ----------------------------------------------------------------------------------
 
+/** An importance matrix's weights for the 32 values at x[xo]: qw[qwo + j]·sqrt(σ² + x²). */
+const weights32 = new Float32Array(32);
+function matrixWeights(
+  x: Float32Array,
+  xo: number,
+  qw: Float32Array,
+  qwo: number,
+  sigma2: number,
+): Float32Array {
+  for (let j = 0; j < 32; j++) {
+    const xj = x[xo + j]!;
+    weights32[j] = f(qw[qwo + j]! * f(Math.sqrt(f(sigma2 + f(xj * xj)))));
+  }
+  return weights32;
+}
+
+/** quantize_row_iq4_nl_impl's σ²: Σx² of the super-block, times 2.f/size. */
+function sigma2Of(x: Float32Array, xo: number, size: number): number {
+  let s = 0;
+  for (let j = 0; j < size; j++) s = f(s + f(x[xo + j]! * x[xo + j]!));
+  return f(s * f(2 / size));
+}
+
 export function quantizeIQ4_NL(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
-  const d = searchScale(x, xo);
+  quantizeIQ4_NLWeighted(x, xo, null, 0, out, oo);
+}
+
+/** IQ4_NL with an importance matrix's weights qw[qwo..qwo+32) (null: without one). */
+export function quantizeIQ4_NLWeighted(
+  x: Float32Array,
+  xo: number,
+  qw: Float32Array | null,
+  qwo: number,
+  out: Uint8Array,
+  oo: number,
+): void {
+  const w = qw === null ? null : matrixWeights(x, xo, qw, qwo, sigma2Of(x, xo, 32));
+  const d = searchScale(x, xo, w);
   putU16(out, oo, fp16Bits(d));
   // `scale ? 1/scale : 0` in C: NaN is true there, so compare with 0 rather than test truthiness
   packCodes(x, xo, d !== 0 ? f(1 / d) : 0, out, oo + 2);
@@ -128,10 +168,24 @@ export function dequantizeIQ4_NL(b: Uint8Array, bo: number, y: Float32Array, yo:
 const scalesXs = new Float32Array(QK_K / 32);
 
 export function quantizeIQ4_XS(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
+  quantizeIQ4_XSWeighted(x, xo, null, 0, out, oo);
+}
+
+/** IQ4_XS with an importance matrix's weights qw[qwo..qwo+256) (null: without one). */
+export function quantizeIQ4_XSWeighted(
+  x: Float32Array,
+  xo: number,
+  qw: Float32Array | null,
+  qwo: number,
+  out: Uint8Array,
+  oo: number,
+): void {
+  const sigma2 = qw === null ? 0 : sigma2Of(x, xo, QK_K);
   let maxScale = 0;
   let amaxScale = 0;
   for (let ib = 0; ib < QK_K / 32; ib++) {
-    const d = searchScale(x, xo + 32 * ib);
+    const w = qw === null ? null : matrixWeights(x, xo + 32 * ib, qw, qwo + 32 * ib, sigma2);
+    const d = searchScale(x, xo + 32 * ib, w);
     scalesXs[ib] = d;
     if (Math.abs(d) > amaxScale) {
       amaxScale = Math.abs(d);

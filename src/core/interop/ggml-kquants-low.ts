@@ -70,6 +70,16 @@ export function quantizeQ2_K(x: Float32Array, xo: number, out: Uint8Array, oo: n
   } else {
     putU16(out, oo + 82, fp16Bits(0));
   }
+  finishQ2_K(x, xo, L, out, oo);
+}
+
+/**
+ * Q2_K after its scale bytes, d and dmin are written (by the reference or, with an importance
+ * matrix, by quantize_row_q2_K_impl): each sub-block's codes against its rounded scale and min
+ * (a sub-block whose scale is 0 keeps the fit's codes in L), packed.
+ */
+export function finishQ2_K(x: Float32Array, xo: number, L: Uint8Array, out: Uint8Array, oo: number): void {
+  const sc = oo;
   const d = fp16Value(getU16(out, oo + 80));
   const dmin = fp16Value(getU16(out, oo + 82));
   for (let j = 0; j < 16; j++) {
@@ -170,7 +180,7 @@ function q3Scale(b: Uint8Array, sc: number, j: number): number {
 }
 
 export function quantizeQ3_K(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
-  const { L, codes, scales } = q3k;
+  const { L, scales } = q3k;
   let maxScale = 0;
   let amax = 0;
   for (let j = 0; j < 16; j++) {
@@ -196,6 +206,17 @@ export function quantizeQ3_K(x: Float32Array, xo: number, out: Uint8Array, oo: n
   } else {
     putU16(out, oo + 108, fp16Bits(0));
   }
+  finishQ3_K(x, xo, L, out, oo);
+}
+
+/**
+ * Q3_K after its scale bytes and d are written (by the reference or, with an importance matrix,
+ * by quantize_row_q3_K_impl): each sub-block's codes against its rounded scale (a sub-block whose
+ * scale is 0 keeps the fit's codes, code + 4, in L), the high bits into hmask, the rest packed.
+ */
+export function finishQ3_K(x: Float32Array, xo: number, L: Int8Array, out: Uint8Array, oo: number): void {
+  const { codes } = q3k;
+  const sc = oo + 96;
   const dAll = fp16Value(getU16(out, oo + 108));
   for (let j = 0; j < 16; j++) {
     const d = f(dAll * q3Scale(out, sc, j));
