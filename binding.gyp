@@ -7,6 +7,7 @@
         "native/src/ref.c",
         "native/src/ggml_ref.c",
         "native/src/ggml_kquants.c",
+        "native/src/ggml_weighted.c",
         "native/src/ggml_iquants.c",
         "native/src/bnb_ref.c",
         "native/src/nbits_ref.c",

@@ -346,6 +346,24 @@ static napi_value js_ggml_quantize(napi_env env, napi_callback_info info) {
   return status_of(env, kernels->ggml_quantize(type, x.data, blocks, out.data), 0);
 }
 
+/* ggmlQuantizeWeighted(type, x, ne0, qw, out): rows of ne0 floats, each against the column
+ * weights qw[ne0] (an importance matrix), → x.length / 256 blocks of qd_ggml_block_bytes(type) */
+static napi_value js_ggml_quantize_weighted(napi_env env, napi_callback_info info) {
+  ARGS(5);
+  int32_t type;
+  uint64_t ne0;
+  view x, qw, out;
+  if (!get_i32(env, argv[0], &type) || !get_view(env, argv[1], &x) || !get_u64(env, argv[2], &ne0) ||
+      !get_view(env, argv[3], &qw) || !get_view(env, argv[4], &out))
+    return throw_error(env, "quantd addon: ggmlQuantizeWeighted arguments");
+  if (qd_ggml_block_bytes(type) == 0 || ne0 == 0 || ne0 % 256 != 0)
+    return status_of(env, QD_BAD_ARGUMENT, 0); /* as the kernel says */
+  const uint64_t rows = x.bytes / (4 * ne0);
+  if (x.bytes % (4 * ne0) != 0 || qw.bytes < 4 * ne0 || out.bytes < rows * (ne0 / 256) * qd_ggml_block_bytes(type))
+    return throw_error(env, "quantd addon: ggmlQuantizeWeighted sizes");
+  return status_of(env, kernels->ggml_quantize_weighted(type, x.data, rows, ne0, qw.data, out.data), 0);
+}
+
 /* bnbQuantize(type, x, blocksize, packed, absmax): x.length floats → ceil(n / 2) packed bytes and
  * ceil(n / blocksize) float32 absmax */
 static napi_value js_bnb_quantize(napi_env env, napi_callback_info info) {
@@ -539,6 +557,7 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
       {"fakeQuantize", js_fake_quantize}, {"chooseQuantize", js_choose_quantize}, {"determine", js_determine}, {"histc", js_histc},
       {"convert", js_convert}, {"quality", js_quality}, {"quantizeMeasured", js_quantize_measured},
       {"chooseQuantizeMeasured", js_choose_quantize_measured}, {"ggmlQuantize", js_ggml_quantize},
+      {"ggmlQuantizeWeighted", js_ggml_quantize_weighted},
       {"bnbQuantize", js_bnb_quantize}, {"nbitsQuantize", js_nbits_quantize},
       {"awqQuantize", js_awq_quantize}, {"gptqQuantize", js_gptq_quantize},
       {"gptqInverseCholesky", js_gptq_inverse_cholesky}, {"gptqColumns", js_gptq_columns},

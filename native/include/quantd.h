@@ -138,6 +138,12 @@ uint32_t qd_ggml_block_bytes(int32_t type);
  * reference gives. */
 typedef qd_status (*qd_ggml_quantize_fn)(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
 
+/* `rows` rows of ne0 values (ne0 a multiple of 256) → ggml blocks with an importance matrix, as
+ * llama-quantize's quant_weights paths (quantize_row_*_impl): every row against the same column
+ * weights qw[ne0]. Q2_K, Q3_K, Q4_K, Q5_K and Q6_K; any other type or ne0 is QD_BAD_ARGUMENT. */
+typedef qd_status (*qd_ggml_quantize_weighted_fn)(int32_t type, const float *x, uint64_t rows, uint64_t ne0,
+                                                  const float *qw, uint8_t *out);
+
 /* bitsandbytes' 4-bit code books (src/core/interop/bnb.ts). */
 typedef enum {
   QD_BNB_NF4 = 0,
@@ -190,6 +196,7 @@ typedef struct {
   qd_convert_fn f16_to_f32, bf16_to_f32, f32_to_f16, f32_to_bf16;
   qd_quality_fn quality;
   qd_ggml_quantize_fn ggml_quantize;
+  qd_ggml_quantize_weighted_fn ggml_quantize_weighted;
   qd_bnb_quantize_fn bnb_quantize;
   qd_nbits_quantize_fn nbits_quantize;
   qd_awq_quantize_fn awq_quantize;

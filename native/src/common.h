@@ -32,6 +32,15 @@ QD_INLINE int qd_is_nan(float v) { return v != v; }
 QD_INLINE int qd_is_finite(float v) { return (qd_bits(v) & 0x7f800000u) != 0x7f800000u; }
 QD_INLINE float qd_fabs(float v) { return qd_float(qd_bits(v) & 0x7fffffffu); }
 
+/* ggml's nearest_int: add 1.5·2^23 (the float32 addition rounds half to even) and read the low
+ * mantissa bits back. Exact rounding for |x| < 2^22; outside it the same bit arithmetic. */
+QD_INLINE int32_t qd_nearest_int(float x) {
+  const float v = x + 12582912.0f;
+  int32_t i;
+  __builtin_memcpy(&i, &v, 4);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
 /* Round half to even, sign kept (rounding.ts rint). |x| < 2^23: adding 2^23 leaves an ulp of 1. */
 QD_INLINE float qd_rint(float x) {
   float a = qd_fabs(x);

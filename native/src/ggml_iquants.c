@@ -28,13 +28,6 @@ static int best_index(float x) {
   return x - (float)LEVELS[mu - 1] < (float)LEVELS[mu] - x ? mu - 1 : mu;
 }
 
-/* ggml's nearest_int (see ggml_kquants.c). */
-static int32_t nearest_int(float x) {
-  const float v = x + 12582912.0f;
-  int32_t i;
-  __builtin_memcpy(&i, &v, 4);
-  return (i & 0x007fffff) - 0x00400000;
-}
 
 static void put_u16(uint8_t *out, uint16_t v) {
   out[0] = (uint8_t)v;
@@ -108,7 +101,7 @@ void qd_ggml_iq4_xs_head(const float *scales, uint8_t *out, float *ids) {
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   uint16_t scales_h = 0;
   for (int ib = 0; ib < 8; ib++) {
-    int32_t l = nearest_int(id * scales[ib]);
+    int32_t l = qd_nearest_int(id * scales[ib]);
     l = l < -32 ? -32 : l > 31 ? 31 : l;
     const float dl = d * (float)l; /* the unrounded d: the codes do not see fp16(d) */
     ids[ib] = dl != 0.0f ? 1.0f / dl : 0.0f;

@@ -12,14 +12,6 @@
 #define QK_K 256
 #define RDELTA 0.1f
 
-/* ggml's nearest_int: add 1.5·2^23 (the float32 addition rounds half to even) and read the low
- * mantissa bits back. Exact rounding for |x| < 2^22; outside it the same bit arithmetic. */
-static int32_t nearest_int(float x) {
-  const float v = x + 12582912.0f;
-  int32_t i;
-  __builtin_memcpy(&i, &v, 4);
-  return (i & 0x007fffff) - 0x00400000;
-}
 
 static int32_t clamp_i32(int32_t v, int32_t lo, int32_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
@@ -30,12 +22,8 @@ static void put_f16(uint8_t *out, uint16_t h) {
 
 /* ---- Q4_K ---- */
 
-/* make_qkx2_quants for one sub-block of N ≤ 32 (rdelta 0.1; Q4_K: 32 values, nmax 15, rmin -1,
- * nstep 20, squared error; Q5_K: nmax 31, rmin -0.5, nstep 15; Q2_K: 16 values, nmax 3, rmin
- * -0.5, nstep 15, absolute error): the codes go to L, the returned scale and *neg_min (= -min,
- * so ≥ 0) fit x ≈ scale·L - neg_min. */
-static float make_qkx2_quants(const float *x, const float *weights, uint8_t *L, float *neg_min, const int32_t NMAX,
-                              const float rmin, const int NSTEP, const int N, const int use_mad) {
+float qd_ggml_make_qkx2_quants(const float *x, const float *weights, uint8_t *L, float *neg_min, const int32_t NMAX,
+                               const float rmin, const float rdelta, const int NSTEP, const int N, const int use_mad) {
   float min = x[0], max = x[0];
   float sum_w = weights[0];
   float sum_x = sum_w * x[0];
@@ -56,7 +44,7 @@ static float make_qkx2_quants(const float *x, const float *weights, uint8_t *L, 
   float scale = 1.0f / iscale;
   float best_error = 0.0f;
   for (int i = 0; i < N; i++) {
-    const int32_t l = clamp_i32(nearest_int(iscale * (x[i] - min)), 0, NMAX);
+    const int32_t l = clamp_i32(qd_nearest_int(iscale * (x[i] - min)), 0, NMAX);
     L[i] = (uint8_t)l;
     float diff = scale * (float)l + min - x[i];
     diff = use_mad ? __builtin_fabsf(diff) : diff * diff;
@@ -65,10 +53,10 @@ static float make_qkx2_quants(const float *x, const float *weights, uint8_t *L, 
   uint8_t laux[32];
   for (int is = 0; is <= NSTEP; is++) {
     /* `min` is the best fit so far: later trials measure from it, as the reference does */
-    iscale = (rmin + RDELTA * (float)is + (float)NMAX) / (max - min);
+    iscale = (rmin + rdelta * (float)is + (float)NMAX) / (max - min);
     float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
     for (int i = 0; i < N; i++) {
-      const int32_t l = clamp_i32(nearest_int(iscale * (x[i] - min)), 0, NMAX);
+      const int32_t l = clamp_i32(qd_nearest_int(iscale * (x[i] - min)), 0, NMAX);
       laux[i] = (uint8_t)l;
       const float wl = weights[i] * (float)l;
       sum_l += wl;
@@ -121,7 +109,7 @@ static void fit_sub_blocks(const float *x, uint8_t *L, float *scales, float *min
     for (int l = 0; l < 32; l++) sum_x2 += xb[l] * xb[l];
     const float av_x = __builtin_sqrtf(sum_x2 / 32.0f);
     for (int l = 0; l < 32; l++) weights[l] = av_x + __builtin_fabsf(xb[l]);
-    scales[j] = make_qkx2_quants(xb, weights, L + 32 * j, &mins[j], nmax, rmin, nstep, 32, 0);
+    scales[j] = qd_ggml_make_qkx2_quants(xb, weights, L + 32 * j, &mins[j], nmax, rmin, RDELTA, nstep, 32, 0);
   }
 }
 
@@ -132,10 +120,8 @@ void qd_ggml_q4_k_block_ref(const float *x, uint8_t *out) {
   qd_ggml_q4_k_finish(x, scales, mins, L, out);
 }
 
-/* Q4_K's and Q5_K's second half: d, dmin and the 6-bit scales and mins written, then each
- * value's code (0..nmax) against its rounded scale and min into L. */
-static void scales_and_codes(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out,
-                             int32_t nmax) {
+/* Q4_K's and Q5_K's second half: d, dmin and the 6-bit scales and mins written, then the tail. */
+static void k4_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out, int32_t nmax) {
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < QK_K / 32; j++) {
     if (scales[j] > max_scale) max_scale = scales[j];
@@ -145,39 +131,59 @@ static void scales_and_codes(const float *x, const float *scales, const float *m
   const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
   uint8_t *sc = out + 4; /* the 12 scale bytes */
   for (int j = 0; j < QK_K / 32; j++) {
-    uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
-    uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
-    ls = ls < 63 ? ls : 63;
-    lm = lm < 63 ? lm : 63;
-    if (j < 4) {
-      sc[j] = ls;
-      sc[j + 4] = lm;
-    } else {
-      sc[j + 4] = (uint8_t)((ls & 0xf) | ((lm & 0xf) << 4));
-      sc[j - 4] |= (uint8_t)((ls >> 4) << 6);
-      sc[j] |= (uint8_t)((lm >> 4) << 6);
-    }
+    uint8_t ls = (uint8_t)qd_nearest_int(inv_scale * scales[j]);
+    uint8_t lm = (uint8_t)qd_nearest_int(inv_min * mins[j]);
+    qd_ggml_put_scale_min_k4(j, ls < 63 ? ls : 63, lm < 63 ? lm : 63, sc);
   }
-  const uint16_t d_bits = qd_f32_to_f16(max_scale / 63.0f), dmin_bits = qd_f32_to_f16(max_min / 63.0f);
-  put_f16(out, d_bits);
-  put_f16(out + 2, dmin_bits);
-  const float d_all = qd_f16_to_f32(d_bits), dmin_all = qd_f16_to_f32(dmin_bits);
+  put_f16(out, qd_f32_to_f16(max_scale / 63.0f));
+  put_f16(out + 2, qd_f32_to_f16(max_min / 63.0f));
+  qd_ggml_k4_tail(x, L, out, nmax);
+}
+
+void qd_ggml_put_scale_min_k4(int j, uint8_t ls, uint8_t lm, uint8_t *sc) {
+  if (j < 4) {
+    sc[j] = ls;
+    sc[j + 4] = lm;
+  } else {
+    sc[j + 4] = (uint8_t)((ls & 0xf) | ((lm & 0xf) << 4));
+    sc[j - 4] |= (uint8_t)((ls >> 4) << 6);
+    sc[j] |= (uint8_t)((lm >> 4) << 6);
+  }
+}
+
+void qd_ggml_k4_tail(const float *x, uint8_t *L, uint8_t *out, int32_t nmax) {
+  const uint8_t *sc = out + 4;
+  const float d_all = qd_f16_to_f32((uint16_t)(out[0] | out[1] << 8));
+  const float dmin_all = qd_f16_to_f32((uint16_t)(out[2] | out[3] << 8));
   for (int j = 0; j < QK_K / 32; j++) {
     uint8_t s, m;
     scale_min_k4(j, sc, &s, &m);
     const float d = d_all * (float)s;
     if (d == 0) continue;
     const float dm = dmin_all * (float)m;
-    for (int ii = 0; ii < 32; ii++) L[32 * j + ii] = (uint8_t)clamp_i32(nearest_int((x[32 * j + ii] + dm) / d), 0, nmax);
+    for (int ii = 0; ii < 32; ii++) L[32 * j + ii] = (uint8_t)clamp_i32(qd_nearest_int((x[32 * j + ii] + dm) / d), 0, nmax);
+  }
+  if (nmax == 15) {
+    uint8_t *q = out + 4 + 12;
+    for (int j = 0; j < QK_K; j += 64, q += 32) {
+      for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+    }
+    return;
+  }
+  uint8_t *qh = out + 4 + 12, *ql = qh + 32; /* Q5_K: the fifth bits in qh (bit 2c / 2c+1 of chunk c) */
+  for (int j = 0; j < 32; j++) qh[j] = 0;
+  for (int n = 0, bit = 0; n < QK_K; n += 64, bit += 2, ql += 32) {
+    for (int j = 0; j < 32; j++) {
+      const uint8_t l1 = L[n + j], l2 = L[n + j + 32];
+      if (l1 > 15) qh[j] |= (uint8_t)(1 << bit);
+      if (l2 > 15) qh[j] |= (uint8_t)(2 << bit);
+      ql[j] = (uint8_t)((l1 & 0xf) | ((l2 & 0xf) << 4));
+    }
   }
 }
 
 void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out) {
-  scales_and_codes(x, scales, mins, L, out, 15);
-  uint8_t *q = out + 4 + 12;
-  for (int j = 0; j < QK_K; j += 64, q += 32) {
-    for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
-  }
+  k4_finish(x, scales, mins, L, out, 15);
 }
 
 /* ---- Q5_K: Q4_K's fit with codes 0..31; the fifth bits in qh[32] (bit 2c / 2c+1 of chunk c) ---- */
@@ -190,17 +196,7 @@ void qd_ggml_q5_k_block_ref(const float *x, uint8_t *out) {
 }
 
 void qd_ggml_q5_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out) {
-  scales_and_codes(x, scales, mins, L, out, 31);
-  uint8_t *qh = out + 4 + 12, *ql = qh + 32;
-  for (int j = 0; j < 32; j++) qh[j] = 0;
-  for (int n = 0, bit = 0; n < QK_K; n += 64, bit += 2, ql += 32) {
-    for (int j = 0; j < 32; j++) {
-      const uint8_t l1 = L[n + j], l2 = L[n + j + 32];
-      if (l1 > 15) qh[j] |= (uint8_t)(1 << bit);
-      if (l2 > 15) qh[j] |= (uint8_t)(2 << bit);
-      ql[j] = (uint8_t)((l1 & 0xf) | ((l2 & 0xf) << 4));
-    }
-  }
+  k4_finish(x, scales, mins, L, out, 31);
 }
 
 /* ---- Q6_K ---- */
@@ -217,7 +213,7 @@ static float make_qx_quants(const float *x, int8_t *L) {
   float iscale = -(float)NMAX / max;
   float sumlx = 0.0f, suml2 = 0.0f;
   for (int i = 0; i < N; i++) {
-    const int32_t l = clamp_i32(nearest_int(iscale * x[i]), -NMAX, NMAX - 1);
+    const int32_t l = clamp_i32(qd_nearest_int(iscale * x[i]), -NMAX, NMAX - 1);
     L[i] = (int8_t)(l + NMAX);
     const float w = x[i] * x[i];
     sumlx += w * x[i] * (float)l;
@@ -230,13 +226,13 @@ static float make_qx_quants(const float *x, int8_t *L) {
     iscale = -((float)NMAX + RDELTA * (float)is) / max;
     sumlx = suml2 = 0.0f;
     for (int i = 0; i < N; i++) {
-      const int32_t l = clamp_i32(nearest_int(iscale * x[i]), -NMAX, NMAX - 1);
+      const int32_t l = clamp_i32(qd_nearest_int(iscale * x[i]), -NMAX, NMAX - 1);
       const float w = x[i] * x[i];
       sumlx += w * x[i] * (float)l;
       suml2 += w * (float)l * (float)l;
     }
     if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < N; i++) L[i] = (int8_t)(NMAX + clamp_i32(nearest_int(iscale * x[i]), -NMAX, NMAX - 1));
+      for (int i = 0; i < N; i++) L[i] = (int8_t)(NMAX + clamp_i32(qd_nearest_int(iscale * x[i]), -NMAX, NMAX - 1));
       scale = sumlx / suml2;
       best = scale * sumlx;
     }
@@ -247,6 +243,10 @@ static float make_qx_quants(const float *x, int8_t *L) {
 /* ---- Q2_K, Q3_K and Q6_K: 16 sub-blocks of 16. After the sub-block searches, each type's head
  * writes the scale bytes and gives each sub-block's rounded d (and Q2_K's dm); then the codes
  * against them (sixteen_codes, which the SIMD variants run in vectors) and the packing. ---- */
+
+static void q6_k_steps(const uint8_t *out, float *d);
+static void q2_k_steps(const uint8_t *out, float *d, float *dm);
+static void q3_k_steps(const uint8_t *out, float *d);
 
 /* Q6_K: ql:u8[128], qh:u8[64], scales:i8[16] at 192, d:f16 at 208. 0 when the block is all zero
  * (its 210 bytes written). */
@@ -267,13 +267,19 @@ static int q6_k_head(const float *scales, uint8_t *out, float *d) {
   const uint16_t d_bits = qd_f32_to_f16(1.0f / iscale);
   int8_t *sc = (int8_t *)(out + 192);
   for (int ib = 0; ib < QK_K / 16; ib++) {
-    const int32_t s = nearest_int(iscale * scales[ib]);
+    const int32_t s = qd_nearest_int(iscale * scales[ib]);
     sc[ib] = (int8_t)(uint8_t)(s < 127 ? s : 127);
   }
   put_f16(out + 208, d_bits);
-  const float d_all = qd_f16_to_f32(d_bits);
-  for (int j = 0; j < QK_K / 16; j++) d[j] = d_all * (float)sc[j];
+  q6_k_steps(out, d);
   return 1;
+}
+
+/* Each sub-block's d from a Q6_K block's d and scale bytes. */
+static void q6_k_steps(const uint8_t *out, float *d) {
+  const int8_t *sc = (const int8_t *)(out + 192);
+  const float d_all = qd_f16_to_f32((uint16_t)(out[208] | out[209] << 8));
+  for (int j = 0; j < QK_K / 16; j++) d[j] = d_all * (float)sc[j];
 }
 
 static void q6_k_pack(const uint8_t *L, uint8_t *out) {
@@ -308,7 +314,7 @@ static void q2_k_head(const float *scales, const float *mins, uint8_t *out, floa
   uint8_t *sc = out;
   if (max_scale > 0) {
     const float iscale = 15.0f / max_scale;
-    for (int j = 0; j < 16; j++) sc[j] = (uint8_t)nearest_int(iscale * scales[j]);
+    for (int j = 0; j < 16; j++) sc[j] = (uint8_t)qd_nearest_int(iscale * scales[j]);
     put_f16(out + 80, qd_f32_to_f16(max_scale / 15.0f));
   } else {
     for (int j = 0; j < 16; j++) sc[j] = 0;
@@ -316,16 +322,21 @@ static void q2_k_head(const float *scales, const float *mins, uint8_t *out, floa
   }
   if (max_min > 0) {
     const float iscale = 15.0f / max_min;
-    for (int j = 0; j < 16; j++) sc[j] |= (uint8_t)((uint32_t)nearest_int(iscale * mins[j]) << 4); /* unsigned: NaN gives -2^22 */
+    for (int j = 0; j < 16; j++) sc[j] |= (uint8_t)((uint32_t)qd_nearest_int(iscale * mins[j]) << 4); /* unsigned: NaN gives -2^22 */
     put_f16(out + 82, qd_f32_to_f16(max_min / 15.0f));
   } else {
     put_f16(out + 82, qd_f32_to_f16(0.0f));
   }
+  q2_k_steps(out, d, dm);
+}
+
+/* Each sub-block's d and dm from a Q2_K block's d, dmin and scale bytes. */
+static void q2_k_steps(const uint8_t *out, float *d, float *dm) {
   const float d_all = qd_f16_to_f32((uint16_t)(out[80] | out[81] << 8));
   const float dmin_all = qd_f16_to_f32((uint16_t)(out[82] | out[83] << 8));
   for (int j = 0; j < 16; j++) {
-    d[j] = d_all * (float)(sc[j] & 0xf);
-    dm[j] = dmin_all * (float)(sc[j] >> 4);
+    d[j] = d_all * (float)(out[j] & 0xf);
+    dm[j] = dmin_all * (float)(out[j] >> 4);
   }
 }
 
@@ -340,7 +351,7 @@ static float make_q3_quants(const float *x, int8_t *L, const int32_t nmax) {
   const float iscale = (float)-nmax / max;
   float sumlx = 0.0f, suml2 = 0.0f;
   for (int i = 0; i < N; i++) {
-    const int32_t l = clamp_i32(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+    const int32_t l = clamp_i32(qd_nearest_int(iscale * x[i]), -nmax, nmax - 1);
     L[i] = (int8_t)l;
     const float w = x[i] * x[i];
     sumlx += w * x[i] * (float)l;
@@ -353,7 +364,7 @@ static float make_q3_quants(const float *x, int8_t *L, const int32_t nmax) {
       float slx = sumlx - w * x[i] * (float)L[i];
       if (slx > 0) {
         float sl2 = suml2 - w * (float)L[i] * (float)L[i];
-        const int32_t new_l = clamp_i32(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+        const int32_t new_l = clamp_i32(qd_nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
         if (new_l != L[i]) {
           slx += w * x[i] * (float)new_l;
           sl2 += w * (float)new_l * (float)new_l;
@@ -387,7 +398,7 @@ static void q3_k_head(const float *scales, uint8_t *out, float *d) {
   if (max_scale != 0) {
     const float iscale = -32.0f / max_scale;
     for (int j = 0; j < 16; j++) {
-      int8_t l = (int8_t)nearest_int(iscale * scales[j]);
+      int8_t l = (int8_t)qd_nearest_int(iscale * scales[j]);
       l = (int8_t)(clamp_i32(l, -32, 31) + 32);
       if (j < 8) sc[j] = (uint8_t)(l & 0xf);
       else sc[j - 8] |= (uint8_t)((l & 0xf) << 4);
@@ -398,6 +409,12 @@ static void q3_k_head(const float *scales, uint8_t *out, float *d) {
   } else {
     put_f16(out + 108, qd_f32_to_f16(0.0f));
   }
+  q3_k_steps(out, d);
+}
+
+/* Each sub-block's d from a Q3_K block's d and 6-bit scales. */
+static void q3_k_steps(const uint8_t *out, float *d) {
+  const uint8_t *sc = out + 96;
   const float d_all = qd_f16_to_f32((uint16_t)(out[108] | out[109] << 8));
   for (int j = 0; j < 16; j++) {
     int8_t s = (int8_t)(j < 8 ? sc[j] & 0xf : sc[j - 8] >> 4);
@@ -442,16 +459,27 @@ static void sixteen_codes(int32_t type, const float *x, const float *d, const fl
     if (d[j] == 0) continue;
     for (int ii = 0; ii < 16; ii++) {
       const float v = type == QD_GGML_Q2_K ? x[16 * j + ii] + dm[j] : x[16 * j + ii];
-      L[16 * j + ii] = (uint8_t)(clamp_i32(nearest_int(v / d[j]), lo, hi) - lo);
+      L[16 * j + ii] = (uint8_t)(clamp_i32(qd_nearest_int(v / d[j]), lo, hi) - lo);
     }
   }
 }
 
-/* The three block functions: the sub-block searches, then head, codes and packing. */
-static void sixteen_finish(int32_t type, const float *x, const float *scales, const float *neg_mins, uint8_t *L,
-                           uint8_t *out) {
-  float d[16], dm[16];
+void qd_ggml_sixteen_finish(int32_t type, const float *x, const float *scales, const float *neg_mins, uint8_t *L,
+                            uint8_t *out) {
+  float d[16], dm[16] = {0}; /* dm: Q2_K only */
   if (!qd_ggml_sixteen_head(type, scales, neg_mins, out, d, dm)) return;
+  sixteen_codes(type, x, d, dm, L);
+  qd_ggml_sixteen_pack(type, L, out);
+}
+
+void qd_ggml_sixteen_tail(int32_t type, const float *x, uint8_t *L, uint8_t *out) {
+  float d[16], dm[16] = {0}; /* dm: Q2_K only */
+  if (type == QD_GGML_Q6_K)
+    q6_k_steps(out, d);
+  else if (type == QD_GGML_Q3_K)
+    q3_k_steps(out, d);
+  else
+    q2_k_steps(out, d, dm);
   sixteen_codes(type, x, d, dm, L);
   qd_ggml_sixteen_pack(type, L, out);
 }
@@ -460,14 +488,14 @@ void qd_ggml_q6_k_block_ref(const float *x, uint8_t *out) {
   uint8_t L[QK_K];
   float scales[QK_K / 16];
   for (int ib = 0; ib < QK_K / 16; ib++) scales[ib] = make_qx_quants(x + 16 * ib, (int8_t *)L + 16 * ib);
-  sixteen_finish(QD_GGML_Q6_K, x, scales, NULL, L, out);
+  qd_ggml_sixteen_finish(QD_GGML_Q6_K, x, scales, NULL, L, out);
 }
 
 void qd_ggml_q3_k_block_ref(const float *x, uint8_t *out) {
   uint8_t L[QK_K];
   float scales[16];
   for (int j = 0; j < 16; j++) scales[j] = make_q3_quants(x + 16 * j, (int8_t *)L + 16 * j, 4);
-  sixteen_finish(QD_GGML_Q3_K, x, scales, NULL, L, out);
+  qd_ggml_sixteen_finish(QD_GGML_Q3_K, x, scales, NULL, L, out);
 }
 
 void qd_ggml_q2_k_block_ref(const float *x, uint8_t *out) {
@@ -475,7 +503,7 @@ void qd_ggml_q2_k_block_ref(const float *x, uint8_t *out) {
   float weights[16], scales[16], neg_mins[16];
   for (int j = 0; j < 16; j++) {
     for (int l = 0; l < 16; l++) weights[l] = __builtin_fabsf(x[16 * j + l]);
-    scales[j] = make_qkx2_quants(x + 16 * j, weights, L + 16 * j, &neg_mins[j], 3, -0.5f, 15, 16, 1);
+    scales[j] = qd_ggml_make_qkx2_quants(x + 16 * j, weights, L + 16 * j, &neg_mins[j], 3, -0.5f, RDELTA, 15, 16, 1);
   }
-  sixteen_finish(QD_GGML_Q2_K, x, scales, neg_mins, L, out);
+  qd_ggml_sixteen_finish(QD_GGML_Q2_K, x, scales, neg_mins, L, out);
 }

@@ -59,6 +59,18 @@ void qd_ggml_q5_k_finish(const float *x, const float *scales, const float *mins,
 void qd_ggml_q6_k_block_ref(const float *x, uint8_t *out);
 /* Q4_K after the sub-block search: the 8 scales, 8 negated mins and codes L → the block's bytes. */
 void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins, uint8_t *L, uint8_t *out);
+/* Q4_K's / Q5_K's j-th 6-bit scale and min into the 12 scale bytes sc (set_scale_min_k4). */
+void qd_ggml_put_scale_min_k4(int j, uint8_t ls, uint8_t lm, uint8_t *sc);
+/* Q4_K (nmax 15) / Q5_K (31) once d, dmin and the scale bytes are written: each value's code
+ * against its rounded scale and min (sub-blocks of scale 0 keep L's), packed. */
+void qd_ggml_k4_tail(const float *x, uint8_t *L, uint8_t *out, int32_t nmax);
+/* make_qkx2_quants (and make_qkx3_quants, which differs only for NaN) for one sub-block of N ≤ 32:
+ * Q4_K 32 values, nmax 15, rmin -1, rdelta 0.1, nstep 20, squared error; Q5_K nmax 31, rmin -0.5,
+ * nstep 15; Q2_K 16 values, nmax 3, rmin -0.5, nstep 15, absolute error; with an importance
+ * matrix rmin -0.9, rdelta 0.05, nstep 36, squared error. The codes go to L, the returned scale
+ * and *neg_min (= -min, so ≥ 0) fit x ≈ scale·L - neg_min. */
+float qd_ggml_make_qkx2_quants(const float *x, const float *weights, uint8_t *L, float *neg_min, int32_t NMAX,
+                               float rmin, float rdelta, int NSTEP, int N, int use_mad);
 /* Q2_K, Q3_K and Q6_K after their 16 sub-block searches (scales, Q2_K's negated mins, codes L
  * stored minus qd_ggml_sixteen_low): the head writes the scale bytes and each sub-block's rounded
  * d (Q2_K: and dm), 0 when it wrote the whole (all-zero) Q6_K block; then each sub-block whose d
@@ -67,6 +79,10 @@ void qd_ggml_q4_k_finish(const float *x, const float *scales, const float *mins,
  * in vectors and call the head and the packing. */
 int qd_ggml_sixteen_head(int32_t type, const float *scales, const float *neg_mins, uint8_t *out, float *d, float *dm);
 void qd_ggml_sixteen_pack(int32_t type, const uint8_t *L, uint8_t *out);
+/* Head, codes and packing in one; the tail: codes and packing once the scale bytes are written. */
+void qd_ggml_sixteen_finish(int32_t type, const float *x, const float *scales, const float *neg_mins, uint8_t *L,
+                            uint8_t *out);
+void qd_ggml_sixteen_tail(int32_t type, const float *x, uint8_t *L, uint8_t *out);
 static inline int32_t qd_ggml_sixteen_low(int32_t type) {
   return type == QD_GGML_Q6_K ? -32 : type == QD_GGML_Q3_K ? -4 : 0;
 }
@@ -82,6 +98,11 @@ void qd_ggml_iq4_xs_head(const float *scales, uint8_t *out, float *ids);
 /* The scalar block quantizer of a qd_ggml_type; NULL when unknown. */
 qd_ggml_block_fn qd_ggml_block_ref(int32_t type);
 qd_status qd_ggml_quantize_ref(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
+qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t rows, uint64_t ne0, const float *qw,
+                                        uint8_t *out);
+/* Whether qd_ggml_quantize_weighted takes the type; one super-block of it with weights qw[256]. */
+int qd_ggml_takes_weights(int32_t type);
+void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, uint8_t *out);
 qd_status qd_bnb_quantize_ref(int32_t type, const float *x, uint64_t n, uint64_t blocksize, uint8_t *packed,
                               float *absmax, uint64_t *bad);
 /* The 4-bit code of one float32 (x·inv) in a qd_bnb_type code book; NaN gives 0. */

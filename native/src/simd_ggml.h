@@ -354,3 +354,15 @@ QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, 
   }
   return QD_OK;
 }
+
+/* With an importance matrix: the super-blocks one by one, those holding NaN by the reference. */
+QD_TARGET static qd_status QD_NAME(ggml_quantize_weighted)(int32_t type, const float *x, uint64_t rows, uint64_t ne0,
+                                                         const float *qw, uint8_t *out) {
+  if (!qd_ggml_takes_weights(type) || ne0 == 0 || ne0 % 256 != 0) return QD_BAD_ARGUMENT;
+  const uint64_t size = qd_ggml_block_bytes(type), blocks = ne0 / 256;
+  for (uint64_t r = 0; r < rows; r++) {
+    for (uint64_t b = 0; b < blocks; b++)
+      qd_ggml_weighted_block_ref(type, x + r * ne0 + 256 * b, qw + 256 * b, out + (r * blocks + b) * size);
+  }
+  return QD_OK;
+}

@@ -710,6 +710,7 @@ const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_NAME(f32_to_bf16),
     QD_NAME(quality),
     QD_NAME(ggml_quantize),
+    QD_NAME(ggml_quantize_weighted),
     QD_NAME(bnb_quantize),
     QD_NAME(nbits_quantize),
     QD_NAME(awq_quantize),

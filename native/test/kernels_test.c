@@ -413,6 +413,40 @@ static void test_conversions(const qd_kernels *k) {
   free(h), free(f1), free(f2), free(o1), free(o2);
 }
 
+/* ggml K types with an importance matrix: every variant equals the scalar twin of llama.cpp's
+ * quant_weights paths, on weight-like rows and interesting values, with column weights that
+ * include zeros and outliers; other types and partial super-blocks are refused. */
+static void test_ggml_weighted(const qd_kernels *k) {
+  enum { NE0 = 512, ROWS = 4 };
+  float *x = malloc(4 * NE0 * ROWS), *qw = malloc(4 * NE0);
+  uint8_t *o1 = malloc(NE0 * ROWS), *o2 = malloc(NE0 * ROWS);
+  for (int iter = 0; iter < 40; iter++) {
+    const float scale = iter % 3 == 0 ? 1.0f : iter % 3 == 1 ? 1e-3f : 1e-30f;
+    for (int i = 0; i < NE0 * ROWS; i++) {
+      x[i] = iter % 2 ? (uniform() + uniform() + uniform() + uniform() - 2) * scale
+                      : interesting(scale, iter % 4 == 0, 0);
+    }
+    for (int i = 0; i < NE0; i++) qw[i] = i % 37 == 0 ? 0.0f : i % 41 == 0 ? 1e4f * uniform() : uniform() * uniform();
+    for (int i = 0; i < 16; i++) x[256 + i] = x[256]; /* an all-equal sub-block */
+    for (int32_t type = QD_GGML_Q8_0; type <= QD_GGML_IQ4_XS; type++) {
+      const int takes = type == QD_GGML_Q2_K || type == QD_GGML_Q3_K || type == QD_GGML_Q4_K ||
+                        type == QD_GGML_Q5_K || type == QD_GGML_Q6_K;
+      if (!takes) {
+        CHECK(k->ggml_quantize_weighted(type, x, ROWS, NE0, qw, o2) == QD_BAD_ARGUMENT, "%s weighted type %d", k->isa,
+              type);
+        continue;
+      }
+      const size_t bytes = qd_ggml_block_bytes(type) * (NE0 / 256) * ROWS;
+      memset(o1, 0xa5, bytes), memset(o2, 0x5a, bytes);
+      CHECK(qd_kernels_ref.ggml_quantize_weighted(type, x, ROWS, NE0, qw, o1) == QD_OK, "weighted ref status");
+      CHECK(k->ggml_quantize_weighted(type, x, ROWS, NE0, qw, o2) == QD_OK, "%s weighted status", k->isa);
+      CHECK(!memcmp(o1, o2, bytes), "%s weighted type %d iteration %d", k->isa, type, iter);
+    }
+  }
+  CHECK(k->ggml_quantize_weighted(QD_GGML_Q4_K, x, 1, 288, qw, o2) == QD_BAD_ARGUMENT, "%s weighted: ne0", k->isa);
+  free(x), free(qw), free(o1), free(o2);
+}
+
 /* ggml block types: every variant equals the scalar twin of ggml's reference, block for block,
  * on blocks of interesting values (halves, ±0, subnormals, huge, ±Inf, NaN), of one value, of
  * non-negative values, of weight-like values, and with ±0 at an end of the range (where Q4_1 /
@@ -765,6 +799,7 @@ int main(int argc, char **argv) {
     test_quality(k);
     test_measured(k);
     test_ggml(k);
+    test_ggml_weighted(k);
     test_bnb(k);
     test_nbits(k);
     test_awq(k);

@@ -149,6 +149,13 @@ int32_t qdw_ggml_quantize(int32_t type, const float *x, double blocks, uint8_t *
   return kernels->ggml_quantize(type, x, (uint64_t)blocks, out);
 }
 
+/* rows × ne0 floats, each row against the column weights qw[ne0] → ggml blocks at out */
+EXPORT("ggml_quantize_weighted")
+int32_t qdw_ggml_quantize_weighted(int32_t type, const float *x, double rows, double ne0, const float *qw,
+                                   uint8_t *out) {
+  return kernels->ggml_quantize_weighted(type, x, (uint64_t)rows, (uint64_t)ne0, qw, out);
+}
+
 /* n floats in blocks of `blocksize` → ceil(n / 2) packed bytes and ceil(n / blocksize) absmax */
 EXPORT("bnb_quantize")
 int32_t qdw_bnb_quantize(int32_t type, const float *x, double n, double blocksize, uint8_t *packed, float *absmax) {

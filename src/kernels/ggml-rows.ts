@@ -16,7 +16,7 @@ import type { QualityStats } from '../core/quality-stats.js';
 import { histogramOf, sampleIndices, type ErrorHistogram } from '../core/error-histogram.js';
 import { typedView } from '../core/tensor.js';
 import { QuantdError } from '../errors/index.js';
-import { CONVERT, type KernelModule } from './module.js';
+import { CONVERT, GGML_WEIGHTED_KERNEL_TYPES, type GgmlKernelType, type KernelModule } from './module.js';
 
 /** Elements per chunk: 256 KiB of float32 stay in L2 from convert to the encoder. */
 const CHUNK_ELEMENTS = 64 * 1024;
@@ -28,6 +28,8 @@ export interface GgmlRowsCall {
   readonly ne0: number;
   readonly permute?: { readonly rows: number; readonly heads: number };
   readonly quality?: boolean;
+  /** An importance matrix's column weights (one per value of a row), for the weighted kernel. */
+  readonly imatrix?: Float32Array;
   /** Only these rows (in output order): a part of a tensor split across the pool's threads. */
   readonly part?: RowRange;
 }
@@ -46,11 +48,13 @@ export interface GgmlRowsResult {
 }
 
 /**
- * Whether workers with kernels encode `call` here: a type with a C kernel and no importance
- * matrix (whose weighted search is TypeScript). The encoder and the layouts' scheduler both ask.
+ * Whether workers with kernels encode `call` here: a type with a C kernel, and with an importance
+ * matrix one the weighted kernel takes (the others' weighted searches are TypeScript). The
+ * encoder and the layouts' scheduler both ask.
  */
 export function encodedByRows(call: { readonly type: GgmlWriteType; readonly imatrix?: unknown }): boolean {
-  return call.imatrix === undefined && ggmlTypeByName(call.type)?.kernel !== undefined;
+  if (ggmlTypeByName(call.type)?.kernel === undefined) return false;
+  return call.imatrix === undefined || GGML_WEIGHTED_KERNEL_TYPES.has(call.type as GgmlKernelType);
 }
 
 /**
@@ -120,7 +124,10 @@ export function ggmlEncodeRows(
     }
     checkFinite(module, x, call.type, call.tensor, at);
     const out = into.subarray(row * rowBytes, (row + rows) * rowBytes);
-    const status = module.ggmlQuantize(t.kernel!, x, out);
+    const status =
+      call.imatrix === undefined
+        ? module.ggmlQuantize(t.kernel!, x, out)
+        : module.ggmlQuantizeWeighted(t.kernel!, x, ne0, call.imatrix, out);
     if (status !== 0)
       throw new QuantdError('INTERNAL', { detail: `ggml ${call.type} kernel returned status ${status}` });
     // as one whole-tensor call reports: a non-finite value anywhere before an overflowed block

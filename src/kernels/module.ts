@@ -70,6 +70,18 @@ export const GGML_KERNEL_TYPES: Readonly<Record<GgmlKernelType, GgmlKernelRow>> 
   (Object.keys(GGML_KERNEL_IDS) as GgmlKernelType[]).map((name) => [name, kernelRow(name)]),
 ) as Record<GgmlKernelType, GgmlKernelRow>;
 
+/**
+ * The types ggmlQuantizeWeighted takes (native/src/ggml_weighted.c): the K-quants. The others
+ * take an importance matrix in TypeScript (src/core/interop/ggml-imatrix.ts).
+ */
+export const GGML_WEIGHTED_KERNEL_TYPES: ReadonlySet<GgmlKernelType> = new Set([
+  'Q2_K',
+  'Q3_K',
+  'Q4_K',
+  'Q5_K',
+  'Q6_K',
+]);
+
 /** native/src/measured.c's QD_MEASURE_CHUNK: the elements its measured kernels take at a time. */
 export const MEASURED_CHUNK = 1 << 14;
 
@@ -188,6 +200,12 @@ export interface KernelModule {
    * ggml's reference rounding.
    */
   ggmlQuantize(type: number, x: Float32Array, out: Uint8Array): number;
+  /**
+   * With an importance matrix, as llama-quantize's quant_weights paths: rows of `ne0` values (a
+   * multiple of 256), each against the column weights qw[ne0], into out (GGML_WEIGHTED_KERNEL_TYPES;
+   * any other type or ne0: status 3, bad argument).
+   */
+  ggmlQuantizeWeighted(type: number, x: Float32Array, ne0: number, qw: Float32Array, out: Uint8Array): number;
   /**
    * bitsandbytes' 4-bit blockwise quantization (BNB_KERNEL_TYPES): x in blocks of `blocksize`
    * into ceil(n / 2) bytes of codes, high nibble first, and one float32 absmax per block.

@@ -28,6 +28,7 @@ interface BoundKernels {
   quantizeMeasured(...args: unknown[]): number;
   chooseQuantizeMeasured(...args: unknown[]): number;
   ggmlQuantize(...args: unknown[]): number;
+  ggmlQuantizeWeighted(...args: unknown[]): number;
   bnbQuantize(...args: unknown[]): number;
   nbitsQuantize(...args: unknown[]): number;
   awqQuantize(...args: unknown[]): number;
@@ -85,6 +86,7 @@ export function loadNative(isa = ''): KernelModule {
     dequantize: (codes, kind, start, count, l, scale, zp, out) =>
       k.dequantize(codes, kind, start, count, l.outer, l.channels, l.inner, scale, zp, out),
     ggmlQuantize: (type, x, out) => k.ggmlQuantize(type, x, out),
+    ggmlQuantizeWeighted: (type, x, ne0, qw, out) => k.ggmlQuantizeWeighted(type, x, ne0, qw, out),
     bnbQuantize: (type, x, blocksize, packed, absmax) => k.bnbQuantize(type, x, blocksize, packed, absmax),
     nbitsQuantize: (w, nCols, kLen, blockSize, sym, f16, b, scales, zeroPoints) =>
       k.nbitsQuantize(w, nCols, kLen, blockSize, +sym, +f16, b, scales, zeroPoints),

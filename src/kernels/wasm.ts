@@ -38,6 +38,7 @@ interface Exports {
   convert(...args: number[]): void;
   quality(...args: number[]): number;
   ggml_quantize(type: number, x: number, blocks: number, out: number): number;
+  ggml_quantize_weighted(type: number, x: number, rows: number, ne0: number, qw: number, out: number): number;
   bnb_quantize(type: number, x: number, n: number, blocksize: number, packed: number, absmax: number): number;
   nbits_quantize(
     w: number,
@@ -416,6 +417,34 @@ class WasmKernels implements KernelModule {
       s = this.e.ggml_quantize(type, pX, part.length / blockSize, pOut);
       if (s === 0)
         this.take(pOut, out, (off / blockSize) * blockBytes, (part.length / blockSize) * blockBytes);
+    }
+    return this.status(s);
+  }
+
+  ggmlQuantizeWeighted(
+    type: number,
+    x: Float32Array,
+    ne0: number,
+    qw: Float32Array,
+    out: Uint8Array,
+  ): number {
+    this.reset();
+    const row = Object.values(GGML_KERNEL_TYPES).find((t) => t.id === type);
+    if (row === undefined || ne0 <= 0 || ne0 % 256 !== 0 || x.length % ne0 !== 0)
+      return this.status(this.e.ggml_quantize_weighted(type, 0, 0, ne0, 0, 0)); // the kernel's own answer
+    const rowBytes = (ne0 / row.blockSize) * row.blockBytes;
+    const rowsPerChunk = Math.max(1, Math.floor(CHUNK / ne0));
+    const n = Math.min(rowsPerChunk * ne0, x.length);
+    const pQw = this.alloc(ne0 * 4);
+    const pX = this.alloc(n * 4);
+    const pOut = this.alloc((n / ne0) * rowBytes);
+    this.put(pQw, qw.subarray(0, ne0));
+    let s = 0;
+    for (let off = 0; off < x.length && s === 0; off += n) {
+      const part = x.subarray(off, off + n);
+      this.put(pX, part);
+      s = this.e.ggml_quantize_weighted(type, pX, part.length / ne0, ne0, pQw, pOut);
+      if (s === 0) this.take(pOut, out, (off / ne0) * rowBytes, (part.length / ne0) * rowBytes);
     }
     return this.status(s);
   }

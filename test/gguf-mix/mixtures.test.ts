@@ -188,6 +188,22 @@ describe.each(Object.keys(MODELS) as Array<keyof typeof MODELS>)('%s-shaped chec
       expect(await digests(out)).toEqual(run.tensors);
     },
   );
+
+  // the conversions above run the TypeScript encoders; the CLI's pool runs the C kernels, whose
+  // weighted K-quant path (native/src/ggml_weighted.c) must give the same bytes
+  it.runIf(model === 'llama').each(['Q4_K_M+imatrix', 'Q3_K_M+imatrix', 'Q2_K+imatrix'])(
+    '%s through the CLI (the C kernels) writes llama.cpp’s bytes',
+    async (label) => {
+      const run = expected.runs[label]!;
+      const out = join(DIR, `${model}-${label}-cli.gguf`);
+      const o = layoutOptions(run);
+      const layout = `gguf:ftype=${run.file_type}`;
+      const cli = quantd(['quantize', folder, '-o', out, '--layout', layout, '--imatrix', o['imatrix']!]);
+      expect(cli.code, cli.stderr).toBe(0);
+      expect(await digests(out)).toEqual(run.tensors);
+    },
+    60_000,
+  );
 });
 
 describe('the options', () => {

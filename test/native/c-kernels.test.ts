@@ -19,6 +19,7 @@ const SOURCES = [
   'native/src/ref.c',
   'native/src/ggml_ref.c',
   'native/src/ggml_kquants.c',
+  'native/src/ggml_weighted.c',
   'native/src/ggml_iquants.c',
   'native/src/bnb_ref.c',
   'native/src/nbits_ref.c',

@@ -288,7 +288,7 @@ function affineKRow(nmax: 15 | 31): WeightedRowQuantizer {
         putScaleMinK4(j, Math.min(63, ls[j]!), Math.min(63, lm[j]!), out, o + 4);
       putU16(out, o, fp16Bits(dBlock));
       putU16(out, o + 2, fp16Bits(mBlock));
-      pack(x, xb, out, o);
+      pack(x, xb, out, o, L);
     }
   };
 }

@@ -239,9 +239,10 @@ function fitAffineSuperBlock(
 /**
  * The codes of a Q4_K super-block whose d, dmin and 12 scale bytes are written: each value's code
  * against its sub-block's rounded scale and min, packed into qs (both quantizers end this way).
+ * `L` holds the search's codes, which sub-blocks whose rounded scale is 0 keep.
  */
-export function packQ4_KCodes(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
-  const L = affineCodes(x, xo, out, oo, 15);
+export function packQ4_KCodes(x: Float32Array, xo: number, out: Uint8Array, oo: number, L = q4k.L): void {
+  affineCodes(x, xo, out, oo, 15, L);
   let q = oo + 4 + K_SCALE_SIZE;
   for (let j = 0; j < QK_K; j += 64) {
     for (let l = 0; l < 32; l++) out[q + l] = L[j + l]! | (L[j + l + 32]! << 4);
@@ -254,8 +255,15 @@ export function packQ4_KCodes(x: Float32Array, xo: number, out: Uint8Array, oo: 
  * and scale bytes written at out[oo..): what Q4_K and Q5_K pack. Sub-blocks of scale 0 keep the
  * search's codes, as in the reference.
  */
-function affineCodes(x: Float32Array, xo: number, out: Uint8Array, oo: number, nmax: number): Uint8Array {
-  const { L, sm } = q4k;
+function affineCodes(
+  x: Float32Array,
+  xo: number,
+  out: Uint8Array,
+  oo: number,
+  nmax: number,
+  L: Uint8Array,
+): void {
+  const { sm } = q4k;
   const sc = oo + 4;
   const dAll = fp16Value(getU16(out, oo));
   const dminAll = fp16Value(getU16(out, oo + 2));
@@ -269,7 +277,6 @@ function affineCodes(x: Float32Array, xo: number, out: Uint8Array, oo: number, n
       L[32 * j + ii] = Math.max(0, Math.min(nmax, l));
     }
   }
-  return L;
 }
 
 // --- Q5_K ------------------------------------------------------------------------------------
@@ -285,9 +292,9 @@ export function quantizeQ5_K(x: Float32Array, xo: number, out: Uint8Array, oo: n
   packQ5_KCodes(x, xo, out, oo);
 }
 
-/** The codes of a Q5_K super-block whose d, dmin and scale bytes are written, packed. */
-export function packQ5_KCodes(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
-  const L = affineCodes(x, xo, out, oo, 31);
+/** The codes of a Q5_K super-block whose d, dmin and scale bytes are written, packed (`L` as Q4_K's). */
+export function packQ5_KCodes(x: Float32Array, xo: number, out: Uint8Array, oo: number, L = q4k.L): void {
+  affineCodes(x, xo, out, oo, 31, L);
   const qh = oo + 4 + K_SCALE_SIZE;
   out.fill(0, qh, qh + 32);
   let ql = qh + 32;

@@ -1,0 +1,232 @@
+/*
+ * ggml's K-quants with an importance matrix: the quant_weights paths of ggml-quants.c
+ * (quantize_row_q2_K_impl … quantize_row_q6_K_impl), what llama-quantize runs with --imatrix.
+ * Scalar twins of src/core/interop/ggml-imatrix.ts (the oracle, byte-exact with libllama:
+ * test/gguf-mix): every statement is one of the oracle's, in its order, each float operation one
+ * float32 operation (compiled with -ffp-contract=off). Every row of a tensor is quantized against
+ * the same column weights qw, one per value of the row.
+ */
+#include "common.h"
+#include "ref.h"
+
+#define QK_K 256
+
+static int32_t clamp_i32(int32_t v, int32_t lo, int32_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+static void put_f16(uint8_t *out, float v) {
+  const uint16_t h = qd_f32_to_f16(v);
+  out[0] = (uint8_t)h;
+  out[1] = (uint8_t)(h >> 8);
+}
+
+static float sum_squares(const float *x, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; i++) s += x[i] * x[i];
+  return s;
+}
+
+/* The weights qw·sqrt(σ² + x²) of n values into w; returns their sum, added in order. */
+static float matrix_weights(const float *x, const float *qw, float sigma2, int n, float *w) {
+  for (int l = 0; l < n; l++) w[l] = qw[l] * __builtin_sqrtf(sigma2 + x[l] * x[l]);
+  float sum = 0.0f;
+  for (int l = 0; l < n; l++) sum += w[l];
+  return sum;
+}
+
+/* make_qx_quants with rmse_type 1 and weights qw: nmax + code (0..2·nmax-1) to L, the scale returned. */
+static float make_qx_weighted(int n, int32_t nmax, const float *x, int8_t *L, const float *qw) {
+  const float max = qd_ggml_signed_abs_max(x, n);
+  if (__builtin_fabsf(max) < QD_GROUP_MAX_EPS) {
+    for (int i = 0; i < n; i++) L[i] = 0;
+    return 0.0f;
+  }
+  float iscale = (float)-nmax / max;
+  float sumlx = 0.0f, suml2 = 0.0f;
+  for (int i = 0; i < n; i++) {
+    const int32_t l = clamp_i32(qd_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+    L[i] = (int8_t)(l + nmax);
+    sumlx += qw[i] * x[i] * (float)l;
+    suml2 += qw[i] * (float)l * (float)l;
+  }
+  float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; is++) {
+    if (is == 0) continue;
+    iscale = -((float)nmax + 0.1f * (float)is) / max;
+    sumlx = suml2 = 0.0f;
+    for (int i = 0; i < n; i++) {
+      const int32_t l = clamp_i32(qd_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+      sumlx += qw[i] * x[i] * (float)l;
+      suml2 += qw[i] * (float)l * (float)l;
+    }
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; i++) L[i] = (int8_t)(nmax + clamp_i32(qd_nearest_int(iscale * x[i]), -nmax, nmax - 1));
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+/* make_qp_quants: n non-negative values (a super-block's sub-block scales or mins) fitted to codes
+ * 0..nmax against one scale, weighted by qw; the codes to L (as uint8_t: a negative code wraps),
+ * the scale returned. */
+static float make_qp_quants(int n, int32_t nmax, const float *x, uint8_t *L, const float *qw) {
+  float max = 0.0f;
+  for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
+  if (max < QD_GROUP_MAX_EPS) {
+    for (int i = 0; i < n; i++) L[i] = 0;
+    return 0.0f;
+  }
+  float iscale = (float)nmax / max;
+  for (int i = 0; i < n; i++) L[i] = (uint8_t)qd_nearest_int(iscale * x[i]);
+  const float scale = 1.0f / iscale;
+  float best_mse = 0.0f;
+  for (int i = 0; i < n; i++) {
+    const float diff = x[i] - scale * (float)L[i];
+    best_mse += qw[i] * diff * diff;
+  }
+  for (int is = -4; is <= 4; is++) {
+    if (is == 0) continue;
+    const float iscale_is = (0.1f * (float)is + (float)nmax) / max;
+    const float scale_is = 1.0f / iscale_is;
+    float mse = 0.0f;
+    for (int i = 0; i < n; i++) {
+      const int32_t l = qd_nearest_int(iscale_is * x[i]);
+      const float diff = x[i] - scale_is * (float)(l < nmax ? l : nmax);
+      mse += qw[i] * diff * diff;
+    }
+    if (mse < best_mse) {
+      best_mse = mse;
+      iscale = iscale_is;
+    }
+  }
+  float sumlx = 0.0f, suml2 = 0.0f;
+  for (int i = 0; i < n; i++) {
+    int32_t l = qd_nearest_int(iscale * x[i]);
+    l = l < nmax ? l : nmax;
+    L[i] = (uint8_t)l;
+    sumlx += qw[i] * x[i] * (float)l;
+    suml2 += qw[i] * (float)l * (float)l;
+  }
+  for (int itry = 0; itry < 5; itry++) {
+    int changed = 0;
+    for (int i = 0; i < n; i++) {
+      const float w = qw[i], li = (float)L[i];
+      float slx = sumlx - w * x[i] * li;
+      float sl2 = suml2 - w * li * li;
+      if (slx > 0 && sl2 > 0) {
+        int32_t new_l = qd_nearest_int(x[i] * sl2 / slx);
+        new_l = new_l < nmax ? new_l : nmax;
+        if (new_l != L[i]) {
+          slx += w * x[i] * (float)new_l;
+          sl2 += w * (float)new_l * (float)new_l;
+          if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = (uint8_t)new_l;
+            sumlx = slx;
+            suml2 = sl2;
+            changed++;
+          }
+        }
+      }
+    }
+    if (!changed) break;
+  }
+  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/* quantize_row_q4_K_impl (nmax 15) / quantize_row_q5_K_impl (31): σ² = 2Σx²/256; sub-blocks of 32
+ * fitted by make_qkx3_quants (rmin -0.9, rdelta 0.05, 36 steps), their scales and mins to 6 bits
+ * by make_qp_quants weighted by each sub-block's weight sum. */
+static void affine_k_block(const float *x, const float *qw, uint8_t *out, int32_t nmax) {
+  uint8_t L[QK_K], ls[8], lm[8];
+  float w[32], sw[8], scales[8], mins[8];
+  const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
+  for (int j = 0; j < 8; j++) {
+    sw[j] = matrix_weights(x + 32 * j, qw + 32 * j, sigma2, 32, w);
+    scales[j] = qd_ggml_make_qkx2_quants(x + 32 * j, w, L + 32 * j, &mins[j], nmax, -0.9f, 0.05f, 36, 32, 0);
+  }
+  const float d_block = make_qp_quants(8, 63, scales, ls, sw);
+  const float m_block = make_qp_quants(8, 63, mins, lm, sw);
+  for (int j = 0; j < 8; j++) qd_ggml_put_scale_min_k4(j, ls[j] < 63 ? ls[j] : 63, lm[j] < 63 ? lm[j] : 63, out + 4);
+  put_f16(out, d_block);
+  put_f16(out + 2, m_block);
+  qd_ggml_k4_tail(x, L, out, nmax);
+}
+
+/* quantize_row_q6_K_impl: the reference's, with the sub-block fits weighted by qw itself. */
+static void q6_k_block(const float *x, const float *qw, uint8_t *out) {
+  uint8_t L[QK_K];
+  float scales[16];
+  for (int j = 0; j < 16; j++) scales[j] = make_qx_weighted(16, 32, x + 16 * j, (int8_t *)L + 16 * j, qw + 16 * j);
+  qd_ggml_sixteen_finish(QD_GGML_Q6_K, x, scales, NULL, L, out);
+}
+
+/* quantize_row_q2_K_impl: σ² = Σx²/256; sub-blocks of 16 fitted as Q4_K's (nmax 3), their scales
+ * and mins to 4 bits by make_qp_quants. */
+static void q2_k_block(const float *x, const float *qw, uint8_t *out) {
+  uint8_t L[QK_K], ls[16], lm[16];
+  float w[16], sw[16], scales[16], mins[16];
+  const float sigma2 = sum_squares(x, QK_K) / QK_K;
+  for (int j = 0; j < 16; j++) {
+    sw[j] = matrix_weights(x + 16 * j, qw + 16 * j, sigma2, 16, w);
+    scales[j] = qd_ggml_make_qkx2_quants(x + 16 * j, w, L + 16 * j, &mins[j], 3, -0.9f, 0.05f, 36, 16, 0);
+  }
+  const float d_block = make_qp_quants(16, 15, scales, ls, sw);
+  const float m_block = make_qp_quants(16, 15, mins, lm, sw);
+  put_f16(out + 80, d_block);
+  put_f16(out + 82, m_block);
+  for (int j = 0; j < 16; j++) out[j] = (uint8_t)(ls[j] | (lm[j] << 4));
+  qd_ggml_sixteen_tail(QD_GGML_Q2_K, x, L, out);
+}
+
+/* quantize_row_q3_K_impl: σ² = 2Σx²/256; sub-blocks of 16 by make_qx_quants (nmax 4), the 16
+ * scales by make_qx_quants (nmax 32) weighted by the sub-blocks' weight sums, stored as its codes. */
+static void q3_k_block(const float *x, const float *qw, uint8_t *out) {
+  uint8_t L[QK_K];
+  int8_t ls[16];
+  float w[16], sw[16], scales[16];
+  const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
+  for (int j = 0; j < 16; j++) {
+    sw[j] = matrix_weights(x + 16 * j, qw + 16 * j, sigma2, 16, w);
+    scales[j] = make_qx_weighted(16, 4, x + 16 * j, (int8_t *)L + 16 * j, w);
+  }
+  const float d_block = make_qx_weighted(16, 32, scales, ls, sw);
+  uint8_t *sc = out + 96;
+  for (int j = 0; j < 12; j++) sc[j] = 0;
+  for (int j = 0; j < 16; j++) {
+    const int l = ls[j]; /* 0..63: the scale's code + 32 */
+    if (j < 8) sc[j] = (uint8_t)(l & 0xf);
+    else sc[j - 8] |= (uint8_t)((l & 0xf) << 4);
+    sc[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+  }
+  put_f16(out + 108, d_block);
+  qd_ggml_sixteen_tail(QD_GGML_Q3_K, x, L, out);
+}
+
+int qd_ggml_takes_weights(int32_t type) {
+  return type == QD_GGML_Q2_K || type == QD_GGML_Q3_K || type == QD_GGML_Q4_K || type == QD_GGML_Q5_K ||
+         type == QD_GGML_Q6_K;
+}
+
+void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, uint8_t *out) {
+  switch (type) {
+  case QD_GGML_Q2_K: q2_k_block(x, qw, out); break;
+  case QD_GGML_Q3_K: q3_k_block(x, qw, out); break;
+  case QD_GGML_Q4_K: affine_k_block(x, qw, out, 15); break;
+  case QD_GGML_Q5_K: affine_k_block(x, qw, out, 31); break;
+  default: q6_k_block(x, qw, out); break;
+  }
+}
+
+qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t rows, uint64_t ne0, const float *qw,
+                                        uint8_t *out) {
+  if (!qd_ggml_takes_weights(type) || ne0 == 0 || ne0 % QK_K != 0) return QD_BAD_ARGUMENT;
+  const uint64_t size = qd_ggml_block_bytes(type);
+  for (uint64_t r = 0; r < rows; r++) {
+    for (uint64_t b = 0; b < ne0 / QK_K; b++) {
+      qd_ggml_weighted_block_ref(type, x + r * ne0 + QK_K * b, qw + QK_K * b, out + (r * (ne0 / QK_K) + b) * size);
+    }
+  }
+  return QD_OK;
+}
