@@ -135,17 +135,31 @@ static float make_qp_quants(int n, int32_t nmax, const float *x, uint8_t *L, con
   return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-/* quantize_row_q4_K_impl (nmax 15) / quantize_row_q5_K_impl (31): σ² = 2Σx²/256; sub-blocks of 32
- * fitted by make_qkx3_quants (rmin -0.9, rdelta 0.05, 36 steps), their scales and mins to 6 bits
- * by make_qp_quants weighted by each sub-block's weight sum. */
-static void affine_k_block(const float *x, const float *qw, uint8_t *out, int32_t nmax) {
-  uint8_t L[QK_K], ls[8], lm[8];
-  float w[32], sw[8], scales[8], mins[8];
-  const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
-  for (int j = 0; j < 8; j++) {
-    sw[j] = matrix_weights(x + 32 * j, qw + 32 * j, sigma2, 32, w);
-    scales[j] = qd_ggml_make_qkx2_quants(x + 32 * j, w, L + 32 * j, &mins[j], nmax, -0.9f, 0.05f, 36, 32, 0);
+int qd_ggml_takes_weights(int32_t type) {
+  return type == QD_GGML_Q2_K || type == QD_GGML_Q3_K || type == QD_GGML_Q4_K || type == QD_GGML_Q5_K ||
+         type == QD_GGML_Q6_K;
+}
+
+/* The values' weights, and their sums per sub-block:
+ * - Q2_K: σ² = Σx²/256, qw·sqrt(σ² + x²), sub-blocks of 16;
+ * - Q3_K: σ² = 2Σx²/256, the same, sub-blocks of 16;
+ * - Q4_K, Q5_K: σ² = 2Σx²/256, the same, sub-blocks of 32;
+ * - Q6_K: qw itself (no sums). */
+void qd_ggml_matrix_weights(int32_t type, const float *x, const float *qw, float *w, float *sw) {
+  if (type == QD_GGML_Q6_K) {
+    for (int i = 0; i < QK_K; i++) w[i] = qw[i];
+    return;
   }
+  const float sigma2 = type == QD_GGML_Q2_K ? sum_squares(x, QK_K) / QK_K : 2 * sum_squares(x, QK_K) / QK_K;
+  const int sub = type == QD_GGML_Q2_K || type == QD_GGML_Q3_K ? 16 : 32;
+  for (int j = 0; j < QK_K / sub; j++) sw[j] = matrix_weights(x + sub * j, qw + sub * j, sigma2, sub, w + sub * j);
+}
+
+/* Q4_K / Q5_K: the sub-blocks' scales and mins to 6 bits by make_qp_quants, weighted by the
+ * sub-blocks' weight sums. */
+static void affine_k_finish(const float *x, const float *scales, const float *mins, const float *sw, uint8_t *L,
+                            uint8_t *out, int32_t nmax) {
+  uint8_t ls[8], lm[8];
   const float d_block = make_qp_quants(8, 63, scales, ls, sw);
   const float m_block = make_qp_quants(8, 63, mins, lm, sw);
   for (int j = 0; j < 8; j++) qd_ggml_put_scale_min_k4(j, ls[j] < 63 ? ls[j] : 63, lm[j] < 63 ? lm[j] : 63, out + 4);
@@ -154,24 +168,10 @@ static void affine_k_block(const float *x, const float *qw, uint8_t *out, int32_
   qd_ggml_k4_tail(x, L, out, nmax);
 }
 
-/* quantize_row_q6_K_impl: the reference's, with the sub-block fits weighted by qw itself. */
-static void q6_k_block(const float *x, const float *qw, uint8_t *out) {
-  uint8_t L[QK_K];
-  float scales[16];
-  for (int j = 0; j < 16; j++) scales[j] = make_qx_weighted(16, 32, x + 16 * j, (int8_t *)L + 16 * j, qw + 16 * j);
-  qd_ggml_sixteen_finish(QD_GGML_Q6_K, x, scales, NULL, L, out);
-}
-
-/* quantize_row_q2_K_impl: σ² = Σx²/256; sub-blocks of 16 fitted as Q4_K's (nmax 3), their scales
- * and mins to 4 bits by make_qp_quants. */
-static void q2_k_block(const float *x, const float *qw, uint8_t *out) {
-  uint8_t L[QK_K], ls[16], lm[16];
-  float w[16], sw[16], scales[16], mins[16];
-  const float sigma2 = sum_squares(x, QK_K) / QK_K;
-  for (int j = 0; j < 16; j++) {
-    sw[j] = matrix_weights(x + 16 * j, qw + 16 * j, sigma2, 16, w);
-    scales[j] = qd_ggml_make_qkx2_quants(x + 16 * j, w, L + 16 * j, &mins[j], 3, -0.9f, 0.05f, 36, 16, 0);
-  }
+/* Q2_K: the 16 scales and 16 mins to 4 bits by make_qp_quants. */
+static void q2_k_finish(const float *x, const float *scales, const float *mins, const float *sw, uint8_t *L,
+                        uint8_t *out) {
+  uint8_t ls[16], lm[16];
   const float d_block = make_qp_quants(16, 15, scales, ls, sw);
   const float m_block = make_qp_quants(16, 15, mins, lm, sw);
   put_f16(out + 80, d_block);
@@ -180,17 +180,9 @@ static void q2_k_block(const float *x, const float *qw, uint8_t *out) {
   qd_ggml_sixteen_tail(QD_GGML_Q2_K, x, L, out);
 }
 
-/* quantize_row_q3_K_impl: σ² = 2Σx²/256; sub-blocks of 16 by make_qx_quants (nmax 4), the 16
- * scales by make_qx_quants (nmax 32) weighted by the sub-blocks' weight sums, stored as its codes. */
-static void q3_k_block(const float *x, const float *qw, uint8_t *out) {
-  uint8_t L[QK_K];
+/* Q3_K: the 16 scales by make_qx_quants (nmax 32) weighted by the sums, stored as its codes. */
+static void q3_k_finish(const float *x, const float *scales, const float *sw, uint8_t *L, uint8_t *out) {
   int8_t ls[16];
-  float w[16], sw[16], scales[16];
-  const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
-  for (int j = 0; j < 16; j++) {
-    sw[j] = matrix_weights(x + 16 * j, qw + 16 * j, sigma2, 16, w);
-    scales[j] = make_qx_weighted(16, 4, x + 16 * j, (int8_t *)L + 16 * j, w);
-  }
   const float d_block = make_qx_weighted(16, 32, scales, ls, sw);
   uint8_t *sc = out + 96;
   for (int j = 0; j < 12; j++) sc[j] = 0;
@@ -204,19 +196,40 @@ static void q3_k_block(const float *x, const float *qw, uint8_t *out) {
   qd_ggml_sixteen_tail(QD_GGML_Q3_K, x, L, out);
 }
 
-int qd_ggml_takes_weights(int32_t type) {
-  return type == QD_GGML_Q2_K || type == QD_GGML_Q3_K || type == QD_GGML_Q4_K || type == QD_GGML_Q5_K ||
-         type == QD_GGML_Q6_K;
+void qd_ggml_weighted_finish(int32_t type, const float *x, const float *scales, const float *mins, const float *sw,
+                             uint8_t *L, uint8_t *out) {
+  switch (type) {
+  case QD_GGML_Q2_K: q2_k_finish(x, scales, mins, sw, L, out); break;
+  case QD_GGML_Q3_K: q3_k_finish(x, scales, sw, L, out); break;
+  case QD_GGML_Q4_K: affine_k_finish(x, scales, mins, sw, L, out, 15); break;
+  case QD_GGML_Q5_K: affine_k_finish(x, scales, mins, sw, L, out, 31); break;
+  default: qd_ggml_sixteen_finish(QD_GGML_Q6_K, x, scales, NULL, L, out); break;
+  }
 }
 
+/* The sub-block fits, then qd_ggml_weighted_finish:
+ * - Q4_K / Q5_K (quantize_row_q4_K_impl, q5_K_impl): sub-blocks of 32 by make_qkx3_quants (rmin
+ *   -0.9, rdelta 0.05, 36 steps, squared error);
+ * - Q2_K (q2_K_impl): sub-blocks of 16 the same way, nmax 3;
+ * - Q3_K (q3_K_impl): sub-blocks of 16 by make_qx_quants (nmax 4);
+ * - Q6_K (q6_K_impl): the reference's make_qx_quants (nmax 32) weighted by qw itself. */
 void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, uint8_t *out) {
-  switch (type) {
-  case QD_GGML_Q2_K: q2_k_block(x, qw, out); break;
-  case QD_GGML_Q3_K: q3_k_block(x, qw, out); break;
-  case QD_GGML_Q4_K: affine_k_block(x, qw, out, 15); break;
-  case QD_GGML_Q5_K: affine_k_block(x, qw, out, 31); break;
-  default: q6_k_block(x, qw, out); break;
+  uint8_t L[QK_K];
+  float w[QK_K], sw[16], scales[16], mins[16];
+  qd_ggml_matrix_weights(type, x, qw, w, sw);
+  if (type == QD_GGML_Q4_K || type == QD_GGML_Q5_K) {
+    const int32_t nmax = type == QD_GGML_Q4_K ? 15 : 31;
+    for (int j = 0; j < 8; j++)
+      scales[j] =
+          qd_ggml_make_qkx2_quants(x + 32 * j, w + 32 * j, L + 32 * j, &mins[j], nmax, -0.9f, 0.05f, 36, 32, 0);
+  } else if (type == QD_GGML_Q2_K) {
+    for (int j = 0; j < 16; j++)
+      scales[j] = qd_ggml_make_qkx2_quants(x + 16 * j, w + 16 * j, L + 16 * j, &mins[j], 3, -0.9f, 0.05f, 36, 16, 0);
+  } else {
+    const int32_t nmax = type == QD_GGML_Q3_K ? 4 : 32;
+    for (int j = 0; j < 16; j++) scales[j] = make_qx_weighted(16, nmax, x + 16 * j, (int8_t *)L + 16 * j, w + 16 * j);
   }
+  qd_ggml_weighted_finish(type, x, scales, mins, sw, L, out);
 }
 
 qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t rows, uint64_t ne0, const float *qw,

@@ -103,6 +103,12 @@ qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t r
 /* Whether qd_ggml_quantize_weighted takes the type; one super-block of it with weights qw[256]. */
 int qd_ggml_takes_weights(int32_t type);
 void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, uint8_t *out);
+/* Its parts, for the SIMD variants: each value's weight w[256] and the sub-blocks' sums sw (none
+ * for Q6_K), then, after the sub-block fits (scales, negated mins for Q2_K / Q4_K / Q5_K, codes
+ * L), the block's bytes. */
+void qd_ggml_matrix_weights(int32_t type, const float *x, const float *qw, float *w, float *sw);
+void qd_ggml_weighted_finish(int32_t type, const float *x, const float *scales, const float *mins, const float *sw,
+                             uint8_t *L, uint8_t *out);
 qd_status qd_bnb_quantize_ref(int32_t type, const float *x, uint64_t n, uint64_t blocksize, uint8_t *packed,
                               float *absmax, uint64_t *bad);
 /* The 4-bit code of one float32 (x·inv) in a qd_bnb_type code book; NaN gives 0. */

@@ -322,7 +322,7 @@ QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, 
   const uint64_t size = qd_ggml_block_bytes(type);
   if (size == 0) return QD_BAD_ARGUMENT;
   if (type == QD_GGML_Q6_K || type == QD_GGML_Q3_K || type == QD_GGML_Q2_K) {
-    for (uint64_t b = 0; b < blocks; b++) QD_NAME(kq_sixteen_block)(type, x + 256 * b, out + size * b);
+    for (uint64_t b = 0; b < blocks; b++) QD_NAME(kq_sixteen_block)(type, x + 256 * b, NULL, out + size * b);
     return QD_OK;
   }
   if (type == QD_GGML_IQ4_NL) {
@@ -336,7 +336,7 @@ QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, 
   if (type == QD_GGML_Q4_K || type == QD_GGML_Q5_K) {
     for (uint64_t b = 0; b < blocks; b += KQ_Q4_SUPER) {
       const int n = blocks - b < KQ_Q4_SUPER ? (int)(blocks - b) : KQ_Q4_SUPER;
-      QD_NAME(kq_affine_k_blocks)(x + 256 * b, n, out + size * b, type == QD_GGML_Q5_K);
+      QD_NAME(kq_affine_k_blocks)(x + 256 * b, NULL, n, out + size * b, type == QD_GGML_Q5_K);
     }
     return QD_OK;
   }
@@ -355,14 +355,24 @@ QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, 
   return QD_OK;
 }
 
-/* With an importance matrix: the super-blocks one by one, those holding NaN by the reference. */
+/* With an importance matrix: each row's super-blocks searched across lanes as without one (Q4_K
+ * and Q5_K several at a time, never across rows: each block has its own columns' weights). */
 QD_TARGET static qd_status QD_NAME(ggml_quantize_weighted)(int32_t type, const float *x, uint64_t rows, uint64_t ne0,
                                                          const float *qw, uint8_t *out) {
   if (!qd_ggml_takes_weights(type) || ne0 == 0 || ne0 % 256 != 0) return QD_BAD_ARGUMENT;
   const uint64_t size = qd_ggml_block_bytes(type), blocks = ne0 / 256;
+  const int affine = type == QD_GGML_Q4_K || type == QD_GGML_Q5_K;
   for (uint64_t r = 0; r < rows; r++) {
-    for (uint64_t b = 0; b < blocks; b++)
-      qd_ggml_weighted_block_ref(type, x + r * ne0 + 256 * b, qw + 256 * b, out + (r * blocks + b) * size);
+    const float *xr = x + r * ne0;
+    uint8_t *outr = out + r * blocks * size;
+    for (uint64_t b = 0; b < blocks; b += affine ? KQ_Q4_SUPER : 1) {
+      if (!affine) {
+        QD_NAME(kq_sixteen_block)(type, xr + 256 * b, qw + 256 * b, outr + size * b);
+        continue;
+      }
+      const int n = blocks - b < KQ_Q4_SUPER ? (int)(blocks - b) : KQ_Q4_SUPER;
+      QD_NAME(kq_affine_k_blocks)(xr + 256 * b, qw + 256 * b, n, outr + size * b, type == QD_GGML_Q5_K);
+    }
   }
   return QD_OK;
 }

@@ -40,20 +40,24 @@ QD_V vf kq_load_signed_max(const float *t, int first, vf *xs, vm *zero_group) {
   return max;
 }
 
-/* make_qx_quants (nmax 32, rmse_type 1) for VL sub-blocks of 16 (kq_load_signed_max's t); their
- * scales to scales[], codes (nmax + code) to L[16·s + i]. */
-QD_TARGET static void QD_NAME(kq_q6_search)(const float *t, int first, float *scales, int8_t *L) {
-  enum { N = 16, NMAX = 32 };
-  vf xs[N];
+/* make_qx_quants (rmse_type 1; Q6_K: nmax 32, Q3_K with an importance matrix: nmax 4) for VL
+ * sub-blocks of 16 (kq_load_signed_max's t), weighted by x² or, given tw (laid out as t), by an
+ * importance matrix's weights; their scales to scales[], codes (nmax + code) to L[16·s + i].
+ * Always inlined, so that NMAX is a constant. */
+QD_V void QD_NAME(kq_qx_search)(const float *t, const float *tw, int first, float *scales, int8_t *L,
+                                const int32_t NMAX) {
+  enum { N = 16 };
+  vf xs[N], ws[N];
   vm zero_group; /* all codes 0, scale 0 */
   const vf max = kq_load_signed_max(t, first, xs, &zero_group);
+  for (int i = 0; i < N; i++) ws[i] = tw != NULL ? vf_load(tw + 16 * i + first) : vf_mul(xs[i], xs[i]);
   vf iscale = vf_div(vf_set(-(float)NMAX), max);
   vf sumlx = vf_set(0.0f), suml2 = vf_set(0.0f);
   vi l[N];
   for (int i = 0; i < N; i++) {
     vi li = kq_clamp(kq_nearest(vf_mul(iscale, xs[i])), -NMAX, NMAX - 1);
     l[i] = vi_add(li, vi_set(NMAX));
-    const vf lf = vi_to_vf(li), w = vf_mul(xs[i], xs[i]);
+    const vf lf = vi_to_vf(li), w = ws[i];
     sumlx = vf_add(sumlx, vf_mul(vf_mul(w, xs[i]), lf));
     suml2 = vf_add(suml2, vf_mul(vf_mul(w, lf), lf));
   }
@@ -65,7 +69,7 @@ QD_TARGET static void QD_NAME(kq_q6_search)(const float *t, int first, float *sc
     sumlx = suml2 = vf_set(0.0f);
     for (int i = 0; i < N; i++) {
       const vf lf = vi_to_vf(kq_clamp(kq_nearest(vf_mul(iscale, xs[i])), -NMAX, NMAX - 1));
-      const vf w = vf_mul(xs[i], xs[i]);
+      const vf w = ws[i];
       sumlx = vf_add(sumlx, vf_mul(vf_mul(w, xs[i]), lf));
       suml2 = vf_add(suml2, vf_mul(vf_mul(w, lf), lf));
     }
@@ -141,22 +145,26 @@ QD_TARGET static void QD_NAME(kq_q3_search)(const float *t, int first, float *sc
 #define KQ_Q4_SUPER (VL > 8 ? VL / 8 : 1)
 #define KQ_Q4_SUBS (8 * KQ_Q4_SUPER)
 
-/* make_qkx2_quants (rdelta 0.1) for VL sub-blocks of N, with its callers' weights:
- * - Q4_K (nmax 15, rmin -1, nstep 20) and Q5_K (nmax 31, rmin -0.5, nstep 15): N 32, weights
- *   av_x + |x|, squared error;
- * - Q2_K (`mad`: nmax 3, rmin -0.5, nstep 15): N 16, weights |x|, absolute error.
+/* make_qkx2_quants for VL sub-blocks of N, with its callers' weights:
+ * - Q4_K (nmax 15, rmin -1, rdelta 0.1, nstep 20) and Q5_K (nmax 31, rmin -0.5, nstep 15): N 32,
+ *   weights av_x + |x|, squared error;
+ * - Q2_K (`mad`: nmax 3, rmin -0.5, rdelta 0.1, nstep 15): N 16, weights |x|, absolute error;
+ * - with an importance matrix (rmin -0.9, rdelta 0.05, nstep 36, squared error): its weights
+ *   tw, laid out as t.
  * t[stride·i + s] is element i of sub-block s (lanes: sub-blocks first .. first + VL); scales,
  * negated mins and codes L[N·s + i] out. Always inlined, so that N and `mad` are constants. */
-QD_V void QD_NAME(kq_affine_search)(const float *t, const int stride, const int first, const int N, const int mad,
-                                    float *scales, float *neg_mins, uint8_t *L, const int32_t NMAX, const float rmin,
-                                    const int NSTEP) {
+QD_V void QD_NAME(kq_affine_search)(const float *t, const float *tw, const int stride, const int first, const int N,
+                                    const int mad, float *scales, float *neg_mins, uint8_t *L, const int32_t NMAX,
+                                    const float rmin, const float rdelta, const int NSTEP) {
   vf xs[32], ws[32];
   vf sum_x2 = vf_set(0.0f);
   for (int i = 0; i < N; i++) {
     xs[i] = vf_load(t + stride * i + first);
     sum_x2 = vf_add(sum_x2, vf_mul(xs[i], xs[i]));
   }
-  if (mad) {
+  if (tw != NULL) {
+    for (int i = 0; i < N; i++) ws[i] = vf_load(tw + stride * i + first);
+  } else if (mad) {
     for (int i = 0; i < N; i++) ws[i] = vf_abs(xs[i]);
   } else {
     float av[VL];
@@ -187,7 +195,7 @@ QD_V void QD_NAME(kq_affine_search)(const float *t, const int stride, const int 
     best_error = vf_add(best_error, vf_mul(ws[i], mad ? vf_abs(diff) : vf_mul(diff, diff)));
   }
   for (int is = 0; is <= NSTEP; is++) {
-    iscale = vf_div(vf_set(rmin + 0.1f * (float)is + (float)NMAX), vf_sub(max, min));
+    iscale = vf_div(vf_set(rmin + rdelta * (float)is + (float)NMAX), vf_sub(max, min));
     vf sum_l = vf_set(0.0f), sum_l2 = vf_set(0.0f), sum_xl = vf_set(0.0f);
     vi laux[32];
     for (int i = 0; i < N; i++) {
@@ -228,54 +236,88 @@ QD_V void QD_NAME(kq_affine_search)(const float *t, const int stride, const int 
   }
 }
 
-/* `n` (at most KQ_Q4_SUPER) Q4_K (five_bits 0) or Q5_K (1) super-blocks: those without NaN
- * searched together, the others by the scalar reference. */
-QD_TARGET static void QD_NAME(kq_affine_k_blocks)(const float *x, int n, uint8_t *out, const int five_bits) {
+/* `n` (at most KQ_Q4_SUPER) Q4_K (five_bits 0) or Q5_K (1) super-blocks, with an importance
+ * matrix's column weights qw (NULL: without one): those without NaN searched together, the others
+ * by the scalar reference. */
+QD_TARGET static void QD_NAME(kq_affine_k_blocks)(const float *x, const float *qw, int n, uint8_t *out,
+                                                  const int five_bits) {
+  const int32_t type = five_bits ? QD_GGML_Q5_K : QD_GGML_Q4_K;
   const uint64_t size = five_bits ? 176 : 144;
-  float t[256 * KQ_Q4_SUPER], scales[KQ_Q4_SUBS], neg_mins[KQ_Q4_SUBS];
+  float t[256 * KQ_Q4_SUPER], tw[256 * KQ_Q4_SUPER], w[256], sw[KQ_Q4_SUBS];
+  float scales[KQ_Q4_SUBS], neg_mins[KQ_Q4_SUBS];
   uint8_t L[256 * KQ_Q4_SUPER];
   int nan[KQ_Q4_SUPER];
   for (int b = 0; b < KQ_Q4_SUPER; b++) {
     nan[b] = b < n && QD_NAME(kq_has_nan)(x + 256 * b);
+    const int used = b < n && !nan[b];
+    if (used && qw != NULL) qd_ggml_matrix_weights(type, x + 256 * b, qw + 256 * b, w, sw + 8 * b);
     for (int s = 0; s < 8; s++) {
-      for (int i = 0; i < 32; i++) t[KQ_Q4_SUBS * i + 8 * b + s] = b < n && !nan[b] ? x[256 * b + 32 * s + i] : 0.0f;
+      for (int i = 0; i < 32; i++) {
+        t[KQ_Q4_SUBS * i + 8 * b + s] = used ? x[256 * b + 32 * s + i] : 0.0f;
+        if (qw != NULL) tw[KQ_Q4_SUBS * i + 8 * b + s] = used ? w[32 * s + i] : 0.0f;
+      }
     }
   }
   for (int first = 0; first < KQ_Q4_SUBS; first += VL) {
-    if (five_bits)
-      QD_NAME(kq_affine_search)(t, KQ_Q4_SUBS, first, 32, 0, scales, neg_mins, L, 31, -0.5f, 15);
+    if (qw != NULL && five_bits)
+      QD_NAME(kq_affine_search)(t, tw, KQ_Q4_SUBS, first, 32, 0, scales, neg_mins, L, 31, -0.9f, 0.05f, 36);
+    else if (qw != NULL)
+      QD_NAME(kq_affine_search)(t, tw, KQ_Q4_SUBS, first, 32, 0, scales, neg_mins, L, 15, -0.9f, 0.05f, 36);
+    else if (five_bits)
+      QD_NAME(kq_affine_search)(t, NULL, KQ_Q4_SUBS, first, 32, 0, scales, neg_mins, L, 31, -0.5f, 0.1f, 15);
     else
-      QD_NAME(kq_affine_search)(t, KQ_Q4_SUBS, first, 32, 0, scales, neg_mins, L, 15, -1.0f, 20);
+      QD_NAME(kq_affine_search)(t, NULL, KQ_Q4_SUBS, first, 32, 0, scales, neg_mins, L, 15, -1.0f, 0.1f, 20);
   }
   for (int b = 0; b < n; b++) {
     const float *xb = x + 256 * b;
     uint8_t *ob = out + size * b;
-    if (nan[b])
+    if (nan[b] && qw != NULL)
+      qd_ggml_weighted_block_ref(type, xb, qw + 256 * b, ob);
+    else if (nan[b])
       (five_bits ? qd_ggml_q5_k_block_ref : qd_ggml_q4_k_block_ref)(xb, ob);
+    else if (qw != NULL)
+      qd_ggml_weighted_finish(type, xb, scales + 8 * b, neg_mins + 8 * b, sw + 8 * b, L + 256 * b, ob);
     else
       (five_bits ? qd_ggml_q5_k_finish : qd_ggml_q4_k_finish)(xb, scales + 8 * b, neg_mins + 8 * b, L + 256 * b, ob);
   }
 }
 
-/* One Q2_K, Q3_K or Q6_K super-block (16 sub-blocks of 16): its sub-blocks searched across
- * lanes, then finished by the scalar code; a super-block holding NaN by the scalar reference. */
-QD_TARGET static void QD_NAME(kq_sixteen_block)(int32_t type, const float *x, uint8_t *out) {
+/* One Q2_K, Q3_K or Q6_K super-block (16 sub-blocks of 16), with an importance matrix's column
+ * weights qw (NULL: without one): its sub-blocks searched across lanes, then finished by the scalar
+ * code (with a matrix, all of its finish); a super-block holding NaN by the scalar reference. */
+QD_TARGET static void QD_NAME(kq_sixteen_block)(int32_t type, const float *x, const float *qw, uint8_t *out) {
   if (QD_NAME(kq_has_nan)(x)) {
-    qd_ggml_block_ref(type)(x, out);
+    if (qw != NULL)
+      qd_ggml_weighted_block_ref(type, x, qw, out);
+    else
+      qd_ggml_block_ref(type)(x, out);
     return;
   }
-  float t[256], scales[16], neg_mins[16];
+  float t[256], tw[256], w[256], sw[16], scales[16], neg_mins[16];
   uint8_t L[256];
+  if (qw != NULL) qd_ggml_matrix_weights(type, x, qw, w, sw);
   for (int s = 0; s < 16; s++) {
-    for (int i = 0; i < 16; i++) t[16 * i + s] = x[16 * s + i];
+    for (int i = 0; i < 16; i++) {
+      t[16 * i + s] = x[16 * s + i];
+      if (qw != NULL) tw[16 * i + s] = w[16 * s + i];
+    }
   }
+  const float *weights = qw != NULL ? tw : NULL;
   for (int first = 0; first < 16; first += VL) {
     if (type == QD_GGML_Q6_K)
-      QD_NAME(kq_q6_search)(t, first, scales, (int8_t *)L);
+      QD_NAME(kq_qx_search)(t, weights, first, scales, (int8_t *)L, 32);
+    else if (type == QD_GGML_Q3_K && qw != NULL)
+      QD_NAME(kq_qx_search)(t, tw, first, scales, (int8_t *)L, 4);
     else if (type == QD_GGML_Q3_K)
       QD_NAME(kq_q3_search)(t, first, scales, (int8_t *)L);
+    else if (qw != NULL)
+      QD_NAME(kq_affine_search)(t, tw, 16, first, 16, 0, scales, neg_mins, L, 3, -0.9f, 0.05f, 36);
     else
-      QD_NAME(kq_affine_search)(t, 16, first, 16, 1, scales, neg_mins, L, 3, -0.5f, 15);
+      QD_NAME(kq_affine_search)(t, NULL, 16, first, 16, 1, scales, neg_mins, L, 3, -0.5f, 0.1f, 15);
+  }
+  if (qw != NULL) {
+    qd_ggml_weighted_finish(type, x, scales, neg_mins, sw, L, out);
+    return;
   }
   float d[16], dm[16];
   if (!qd_ggml_sixteen_head(type, scales, type == QD_GGML_Q2_K ? neg_mins : NULL, out, d, dm)) return;
