@@ -347,7 +347,7 @@ static napi_value js_ggml_quantize(napi_env env, napi_callback_info info) {
 }
 
 /* ggmlQuantizeWeighted(type, x, ne0, qw, out): rows of ne0 floats, each against the column
- * weights qw[ne0] (an importance matrix), → x.length / 256 blocks of qd_ggml_block_bytes(type) */
+ * weights qw[ne0] (an importance matrix), → ggml blocks of qd_ggml_block_bytes(type) */
 static napi_value js_ggml_quantize_weighted(napi_env env, napi_callback_info info) {
   ARGS(5);
   int32_t type;
@@ -356,10 +356,10 @@ static napi_value js_ggml_quantize_weighted(napi_env env, napi_callback_info inf
   if (!get_i32(env, argv[0], &type) || !get_view(env, argv[1], &x) || !get_u64(env, argv[2], &ne0) ||
       !get_view(env, argv[3], &qw) || !get_view(env, argv[4], &out))
     return throw_error(env, "quantd addon: ggmlQuantizeWeighted arguments");
-  if (qd_ggml_block_bytes(type) == 0 || ne0 == 0 || ne0 % 256 != 0)
+  if (qd_ggml_block_bytes(type) == 0 || ne0 == 0 || ne0 % qd_ggml_block_values(type) != 0)
     return status_of(env, QD_BAD_ARGUMENT, 0); /* as the kernel says */
-  const uint64_t rows = x.bytes / (4 * ne0);
-  if (x.bytes % (4 * ne0) != 0 || qw.bytes < 4 * ne0 || out.bytes < rows * (ne0 / 256) * qd_ggml_block_bytes(type))
+  const uint64_t rows = x.bytes / (4 * ne0), blocks = ne0 / qd_ggml_block_values(type);
+  if (x.bytes % (4 * ne0) != 0 || qw.bytes < 4 * ne0 || out.bytes < rows * blocks * qd_ggml_block_bytes(type))
     return throw_error(env, "quantd addon: ggmlQuantizeWeighted sizes");
   return status_of(env, kernels->ggml_quantize_weighted(type, x.data, rows, ne0, qw.data, out.data), 0);
 }

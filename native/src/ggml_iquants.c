@@ -34,12 +34,12 @@ static void put_u16(uint8_t *out, uint16_t v) {
   out[1] = (uint8_t)(v >> 8);
 }
 
-/* The weighted sums of the least-squares refit for the reciprocal scale id (weights x²). */
-static void refit_sums(const float *x, float id, float *sumqx, float *sumq2) {
+/* The weighted sums of the least-squares refit for the reciprocal scale id (weights w, or x²). */
+static void refit_sums(const float *x, const float *w, float id, float *sumqx, float *sumq2) {
   float sqx = 0.0f, sq2 = 0.0f;
   for (int j = 0; j < 32; j++) {
     const float q = (float)LEVELS[best_index(id * x[j])];
-    const float wq = x[j] * x[j] * q;
+    const float wq = (w != NULL ? w[j] : x[j] * x[j]) * q;
     sqx += wq * x[j];
     sq2 += wq * q;
   }
@@ -48,16 +48,16 @@ static void refit_sums(const float *x, float id, float *sumqx, float *sumq2) {
 
 /* The scale search of quantize_row_iq4_nl_impl for 32 values (ntry 7). Its first trial's codes
  * are not kept: every caller recomputes them from the final scale. */
-float qd_ggml_iq4_scale(const float *x) {
+float qd_ggml_iq4_scale(const float *x, const float *w) {
   const float max = qd_ggml_signed_abs_max(x, 32);
   if (__builtin_fabsf(max) < QD_GROUP_MAX_EPS) return 0.0f;
   float d = -max / (float)LEVELS[0];
   float sumqx, sumq2;
-  refit_sums(x, 1.0f / d, &sumqx, &sumq2);
+  refit_sums(x, w, 1.0f / d, &sumqx, &sumq2);
   d = sumq2 > 0 ? sumqx / sumq2 : 0.0f;
   float best = d * sumqx;
   for (int itry = -NTRY; itry <= NTRY; itry++) {
-    refit_sums(x, (float)(itry + LEVELS[0]) / max, &sumqx, &sumq2);
+    refit_sums(x, w, (float)(itry + LEVELS[0]) / max, &sumqx, &sumq2);
     if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
       d = sumqx / sumq2;
       best = d * sumqx;
@@ -71,9 +71,20 @@ static void pack_codes(const float *x, float id, uint8_t *q) {
   for (int j = 0; j < 16; j++) q[j] = (uint8_t)(best_index(id * x[j]) | (best_index(id * x[16 + j]) << 4));
 }
 
-void qd_ggml_iq4_nl_block_ref(const float *x, uint8_t *out) {
-  const float d = qd_ggml_iq4_scale(x);
+void qd_ggml_iq4_nl_block_ref(const float *x, uint8_t *out) { qd_ggml_iq4_nl_weighted_ref(x, NULL, out); }
+
+void qd_ggml_iq4_nl_weighted_ref(const float *x, const float *qw, uint8_t *out) {
+  float w[32];
+  if (qw != NULL) qd_ggml_iq4_weights(x, qw, 32, w);
+  const float d = qd_ggml_iq4_scale(x, qw != NULL ? w : NULL);
   pack_codes(x, qd_ggml_iq4_nl_head(d, out), out + 2);
+}
+
+void qd_ggml_iq4_weights(const float *x, const float *qw, int size, float *w) {
+  float sigma2 = 0.0f;
+  for (int j = 0; j < size; j++) sigma2 += x[j] * x[j];
+  sigma2 *= 2.0f / (float)size;
+  for (int j = 0; j < size; j++) w[j] = qw[j] * __builtin_sqrtf(sigma2 + x[j] * x[j]);
 }
 
 float qd_ggml_iq4_nl_head(float d, uint8_t *out) {
@@ -81,9 +92,12 @@ float qd_ggml_iq4_nl_head(float d, uint8_t *out) {
   return d != 0.0f ? 1.0f / d : 0.0f; /* C's `d ? 1/d : 0`: NaN is true there */
 }
 
-void qd_ggml_iq4_xs_block_ref(const float *x, uint8_t *out) {
-  float scales[8], ids[8];
-  for (int ib = 0; ib < 8; ib++) scales[ib] = qd_ggml_iq4_scale(x + 32 * ib);
+void qd_ggml_iq4_xs_block_ref(const float *x, uint8_t *out) { qd_ggml_iq4_xs_weighted_ref(x, NULL, out); }
+
+void qd_ggml_iq4_xs_weighted_ref(const float *x, const float *qw, uint8_t *out) {
+  float scales[8], ids[8], w[256];
+  if (qw != NULL) qd_ggml_iq4_weights(x, qw, 256, w);
+  for (int ib = 0; ib < 8; ib++) scales[ib] = qd_ggml_iq4_scale(x + 32 * ib, qw != NULL ? w + 32 * ib : NULL);
   qd_ggml_iq4_xs_head(scales, out, ids);
   for (int ib = 0; ib < 8; ib++) pack_codes(x + 32 * ib, ids[ib], out + 8 + 16 * ib);
 }

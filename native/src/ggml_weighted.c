@@ -1,6 +1,7 @@
 /*
  * ggml's K-quants with an importance matrix: the quant_weights paths of ggml-quants.c
- * (quantize_row_q2_K_impl … quantize_row_q6_K_impl), what llama-quantize runs with --imatrix.
+ * (quantize_row_q2_K_impl … quantize_row_q6_K_impl), what llama-quantize runs with --imatrix;
+ * IQ4_NL and IQ4_XS, whose weighted search is ggml_iquants.c's, are dispatched from here.
  * Scalar twins of src/core/interop/ggml-imatrix.ts (the oracle, byte-exact with libllama:
  * test/gguf-mix): every statement is one of the oracle's, in its order, each float operation one
  * float32 operation (compiled with -ffp-contract=off). Every row of a tensor is quantized against
@@ -137,7 +138,7 @@ static float make_qp_quants(int n, int32_t nmax, const float *x, uint8_t *L, con
 
 int qd_ggml_takes_weights(int32_t type) {
   return type == QD_GGML_Q2_K || type == QD_GGML_Q3_K || type == QD_GGML_Q4_K || type == QD_GGML_Q5_K ||
-         type == QD_GGML_Q6_K;
+         type == QD_GGML_Q6_K || type == QD_GGML_IQ4_NL || type == QD_GGML_IQ4_XS;
 }
 
 /* The values' weights, and their sums per sub-block:
@@ -214,6 +215,10 @@ void qd_ggml_weighted_finish(int32_t type, const float *x, const float *scales, 
  * - Q3_K (q3_K_impl): sub-blocks of 16 by make_qx_quants (nmax 4);
  * - Q6_K (q6_K_impl): the reference's make_qx_quants (nmax 32) weighted by qw itself. */
 void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, uint8_t *out) {
+  if (type == QD_GGML_IQ4_NL || type == QD_GGML_IQ4_XS) {
+    (type == QD_GGML_IQ4_NL ? qd_ggml_iq4_nl_weighted_ref : qd_ggml_iq4_xs_weighted_ref)(x, qw, out);
+    return;
+  }
   uint8_t L[QK_K];
   float w[QK_K], sw[16], scales[16], mins[16];
   qd_ggml_matrix_weights(type, x, qw, w, sw);
@@ -234,12 +239,11 @@ void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, u
 
 qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t rows, uint64_t ne0, const float *qw,
                                         uint8_t *out) {
-  if (!qd_ggml_takes_weights(type) || ne0 == 0 || ne0 % QK_K != 0) return QD_BAD_ARGUMENT;
-  const uint64_t size = qd_ggml_block_bytes(type);
+  if (!qd_ggml_takes_weights(type) || ne0 == 0 || ne0 % qd_ggml_block_values(type) != 0) return QD_BAD_ARGUMENT;
+  const uint64_t size = qd_ggml_block_bytes(type), values = qd_ggml_block_values(type), blocks = ne0 / values;
   for (uint64_t r = 0; r < rows; r++) {
-    for (uint64_t b = 0; b < ne0 / QK_K; b++) {
-      qd_ggml_weighted_block_ref(type, x + r * ne0 + QK_K * b, qw + QK_K * b, out + (r * (ne0 / QK_K) + b) * size);
-    }
+    for (uint64_t b = 0; b < blocks; b++)
+      qd_ggml_weighted_block_ref(type, x + r * ne0 + values * b, qw + values * b, out + (r * blocks + b) * size);
   }
   return QD_OK;
 }

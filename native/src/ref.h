@@ -88,8 +88,15 @@ static inline int32_t qd_ggml_sixteen_low(int32_t type) {
 }
 void qd_ggml_iq4_nl_block_ref(const float *x, uint8_t *out);
 void qd_ggml_iq4_xs_block_ref(const float *x, uint8_t *out);
-/* IQ4_NL / IQ4_XS's scale search for one group of 32 values (quantize_row_iq4_nl_impl, ntry 7). */
-float qd_ggml_iq4_scale(const float *x);
+/* IQ4_NL / IQ4_XS's scale search for one group of 32 values (quantize_row_iq4_nl_impl, ntry 7),
+ * weighted by w (an importance matrix's, qd_ggml_iq4_weights) or, NULL, by x². */
+float qd_ggml_iq4_scale(const float *x, const float *w);
+/* With an importance matrix (quantize_row_iq4_nl_impl's quant_weights path): the weights
+ * qw·sqrt(σ² + x²) of a block of `size` values (32 for IQ4_NL, 256 for IQ4_XS; σ² = Σx²·2/size),
+ * and one block quantized with its column weights qw. */
+void qd_ggml_iq4_weights(const float *x, const float *qw, int size, float *w);
+void qd_ggml_iq4_nl_weighted_ref(const float *x, const float *qw, uint8_t *out);
+void qd_ggml_iq4_xs_weighted_ref(const float *x, const float *qw, uint8_t *out);
 /* After the search, all but the codes: IQ4_NL's d from its scale, returning the reciprocal its
  * codes use; IQ4_XS's d and 6-bit scales from the 8 group scales, with each group's reciprocal
  * to ids[] (the SIMD variants search and code groups across lanes around these). */
@@ -100,7 +107,8 @@ qd_ggml_block_fn qd_ggml_block_ref(int32_t type);
 qd_status qd_ggml_quantize_ref(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
 qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t rows, uint64_t ne0, const float *qw,
                                         uint8_t *out);
-/* Whether qd_ggml_quantize_weighted takes the type; one super-block of it with weights qw[256]. */
+/* Whether qd_ggml_quantize_weighted takes the type; one block of it (256 values; IQ4_NL: 32) with
+ * its column weights qw. */
 int qd_ggml_takes_weights(int32_t type);
 void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, uint8_t *out);
 /* Its parts, for the SIMD variants: each value's weight w[256] and the sub-blocks' sums sw (none

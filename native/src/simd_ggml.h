@@ -326,11 +326,11 @@ QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, 
     return QD_OK;
   }
   if (type == QD_GGML_IQ4_NL) {
-    QD_NAME(iq4_nl_blocks)(x, blocks, out);
+    QD_NAME(iq4_nl_blocks)(x, NULL, blocks, out);
     return QD_OK;
   }
   if (type == QD_GGML_IQ4_XS) {
-    QD_NAME(iq4_xs_blocks)(x, blocks, out);
+    QD_NAME(iq4_xs_blocks)(x, NULL, blocks, out);
     return QD_OK;
   }
   if (type == QD_GGML_Q4_K || type == QD_GGML_Q5_K) {
@@ -355,16 +355,20 @@ QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, 
   return QD_OK;
 }
 
-/* With an importance matrix: each row's super-blocks searched across lanes as without one (Q4_K
- * and Q5_K several at a time, never across rows: each block has its own columns' weights). */
+/* With an importance matrix: each row's blocks searched across lanes as without one (several at a
+ * time, never across rows: each block has its own columns' weights). */
 QD_TARGET static qd_status QD_NAME(ggml_quantize_weighted)(int32_t type, const float *x, uint64_t rows, uint64_t ne0,
                                                          const float *qw, uint8_t *out) {
-  if (!qd_ggml_takes_weights(type) || ne0 == 0 || ne0 % 256 != 0) return QD_BAD_ARGUMENT;
-  const uint64_t size = qd_ggml_block_bytes(type), blocks = ne0 / 256;
+  if (!qd_ggml_takes_weights(type) || ne0 == 0 || ne0 % qd_ggml_block_values(type) != 0) return QD_BAD_ARGUMENT;
+  const uint64_t size = qd_ggml_block_bytes(type), blocks = ne0 / qd_ggml_block_values(type);
   const int affine = type == QD_GGML_Q4_K || type == QD_GGML_Q5_K;
   for (uint64_t r = 0; r < rows; r++) {
     const float *xr = x + r * ne0;
     uint8_t *outr = out + r * blocks * size;
+    if (type == QD_GGML_IQ4_NL || type == QD_GGML_IQ4_XS) {
+      (type == QD_GGML_IQ4_NL ? QD_NAME(iq4_nl_blocks) : QD_NAME(iq4_xs_blocks))(xr, qw, blocks, outr);
+      continue;
+    }
     for (uint64_t b = 0; b < blocks; b += affine ? KQ_Q4_SUPER : 1) {
       if (!affine) {
         QD_NAME(kq_sixteen_block)(type, xr + 256 * b, qw + 256 * b, outr + size * b);

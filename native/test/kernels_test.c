@@ -413,9 +413,9 @@ static void test_conversions(const qd_kernels *k) {
   free(h), free(f1), free(f2), free(o1), free(o2);
 }
 
-/* ggml K types with an importance matrix: every variant equals the scalar twin of llama.cpp's
- * quant_weights paths, on weight-like rows and interesting values, with column weights that
- * include zeros and outliers; other types and partial super-blocks are refused. */
+/* ggml K and IQ4 types with an importance matrix: every variant equals the scalar twin of
+ * llama.cpp's quant_weights paths, on weight-like rows and interesting values, with column weights
+ * that include zeros and outliers; other types and partial blocks are refused. */
 static void test_ggml_weighted(const qd_kernels *k) {
   enum { NE0 = 512, ROWS = 4 };
   float *x = malloc(4 * NE0 * ROWS), *qw = malloc(4 * NE0);
@@ -430,13 +430,14 @@ static void test_ggml_weighted(const qd_kernels *k) {
     for (int i = 0; i < 16; i++) x[256 + i] = x[256]; /* an all-equal sub-block */
     for (int32_t type = QD_GGML_Q8_0; type <= QD_GGML_IQ4_XS; type++) {
       const int takes = type == QD_GGML_Q2_K || type == QD_GGML_Q3_K || type == QD_GGML_Q4_K ||
-                        type == QD_GGML_Q5_K || type == QD_GGML_Q6_K;
+                        type == QD_GGML_Q5_K || type == QD_GGML_Q6_K || type == QD_GGML_IQ4_NL ||
+                        type == QD_GGML_IQ4_XS;
       if (!takes) {
         CHECK(k->ggml_quantize_weighted(type, x, ROWS, NE0, qw, o2) == QD_BAD_ARGUMENT, "%s weighted type %d", k->isa,
               type);
         continue;
       }
-      const size_t bytes = qd_ggml_block_bytes(type) * (NE0 / 256) * ROWS;
+      const size_t bytes = qd_ggml_block_bytes(type) * (NE0 / qd_ggml_block_values(type)) * ROWS;
       memset(o1, 0xa5, bytes), memset(o2, 0x5a, bytes);
       CHECK(qd_kernels_ref.ggml_quantize_weighted(type, x, ROWS, NE0, qw, o1) == QD_OK, "weighted ref status");
       CHECK(k->ggml_quantize_weighted(type, x, ROWS, NE0, qw, o2) == QD_OK, "%s weighted status", k->isa);
@@ -444,6 +445,8 @@ static void test_ggml_weighted(const qd_kernels *k) {
     }
   }
   CHECK(k->ggml_quantize_weighted(QD_GGML_Q4_K, x, 1, 288, qw, o2) == QD_BAD_ARGUMENT, "%s weighted: ne0", k->isa);
+  CHECK(k->ggml_quantize_weighted(QD_GGML_IQ4_NL, x, 1, 48, qw, o2) == QD_BAD_ARGUMENT, "%s weighted: IQ4_NL ne0",
+        k->isa);
   free(x), free(qw), free(o1), free(o2);
 }
 

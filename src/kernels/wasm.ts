@@ -430,7 +430,7 @@ class WasmKernels implements KernelModule {
   ): number {
     this.reset();
     const row = Object.values(GGML_KERNEL_TYPES).find((t) => t.id === type);
-    if (row === undefined || ne0 <= 0 || ne0 % 256 !== 0 || x.length % ne0 !== 0)
+    if (row === undefined || ne0 <= 0 || ne0 % row.blockSize !== 0 || x.length % ne0 !== 0)
       return this.status(this.e.ggml_quantize_weighted(type, 0, 0, ne0, 0, 0)); // the kernel's own answer
     const rowBytes = (ne0 / row.blockSize) * row.blockBytes;
     const rowsPerChunk = Math.max(1, Math.floor(CHUNK / ne0));

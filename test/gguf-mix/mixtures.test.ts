@@ -191,7 +191,9 @@ describe.each(Object.keys(MODELS) as Array<keyof typeof MODELS>)('%s-shaped chec
 
   // the conversions above run the TypeScript encoders; the CLI's pool runs the C kernels, whose
   // weighted K-quant path (native/src/ggml_weighted.c) must give the same bytes
-  it.runIf(model === 'llama').each(['Q4_K_M+imatrix', 'Q3_K_M+imatrix', 'Q2_K+imatrix'])(
+  it
+    .runIf(model === 'llama')
+    .each(['Q4_K_M+imatrix', 'Q3_K_M+imatrix', 'Q2_K+imatrix', 'IQ4_XS+imatrix', 'IQ4_NL+imatrix'])(
     '%s through the CLI (the C kernels) writes llama.cpp’s bytes',
     async (label) => {
       const run = expected.runs[label]!;

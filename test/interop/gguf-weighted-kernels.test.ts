@@ -1,6 +1,6 @@
 /**
- * The C kernel for the K types with an importance matrix (native/src/ggml_weighted.c, the
- * weighted path of simd_ggml.h) through every backend and ISA: byte for byte the TypeScript
+ * The C kernel for the K and IQ4 types with an importance matrix (native/src/ggml_weighted.c,
+ * the weighted paths of simd_ggml.h) through every backend and ISA: byte for byte the TypeScript
  * oracle (src/core/interop/ggml-imatrix.ts, itself byte-equal to libllama in test/gguf-mix) on
  * weight-like and adversarial rows, against column weights with zeros and outliers. Only finite
  * rows: the gguf layout refuses any other before encoding. Both also equal llama.cpp's own bytes
@@ -85,7 +85,9 @@ function adversarial(count: number, seed: number): Float32Array {
 }
 
 const outOf = (type: GgmlKernelType, x: Float32Array): Uint8Array =>
-  new Uint8Array((x.length / 256) * GGML_KERNEL_TYPES[type].blockBytes).fill(0xa5);
+  new Uint8Array((x.length / GGML_KERNEL_TYPES[type].blockSize) * GGML_KERNEL_TYPES[type].blockBytes).fill(
+    0xa5,
+  );
 
 const firstDifference = (a: Uint8Array, b: Uint8Array): number => a.findIndex((v, i) => v !== b[i]);
 
@@ -127,9 +129,10 @@ describe.each(parityVariants())('%s', (_name, k) => {
     expect(firstDifference(out, ggmlEncodeWeighted('Q4_K', x, ne0, qw))).toBe(-1);
   });
 
-  it('refuses the types it does not take and rows that are not whole super-blocks', () => {
+  it('refuses the types it does not take and rows that are not whole blocks', () => {
     const x = new Float32Array(512);
     const qw = new Float32Array(512).fill(1);
+    expect(k.ggmlQuantizeWeighted(GGML_KERNEL_TYPES.IQ4_NL.id, x, 48, qw, new Uint8Array(1024))).toBe(3);
     expect(k.ggmlQuantizeWeighted(GGML_KERNEL_TYPES.Q8_0.id, x, 512, qw, new Uint8Array(1024))).toBe(3);
     expect(k.ggmlQuantizeWeighted(GGML_KERNEL_TYPES.Q4_K.id, x, 128, qw, new Uint8Array(1024))).toBe(3);
   });
