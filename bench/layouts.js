@@ -6,9 +6,16 @@
 import { awqQuantize } from '../dist/src/core/interop/awq.js';
 import { bnbQuantize } from '../dist/src/core/interop/bnb.js';
 import { QUANT_TYPES, ggmlEncode } from '../dist/src/core/interop/ggml.js';
+import { ggmlEncodeWeighted } from '../dist/src/core/interop/ggml-imatrix.js';
 import { gptqQuantize } from '../dist/src/core/interop/gptq.js';
 import { matMulNBitsQuantize } from '../dist/src/core/interop/onnx.js';
-import { BNB_KERNEL_TYPES, GGML_KERNEL_TYPES, loadNative, loadWasm } from '../dist/src/kernels/index.js';
+import {
+  BNB_KERNEL_TYPES,
+  GGML_KERNEL_TYPES,
+  GGML_WEIGHTED_KERNEL_TYPES,
+  loadNative,
+  loadWasm,
+} from '../dist/src/kernels/index.js';
 import { randomFloats } from './ops.js';
 import { timeBestAsync } from './timing.js';
 
@@ -38,6 +45,16 @@ export async function benchLayouts(mib, smallMib, reps) {
     const out = new Uint8Array((x.length / t.blockSize) * t.blockBytes);
     for (const [name, m] of modules)
       await time(`gguf ${type}`, `${name} ${m.isa}`, x.byteLength, () => m.ggmlQuantize(t.id, x, out));
+  }
+  // with an importance matrix (llama-quantize --imatrix): one weight per column
+  const qw = Float32Array.from({ length: COLS }, (_, i) => 0.1 + ((i * 7919) % 1000) / 1000);
+  for (const type of GGML_WEIGHTED_KERNEL_TYPES) {
+    const t = GGML_KERNEL_TYPES[type];
+    const out = new Uint8Array((x.length / t.blockSize) * t.blockBytes);
+    for (const [name, m] of modules)
+      await time(`gguf ${type} imatrix`, `${name} ${m.isa}`, x.byteLength, () =>
+        m.ggmlQuantizeWeighted(t.id, x, COLS, qw, out),
+      );
   }
   {
     const rows = x.length / COLS;
@@ -96,6 +113,9 @@ export async function benchLayouts(mib, smallMib, reps) {
   const ts = (layout, fn) => time(layout, 'js', small.byteLength, fn, Math.min(reps, 2));
   for (const type of QUANT_TYPES) {
     await ts(`gguf ${type}`, () => ggmlEncode(type, small, COLS));
+  }
+  for (const type of ['Q4_K', 'IQ4_XS']) {
+    await ts(`gguf ${type} imatrix`, () => ggmlEncodeWeighted(type, small, COLS, qw));
   }
   await ts('gptq 4-bit g128 asym, float32 layer', () =>
     gptqQuantize('w', small, shape, 'float32', { bits: 4, groupSize: 128, sym: false }),
