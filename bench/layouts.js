@@ -9,13 +9,7 @@ import { QUANT_TYPES, ggmlEncode } from '../dist/src/core/interop/ggml.js';
 import { ggmlEncodeWeighted } from '../dist/src/core/interop/ggml-imatrix.js';
 import { gptqQuantize } from '../dist/src/core/interop/gptq.js';
 import { matMulNBitsQuantize } from '../dist/src/core/interop/onnx.js';
-import {
-  BNB_KERNEL_TYPES,
-  GGML_KERNEL_TYPES,
-  GGML_WEIGHTED_KERNEL_TYPES,
-  loadNative,
-  loadWasm,
-} from '../dist/src/kernels/index.js';
+import { BNB_KERNEL_TYPES, GGML_KERNEL_TYPES, loadNative, loadWasm } from '../dist/src/kernels/index.js';
 import { randomFloats } from './ops.js';
 import { timeBestAsync } from './timing.js';
 
@@ -48,7 +42,7 @@ export async function benchLayouts(mib, smallMib, reps) {
   }
   // with an importance matrix (llama-quantize --imatrix): one weight per column
   const qw = Float32Array.from({ length: COLS }, (_, i) => 0.1 + ((i * 7919) % 1000) / 1000);
-  for (const type of GGML_WEIGHTED_KERNEL_TYPES) {
+  for (const type of Object.keys(GGML_KERNEL_TYPES).filter((t) => t !== 'Q8_0')) {
     const t = GGML_KERNEL_TYPES[type];
     const out = new Uint8Array((x.length / t.blockSize) * t.blockBytes);
     for (const [name, m] of modules)

@@ -1,7 +1,8 @@
 /*
  * ggml's K-quants with an importance matrix: the quant_weights paths of ggml-quants.c
  * (quantize_row_q2_K_impl … quantize_row_q6_K_impl), what llama-quantize runs with --imatrix;
- * IQ4_NL and IQ4_XS, whose weighted search is ggml_iquants.c's, are dispatched from here.
+ * IQ4_NL and IQ4_XS, whose weighted search is ggml_iquants.c's, are dispatched from here; Q4_0,
+ * Q4_1, Q5_0 and Q5_1 (σ² over the whole row) are at the end; Q8_0 ignores the matrix.
  * Scalar twins of src/core/interop/ggml-imatrix.ts (the oracle, byte-exact with libllama:
  * test/gguf-mix): every statement is one of the oracle's, in its order, each float operation one
  * float32 operation (compiled with -ffp-contract=off). Every row of a tensor is quantized against
@@ -136,9 +137,65 @@ static float make_qp_quants(int n, int32_t nmax, const float *x, uint8_t *L, con
   return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-int qd_ggml_takes_weights(int32_t type) {
-  return type == QD_GGML_Q2_K || type == QD_GGML_Q3_K || type == QD_GGML_Q4_K || type == QD_GGML_Q5_K ||
-         type == QD_GGML_Q6_K || type == QD_GGML_IQ4_NL || type == QD_GGML_IQ4_XS;
+int qd_ggml_takes_weights(int32_t type) { return qd_ggml_block_values(type) != 0; }
+
+/* ---- Q4_0, Q5_0, Q4_1, Q5_1 (quantize_row_q4_0_impl …): σ² = Σx²/ne0 over the whole row, each
+ * block of 32 weighted by qw·sqrt(σ² + x²); Q4_0 / Q5_0 fitted by make_qx_quants (nmax 8 / 16),
+ * Q4_1 / Q5_1 by make_qkx3_quants (nmax 15 / 31). Q8_0 ignores the matrix. ---- */
+
+float qd_ggml_row_sigma2(const float *x, uint64_t ne0) { return sum_squares(x, (int)ne0) / (float)ne0; }
+
+void qd_ggml_legacy_weights(const float *x, const float *qw, float sigma2, float *w) {
+  matrix_weights(x, qw, sigma2, 32, w);
+}
+
+/* A block's codes as Q4_x / Q5_x store them: element j in the low nibble of qs[j], element j+16
+ * in its high nibble; for 5 bits the fifth bits in the little-endian u32 at qh, bit j per element. */
+static void pack_legacy(const uint8_t *L, uint8_t *qs, uint8_t *qh) {
+  uint32_t high = 0;
+  for (int j = 0; j < 16; j++) {
+    qs[j] = (uint8_t)((L[j] & 0xf) | ((L[j + 16] & 0xf) << 4));
+    high |= (uint32_t)((L[j] >> 4) & 1) << j;
+    high |= (uint32_t)((L[j + 16] >> 4) & 1) << (j + 16);
+  }
+  if (qh != NULL) {
+    for (int b = 0; b < 4; b++) qh[b] = (uint8_t)(high >> (8 * b));
+  }
+}
+
+void qd_ggml_legacy_weighted_finish(int32_t type, float scale, float neg_min, const uint8_t *L, uint8_t *out) {
+  put_f16(out, scale);
+  switch (type) {
+  case QD_GGML_Q4_0: pack_legacy(L, out + 2, NULL); break;
+  case QD_GGML_Q5_0: pack_legacy(L, out + 6, out + 2); break;
+  case QD_GGML_Q4_1:
+    put_f16(out + 2, -neg_min);
+    pack_legacy(L, out + 4, NULL);
+    break;
+  default: /* Q5_1 */
+    put_f16(out + 2, -neg_min);
+    pack_legacy(L, out + 8, out + 4);
+    break;
+  }
+}
+
+int32_t qd_ggml_legacy_nmax(int32_t type) {
+  return type == QD_GGML_Q4_0 ? 8 : type == QD_GGML_Q5_0 ? 16 : type == QD_GGML_Q4_1 ? 15 : 31;
+}
+
+/* One block of 32 with its weights w. */
+static void legacy_block(int32_t type, const float *x, const float *w, uint8_t *out) {
+  uint8_t L[32];
+  float neg_min = 0.0f, scale;
+  if (type == QD_GGML_Q4_0 || type == QD_GGML_Q5_0)
+    scale = make_qx_weighted(32, qd_ggml_legacy_nmax(type), x, (int8_t *)L, w);
+  else
+    scale = qd_ggml_make_qkx2_quants(x, w, L, &neg_min, qd_ggml_legacy_nmax(type), -0.9f, 0.05f, 36, 32, 0);
+  qd_ggml_legacy_weighted_finish(type, scale, neg_min, L, out);
+}
+
+int qd_ggml_legacy_weighted(int32_t type) {
+  return type == QD_GGML_Q4_0 || type == QD_GGML_Q5_0 || type == QD_GGML_Q4_1 || type == QD_GGML_Q5_1;
 }
 
 /* The values' weights, and their sums per sub-block:
@@ -240,10 +297,25 @@ void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, u
 qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t rows, uint64_t ne0, const float *qw,
                                         uint8_t *out) {
   if (!qd_ggml_takes_weights(type) || ne0 == 0 || ne0 % qd_ggml_block_values(type) != 0) return QD_BAD_ARGUMENT;
+  if (type == QD_GGML_Q8_0) return qd_ggml_quantize_ref(type, x, rows * (ne0 / 32), out);
   const uint64_t size = qd_ggml_block_bytes(type), values = qd_ggml_block_values(type), blocks = ne0 / values;
   for (uint64_t r = 0; r < rows; r++) {
-    for (uint64_t b = 0; b < blocks; b++)
-      qd_ggml_weighted_block_ref(type, x + r * ne0 + values * b, qw + values * b, out + (r * blocks + b) * size);
+    const float *xr = x + r * ne0;
+    uint8_t *outr = out + r * blocks * size;
+    if (qd_ggml_legacy_weighted(type)) {
+      const float sigma2 = qd_ggml_row_sigma2(xr, ne0);
+      float w[32];
+      for (uint64_t b = 0; b < blocks; b++) {
+        qd_ggml_legacy_weights(xr + 32 * b, qw + 32 * b, sigma2, w);
+        legacy_block(type, xr + 32 * b, w, outr + size * b);
+      }
+      continue;
+    }
+    for (uint64_t b = 0; b < blocks; b++) qd_ggml_weighted_block_ref(type, xr + values * b, qw + values * b, outr + size * b);
   }
   return QD_OK;
+}
+
+void qd_ggml_legacy_weighted_block_ref(int32_t type, const float *x, const float *w, uint8_t *out) {
+  legacy_block(type, x, w, out);
 }

@@ -355,16 +355,60 @@ QD_TARGET static qd_status QD_NAME(ggml_quantize)(int32_t type, const float *x, 
   return QD_OK;
 }
 
+/* One row of Q4_0 / Q5_0 / Q4_1 / Q5_1 with an importance matrix: VL blocks of 32 at a time, one
+ * per lane, through the K-quants' searches (make_qx_quants, make_qkx3_quants); a chunk holding NaN
+ * by the scalar reference. */
+QD_TARGET static void QD_NAME(ggml_legacy_weighted_row)(int32_t type, const float *x, uint64_t ne0, const float *qw,
+                                                      uint8_t *out) {
+  const uint64_t size = qd_ggml_block_bytes(type), blocks = ne0 / 32;
+  const float sigma2 = qd_ggml_row_sigma2(x, ne0);
+  const int32_t nmax = qd_ggml_legacy_nmax(type);
+  const int symmetric = type == QD_GGML_Q4_0 || type == QD_GGML_Q5_0;
+  float w[32 * VL], t[32 * VL], tw[32 * VL], scales[VL], neg_mins[VL];
+  uint8_t L[32 * VL];
+  for (uint64_t b = 0; b < blocks; b += VL) {
+    const int n = blocks - b < VL ? (int)(blocks - b) : VL;
+    vm nan = vm_none();
+    for (int s = 0; s < VL; s++) {
+      if (s < n) qd_ggml_legacy_weights(x + 32 * (b + s), qw + 32 * (b + s), sigma2, w + 32 * s);
+      for (int i = 0; i < 32; i++) {
+        t[VL * i + s] = s < n ? x[32 * (b + s) + i] : 0.0f;
+        tw[VL * i + s] = s < n ? w[32 * s + i] : 0.0f;
+      }
+    }
+    for (int i = 0; i < 32; i++) nan = vm_or(nan, vf_unord(vf_load(t + VL * i)));
+    if (vm_any(nan)) {
+      for (int s = 0; s < n; s++) qd_ggml_legacy_weighted_block_ref(type, x + 32 * (b + s), w + 32 * s, out + size * (b + s));
+      continue;
+    }
+    if (symmetric && nmax == 8)
+      QD_NAME(kq_qx_search)(t, tw, VL, 0, 32, scales, (int8_t *)L, 8);
+    else if (symmetric)
+      QD_NAME(kq_qx_search)(t, tw, VL, 0, 32, scales, (int8_t *)L, 16);
+    else if (nmax == 15)
+      QD_NAME(kq_affine_search)(t, tw, VL, 0, 32, 0, scales, neg_mins, L, 15, -0.9f, 0.05f, 36);
+    else
+      QD_NAME(kq_affine_search)(t, tw, VL, 0, 32, 0, scales, neg_mins, L, 31, -0.9f, 0.05f, 36);
+    for (int s = 0; s < n; s++)
+      qd_ggml_legacy_weighted_finish(type, scales[s], symmetric ? 0.0f : neg_mins[s], L + 32 * s, out + size * (b + s));
+  }
+}
+
 /* With an importance matrix: each row's blocks searched across lanes as without one (several at a
  * time, never across rows: each block has its own columns' weights). */
 QD_TARGET static qd_status QD_NAME(ggml_quantize_weighted)(int32_t type, const float *x, uint64_t rows, uint64_t ne0,
                                                          const float *qw, uint8_t *out) {
   if (!qd_ggml_takes_weights(type) || ne0 == 0 || ne0 % qd_ggml_block_values(type) != 0) return QD_BAD_ARGUMENT;
   const uint64_t size = qd_ggml_block_bytes(type), blocks = ne0 / qd_ggml_block_values(type);
+  if (type == QD_GGML_Q8_0) return QD_NAME(ggml_quantize)(type, x, rows * blocks, out); /* no weights */
   const int affine = type == QD_GGML_Q4_K || type == QD_GGML_Q5_K;
   for (uint64_t r = 0; r < rows; r++) {
     const float *xr = x + r * ne0;
     uint8_t *outr = out + r * blocks * size;
+    if (qd_ggml_legacy_weighted(type)) {
+      QD_NAME(ggml_legacy_weighted_row)(type, xr, ne0, qw, outr);
+      continue;
+    }
     if (type == QD_GGML_IQ4_NL || type == QD_GGML_IQ4_XS) {
       (type == QD_GGML_IQ4_NL ? QD_NAME(iq4_nl_blocks) : QD_NAME(iq4_xs_blocks))(xr, qw, blocks, outr);
       continue;

@@ -24,13 +24,13 @@ QD_TARGET static int QD_NAME(kq_has_nan)(const float *x) {
   return vm_any(nan);
 }
 
-/* VL sub-blocks of 16 (t[16·i + s] is element i of sub-block s; lanes: sub-blocks first ..
+/* VL sub-blocks of n (t[stride·i + s] is element i of sub-block s; lanes: sub-blocks first ..
  * first + VL) into xs, and each one's signed value of largest magnitude (the first such),
  * as qd_ggml_signed_abs_max; *zero_group: the lanes whose magnitude is below GROUP_MAX_EPS. */
-QD_V vf kq_load_signed_max(const float *t, int first, vf *xs, vm *zero_group) {
+QD_V vf kq_load_signed_max(const float *t, int stride, int first, int n, vf *xs, vm *zero_group) {
   vf max = vf_set(0.0f), amax = vf_set(0.0f);
-  for (int i = 0; i < 16; i++) {
-    xs[i] = vf_load(t + 16 * i + first);
+  for (int i = 0; i < n; i++) {
+    xs[i] = vf_load(t + stride * i + first);
     vf ax = vf_abs(xs[i]);
     vm bigger = vf_gt(ax, amax);
     amax = vf_select(bigger, ax, amax);
@@ -40,20 +40,19 @@ QD_V vf kq_load_signed_max(const float *t, int first, vf *xs, vm *zero_group) {
   return max;
 }
 
-/* make_qx_quants (rmse_type 1; Q6_K: nmax 32, Q3_K with an importance matrix: nmax 4) for VL
- * sub-blocks of 16 (kq_load_signed_max's t), weighted by x² or, given tw (laid out as t), by an
- * importance matrix's weights; their scales to scales[], codes (nmax + code) to L[16·s + i].
- * Always inlined, so that NMAX is a constant. */
-QD_V void QD_NAME(kq_qx_search)(const float *t, const float *tw, int first, float *scales, int8_t *L,
-                                const int32_t NMAX) {
-  enum { N = 16 };
-  vf xs[N], ws[N];
+/* make_qx_quants (rmse_type 1) for VL sub-blocks of N (kq_load_signed_max's t): Q6_K (N 16, nmax
+ * 32) weighted by x²; with an importance matrix's weights tw (laid out as t), Q6_K, Q3_K (nmax 4),
+ * Q4_0 (N 32, nmax 8) and Q5_0 (N 32, nmax 16). Their scales to scales[], codes (nmax + code) to
+ * L[N·s + i]. Always inlined, so that N and NMAX are constants. */
+QD_V void QD_NAME(kq_qx_search)(const float *t, const float *tw, const int stride, int first, const int N,
+                                float *scales, int8_t *L, const int32_t NMAX) {
+  vf xs[32], ws[32];
   vm zero_group; /* all codes 0, scale 0 */
-  const vf max = kq_load_signed_max(t, first, xs, &zero_group);
-  for (int i = 0; i < N; i++) ws[i] = tw != NULL ? vf_load(tw + 16 * i + first) : vf_mul(xs[i], xs[i]);
+  const vf max = kq_load_signed_max(t, stride, first, N, xs, &zero_group);
+  for (int i = 0; i < N; i++) ws[i] = tw != NULL ? vf_load(tw + stride * i + first) : vf_mul(xs[i], xs[i]);
   vf iscale = vf_div(vf_set(-(float)NMAX), max);
   vf sumlx = vf_set(0.0f), suml2 = vf_set(0.0f);
-  vi l[N];
+  vi l[32];
   for (int i = 0; i < N; i++) {
     vi li = kq_clamp(kq_nearest(vf_mul(iscale, xs[i])), -NMAX, NMAX - 1);
     l[i] = vi_add(li, vi_set(NMAX));
@@ -63,7 +62,7 @@ QD_V void QD_NAME(kq_qx_search)(const float *t, const float *tw, int first, floa
   }
   vf scale = vf_select(kq_is_zero(suml2), vf_set(0.0f), vf_div(sumlx, suml2));
   vf best = vf_mul(scale, sumlx);
-  for (int is = -9; is <= 9; is++) {
+  for (int is = -9; is <= 9; is++) { /* make_qx_quants' trials */
     if (is == 0) continue;
     iscale = vf_div(vf_set(-((float)NMAX + 0.1f * (float)is)), max);
     sumlx = suml2 = vf_set(0.0f);
@@ -85,11 +84,11 @@ QD_V void QD_NAME(kq_qx_search)(const float *t, const float *tw, int first, floa
     best = vf_select(better, vf_mul(this_scale, sumlx), best);
   }
   scale = vf_select(zero_group, vf_set(0.0f), scale);
-  int32_t lanes[N][VL];
+  int32_t lanes[32][VL];
   for (int i = 0; i < N; i++) vi_store(lanes[i], vi_select(zero_group, vi_set(0), l[i]));
   vf_store(scales + first, scale);
   for (int s = 0; s < VL; s++) {
-    for (int i = 0; i < N; i++) L[16 * (first + s) + i] = (int8_t)lanes[i][s];
+    for (int i = 0; i < N; i++) L[N * (first + s) + i] = (int8_t)lanes[i][s];
   }
 }
 
@@ -101,7 +100,7 @@ QD_TARGET static void QD_NAME(kq_q3_search)(const float *t, int first, float *sc
   enum { N = 16, NMAX = 4 };
   vf xs[N];
   vm zero_group;
-  const vf max = kq_load_signed_max(t, first, xs, &zero_group);
+  const vf max = kq_load_signed_max(t, 16, first, 16, xs, &zero_group);
   const vf iscale = vf_div(vf_set(-(float)NMAX), max);
   vf sumlx = vf_set(0.0f), suml2 = vf_set(0.0f);
   vi l[N];
@@ -305,9 +304,9 @@ QD_TARGET static void QD_NAME(kq_sixteen_block)(int32_t type, const float *x, co
   const float *weights = qw != NULL ? tw : NULL;
   for (int first = 0; first < 16; first += VL) {
     if (type == QD_GGML_Q6_K)
-      QD_NAME(kq_qx_search)(t, weights, first, scales, (int8_t *)L, 32);
+      QD_NAME(kq_qx_search)(t, weights, 16, first, 16, scales, (int8_t *)L, 32);
     else if (type == QD_GGML_Q3_K && qw != NULL)
-      QD_NAME(kq_qx_search)(t, tw, first, scales, (int8_t *)L, 4);
+      QD_NAME(kq_qx_search)(t, tw, 16, first, 16, scales, (int8_t *)L, 4);
     else if (type == QD_GGML_Q3_K)
       QD_NAME(kq_q3_search)(t, first, scales, (int8_t *)L);
     else if (qw != NULL)

@@ -413,13 +413,13 @@ static void test_conversions(const qd_kernels *k) {
   free(h), free(f1), free(f2), free(o1), free(o2);
 }
 
-/* ggml K and IQ4 types with an importance matrix: every variant equals the scalar twin of
- * llama.cpp's quant_weights paths, on weight-like rows and interesting values, with column weights
- * that include zeros and outliers; other types and partial blocks are refused. */
+/* ggml types with an importance matrix: every variant equals the scalar twin of llama.cpp's
+ * quant_weights paths, on weight-like rows and interesting values (NaN in some), with column
+ * weights that include zeros and outliers; unknown types and partial blocks are refused. */
 static void test_ggml_weighted(const qd_kernels *k) {
   enum { NE0 = 512, ROWS = 4 };
   float *x = malloc(4 * NE0 * ROWS), *qw = malloc(4 * NE0);
-  uint8_t *o1 = malloc(NE0 * ROWS), *o2 = malloc(NE0 * ROWS);
+  uint8_t *o1 = malloc(2 * NE0 * ROWS), *o2 = malloc(2 * NE0 * ROWS);
   for (int iter = 0; iter < 40; iter++) {
     const float scale = iter % 3 == 0 ? 1.0f : iter % 3 == 1 ? 1e-3f : 1e-30f;
     for (int i = 0; i < NE0 * ROWS; i++) {
@@ -429,10 +429,7 @@ static void test_ggml_weighted(const qd_kernels *k) {
     for (int i = 0; i < NE0; i++) qw[i] = i % 37 == 0 ? 0.0f : i % 41 == 0 ? 1e4f * uniform() : uniform() * uniform();
     for (int i = 0; i < 16; i++) x[256 + i] = x[256]; /* an all-equal sub-block */
     for (int32_t type = QD_GGML_Q8_0; type <= QD_GGML_IQ4_XS; type++) {
-      const int takes = type == QD_GGML_Q2_K || type == QD_GGML_Q3_K || type == QD_GGML_Q4_K ||
-                        type == QD_GGML_Q5_K || type == QD_GGML_Q6_K || type == QD_GGML_IQ4_NL ||
-                        type == QD_GGML_IQ4_XS;
-      if (!takes) {
+      if (qd_ggml_block_values(type) == 0) { /* an id no type has */
         CHECK(k->ggml_quantize_weighted(type, x, ROWS, NE0, qw, o2) == QD_BAD_ARGUMENT, "%s weighted type %d", k->isa,
               type);
         continue;
@@ -447,6 +444,7 @@ static void test_ggml_weighted(const qd_kernels *k) {
   CHECK(k->ggml_quantize_weighted(QD_GGML_Q4_K, x, 1, 288, qw, o2) == QD_BAD_ARGUMENT, "%s weighted: ne0", k->isa);
   CHECK(k->ggml_quantize_weighted(QD_GGML_IQ4_NL, x, 1, 48, qw, o2) == QD_BAD_ARGUMENT, "%s weighted: IQ4_NL ne0",
         k->isa);
+  CHECK(k->ggml_quantize_weighted(12, x, 1, 512, qw, o2) == QD_BAD_ARGUMENT, "%s weighted: unknown type", k->isa);
   free(x), free(qw), free(o1), free(o2);
 }
 

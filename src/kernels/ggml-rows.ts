@@ -16,7 +16,7 @@ import type { QualityStats } from '../core/quality-stats.js';
 import { histogramOf, sampleIndices, type ErrorHistogram } from '../core/error-histogram.js';
 import { typedView } from '../core/tensor.js';
 import { QuantdError } from '../errors/index.js';
-import { CONVERT, GGML_WEIGHTED_KERNEL_TYPES, type GgmlKernelType, type KernelModule } from './module.js';
+import { CONVERT, type KernelModule } from './module.js';
 
 /** Elements per chunk: 256 KiB of float32 stay in L2 from convert to the encoder. */
 const CHUNK_ELEMENTS = 64 * 1024;
@@ -48,13 +48,11 @@ export interface GgmlRowsResult {
 }
 
 /**
- * Whether workers with kernels encode `call` here: a type with a C kernel, and with an importance
- * matrix one the weighted kernel takes (the others' weighted searches are TypeScript). The
- * encoder and the layouts' scheduler both ask.
+ * Whether workers with kernels encode `call` here: a type with a C kernel (with or without an
+ * importance matrix). The encoder and the layouts' scheduler both ask.
  */
-export function encodedByRows(call: { readonly type: GgmlWriteType; readonly imatrix?: unknown }): boolean {
-  if (ggmlTypeByName(call.type)?.kernel === undefined) return false;
-  return call.imatrix === undefined || GGML_WEIGHTED_KERNEL_TYPES.has(call.type as GgmlKernelType);
+export function encodedByRows(call: { readonly type: GgmlWriteType }): boolean {
+  return ggmlTypeByName(call.type)?.kernel !== undefined;
 }
 
 /**

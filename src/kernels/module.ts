@@ -70,21 +70,6 @@ export const GGML_KERNEL_TYPES: Readonly<Record<GgmlKernelType, GgmlKernelRow>> 
   (Object.keys(GGML_KERNEL_IDS) as GgmlKernelType[]).map((name) => [name, kernelRow(name)]),
 ) as Record<GgmlKernelType, GgmlKernelRow>;
 
-/**
- * The types ggmlQuantizeWeighted takes (native/src/ggml_weighted.c): the K-quants and IQ4. The
- * others (Q4_0, Q4_1, Q5_0, Q5_1) take an importance matrix in TypeScript
- * (src/core/interop/ggml-imatrix.ts); Q8_0 ignores it.
- */
-export const GGML_WEIGHTED_KERNEL_TYPES: ReadonlySet<GgmlKernelType> = new Set([
-  'Q2_K',
-  'Q3_K',
-  'Q4_K',
-  'Q5_K',
-  'Q6_K',
-  'IQ4_NL',
-  'IQ4_XS',
-]);
-
 /** native/src/measured.c's QD_MEASURE_CHUNK: the elements its measured kernels take at a time. */
 export const MEASURED_CHUNK = 1 << 14;
 
@@ -204,9 +189,9 @@ export interface KernelModule {
    */
   ggmlQuantize(type: number, x: Float32Array, out: Uint8Array): number;
   /**
-   * With an importance matrix, as llama-quantize's quant_weights paths: rows of `ne0` values (whole
-   * blocks), each against the column weights qw[ne0], into out (GGML_WEIGHTED_KERNEL_TYPES;
-   * any other type or ne0: status 3, bad argument).
+   * With an importance matrix, as llama-quantize's quant_weights paths (native/src/ggml_weighted.c;
+   * Q8_0 ignores the matrix): rows of `ne0` values (whole blocks), each against the column weights
+   * qw[ne0], into out. An unknown type or a partial block: status 3, bad argument.
    */
   ggmlQuantizeWeighted(type: number, x: Float32Array, ne0: number, qw: Float32Array, out: Uint8Array): number;
   /**

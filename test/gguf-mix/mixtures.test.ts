@@ -190,10 +190,11 @@ describe.each(Object.keys(MODELS) as Array<keyof typeof MODELS>)('%s-shaped chec
   );
 
   // the conversions above run the TypeScript encoders; the CLI's pool runs the C kernels, whose
-  // weighted K-quant path (native/src/ggml_weighted.c) must give the same bytes
-  it
-    .runIf(model === 'llama')
-    .each(['Q4_K_M+imatrix', 'Q3_K_M+imatrix', 'Q2_K+imatrix', 'IQ4_XS+imatrix', 'IQ4_NL+imatrix'])(
+  // weighted paths (native/src/ggml_weighted.c and the SIMD template) must give the same bytes
+  const viaKernels = ['Q4_K_M', 'Q3_K_M', 'Q2_K', 'IQ4_XS', 'IQ4_NL', 'Q4_0', 'Q5_1'].map(
+    (t) => `${t}+imatrix`,
+  );
+  it.runIf(model === 'llama').each(viaKernels)(
     '%s through the CLI (the C kernels) writes llama.cpp’s bytes',
     async (label) => {
       const run = expected.runs[label]!;

@@ -17,6 +17,7 @@ import { BIN } from '../cli/run-cli.js';
 import { FIXTURES, fixtureDir } from '../gguf-hf/llama-cpp.js';
 import { writeSynthetic } from '../gguf-mix/synthetic.mjs';
 import { expectProblem, send, type TestServer } from '../http/helpers.js';
+import type { LayoutReport } from '../../src/service/layouts/report.js';
 import { finished, json, startJobServer, tempDir, waitJob, type Job } from './helpers.js';
 
 const run = promisify(execFile);
@@ -110,8 +111,29 @@ describe('--remote with a model folder', () => {
     await ggufLayout.write(folder, expected, { ftype: 'Q4_K_M', imatrix: 'imatrix.dat' });
     const out = join(root, 'imatrix-remote.gguf');
     const args = ['quantize', folder, '-o', out, '--layout', 'gguf:ftype=Q4_K_M', '--no-progress'];
-    await run(process.execPath, [BIN, ...args, '--imatrix', join(folder, 'imatrix.dat'), '--remote', t.base]);
+    const { stderr } = await run(process.execPath, [
+      BIN,
+      ...args,
+      '--imatrix',
+      join(folder, 'imatrix.dat'),
+      '--remote',
+      t.base,
+      '--keep-job',
+    ]);
     expect(readFileSync(out).equals(readFileSync(expected))).toBe(true);
+    // the job's report is the mixture's: each tensor's type, bits per weight and error, the file's bits
+    const id = /job (\S+) on /.exec(stderr)![1]!;
+    const reply = await send(t.port, `/v1/jobs/${id}/report`);
+    expect(reply.status).toBe(200);
+    const report = JSON.parse(reply.body.toString()) as LayoutReport;
+    expect(report).toMatchObject({ format: 'quantd.layout-report/1', options: { ftype: 'Q4_K_M' } });
+    expect(report.bits_per_weight).toBeGreaterThan(4.5);
+    const quantized = report.tensors.filter((x) => x.type === 'Q4_K' || x.type === 'Q6_K');
+    expect(quantized.length).toBeGreaterThan(0);
+    for (const x of quantized) {
+      expect(x.bits_per_weight, x.name).toBe(x.type === 'Q4_K' ? 4.5 : 6.5625);
+      expect(x.quality?.sqnr_db, x.name).toBeGreaterThan(0);
+    }
     // a matrix outside the folder cannot travel with it: refused before anything is sent
     const outside = await run(process.execPath, [
       BIN,
