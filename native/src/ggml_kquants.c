@@ -161,7 +161,8 @@ void qd_ggml_k4_tail(const float *x, uint8_t *L, uint8_t *out, int32_t nmax) {
     const float d = d_all * (float)s;
     if (d == 0) continue;
     const float dm = dmin_all * (float)m;
-    for (int ii = 0; ii < 32; ii++) L[32 * j + ii] = (uint8_t)clamp_i32(qd_nearest_int((x[32 * j + ii] + dm) / d), 0, nmax);
+    for (int ii = 0; ii < 32; ii++)
+      L[32 * j + ii] = (uint8_t)clamp_i32(qd_nearest_int((x[32 * j + ii] + dm) / d), 0, nmax);
   }
   if (nmax == 15) {
     uint8_t *q = out + 4 + 12;

@@ -1,12 +1,13 @@
 /*
- * ggml's K-quants with an importance matrix: the quant_weights paths of ggml-quants.c
- * (quantize_row_q2_K_impl … quantize_row_q6_K_impl), what llama-quantize runs with --imatrix;
- * IQ4_NL and IQ4_XS, whose weighted search is ggml_iquants.c's, are dispatched from here; Q4_0,
- * Q4_1, Q5_0 and Q5_1 (σ² over the whole row) are at the end; Q8_0 ignores the matrix.
- * Scalar twins of src/core/interop/ggml-imatrix.ts (the oracle, byte-exact with libllama:
- * test/gguf-mix): every statement is one of the oracle's, in its order, each float operation one
- * float32 operation (compiled with -ffp-contract=off). Every row of a tensor is quantized against
- * the same column weights qw, one per value of the row.
+ * ggml's quantizers with an importance matrix: the quant_weights paths of ggml-quants.c
+ * (quantize_row_q4_0_impl … quantize_row_q6_K_impl, quantize_iq4_nl / _xs with weights), what
+ * llama-quantize runs with --imatrix. Scalar twins of src/core/interop/ggml-imatrix.ts (the
+ * oracle, byte-exact with libllama: test/gguf-mix; and with libggml: test/interop/golden):
+ * every statement is one of the oracle's, in its order, each float operation one float32
+ * operation (compiled with -ffp-contract=off). Every row of a tensor is quantized against the
+ * same column weights qw, one per value of the row. The K types' parts are exported for the SIMD
+ * twins (simd_kquants.h), which search sub-blocks across lanes and finish here; IQ4_NL and IQ4_XS's
+ * weighted search is ggml_iquants.c's; Q8_0 ignores the matrix.
  */
 #include "common.h"
 #include "ref.h"
@@ -183,8 +184,7 @@ int32_t qd_ggml_legacy_nmax(int32_t type) {
   return type == QD_GGML_Q4_0 ? 8 : type == QD_GGML_Q5_0 ? 16 : type == QD_GGML_Q4_1 ? 15 : 31;
 }
 
-/* One block of 32 with its weights w. */
-static void legacy_block(int32_t type, const float *x, const float *w, uint8_t *out) {
+void qd_ggml_legacy_weighted_block_ref(int32_t type, const float *x, const float *w, uint8_t *out) {
   uint8_t L[32];
   float neg_min = 0.0f, scale;
   if (type == QD_GGML_Q4_0 || type == QD_GGML_Q5_0)
@@ -307,15 +307,12 @@ qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t r
       float w[32];
       for (uint64_t b = 0; b < blocks; b++) {
         qd_ggml_legacy_weights(xr + 32 * b, qw + 32 * b, sigma2, w);
-        legacy_block(type, xr + 32 * b, w, outr + size * b);
+        qd_ggml_legacy_weighted_block_ref(type, xr + 32 * b, w, outr + size * b);
       }
       continue;
     }
-    for (uint64_t b = 0; b < blocks; b++) qd_ggml_weighted_block_ref(type, xr + values * b, qw + values * b, outr + size * b);
+    for (uint64_t b = 0; b < blocks; b++)
+      qd_ggml_weighted_block_ref(type, xr + values * b, qw + values * b, outr + size * b);
   }
   return QD_OK;
-}
-
-void qd_ggml_legacy_weighted_block_ref(int32_t type, const float *x, const float *w, uint8_t *out) {
-  legacy_block(type, x, w, out);
 }

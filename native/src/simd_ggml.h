@@ -378,7 +378,8 @@ QD_TARGET static void QD_NAME(ggml_legacy_weighted_row)(int32_t type, const floa
     }
     for (int i = 0; i < 32; i++) nan = vm_or(nan, vf_unord(vf_load(t + VL * i)));
     if (vm_any(nan)) {
-      for (int s = 0; s < n; s++) qd_ggml_legacy_weighted_block_ref(type, x + 32 * (b + s), w + 32 * s, out + size * (b + s));
+      for (int s = 0; s < n; s++)
+        qd_ggml_legacy_weighted_block_ref(type, x + 32 * (b + s), w + 32 * s, out + size * (b + s));
       continue;
     }
     if (symmetric && nmax == 8)

@@ -72,7 +72,8 @@ QD_TARGET static void QD_NAME(iq4_search)(const float *x, const float *w, int n,
     max = vf_select(bigger, v, max);
   }
   if (vm_any(nan)) {
-    for (int s = 0; s < VL; s++) scales[s] = s < n ? qd_ggml_iq4_scale(x + 32 * s, w != NULL ? w + 32 * s : NULL) : 0.0f;
+    for (int s = 0; s < VL; s++)
+      scales[s] = s < n ? qd_ggml_iq4_scale(x + 32 * s, w != NULL ? w + 32 * s : NULL) : 0.0f;
     return;
   }
   const vm zero_group = vf_lt(amax, vf_set(1e-15f)); /* GROUP_MAX_EPS: scale 0 */

@@ -122,8 +122,8 @@ QD_TARGET static void QD_NAME(kq_q3_search)(const float *t, int first, float *sc
       const vf nf = vi_to_vf(new_l);
       slx = vf_add(slx, vf_mul(wx, nf));
       sl2 = vf_add(sl2, vf_mul(vf_mul(w, nf), nf));
-      const vm better = vm_and(moved, vm_and(vf_gt(sl2, vf_set(0.0f)),
-                                             vf_gt(vf_mul(vf_mul(slx, slx), suml2), vf_mul(vf_mul(sumlx, sumlx), sl2))));
+      const vf gain = vf_mul(vf_mul(slx, slx), suml2), kept = vf_mul(vf_mul(sumlx, sumlx), sl2);
+      const vm better = vm_and(moved, vm_and(vf_gt(sl2, vf_set(0.0f)), vf_gt(gain, kept)));
       l[i] = vi_select(better, new_l, l[i]);
       sumlx = vf_select(better, slx, sumlx);
       suml2 = vf_select(better, sl2, suml2);
