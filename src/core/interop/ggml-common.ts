@@ -93,3 +93,30 @@ export function getU32(b: Uint8Array, at: number): number {
 export type BlockQuantizer = (x: Float32Array, xo: number, out: Uint8Array, oo: number) => void;
 /** A dequantizer of one block: the block's bytes at `b[bo]` → its floats at `y[yo]`. */
 export type BlockDequantizer = (b: Uint8Array, bo: number, y: Float32Array, yo: number) => void;
+
+/** Σx² of x[xo..xo+n), accumulated in float32 in order. */
+export function sumSquares(x: Float32Array, xo: number, n: number): number {
+  let s = 0;
+  for (let j = 0; j < n; j++) s = f(s + f(x[xo + j]! * x[xo + j]!));
+  return s;
+}
+
+/**
+ * An importance matrix's weights for the n values at x[xo], as llama.cpp's quant_weights paths
+ * compute them: w[j] = qw[qwo + j]·sqrt(σ² + x²). Returns their sum, added in order (the K types'
+ * sub-block weight sums).
+ */
+export function matrixWeights(
+  x: Float32Array,
+  xo: number,
+  qw: Float32Array,
+  qwo: number,
+  sigma2: number,
+  n: number,
+  w: Float32Array,
+): number {
+  for (let j = 0; j < n; j++) w[j] = f(qw[qwo + j]! * f(Math.sqrt(f(sigma2 + f(x[xo + j]! * x[xo + j]!)))));
+  let sum = 0;
+  for (let j = 0; j < n; j++) sum = f(sum + w[j]!);
+  return sum;
+}

@@ -24,7 +24,7 @@
  */
 import { QuantdError } from '../../errors/index.js';
 import { ggmlRowBytes, ggmlTypeByName } from './ggml.js';
-import { GROUP_MAX_EPS, fp16Bits, putU16, putU32 } from './ggml-common.js';
+import { GROUP_MAX_EPS, fp16Bits, matrixWeights, putU16, putU32, sumSquares } from './ggml-common.js';
 import {
   QK_K,
   makeQkx2Quants,
@@ -90,27 +90,6 @@ const scratch = {
   result: { min: 0 },
 };
 
-/** Σx² of x[xo..xo+n), accumulated in float32 in order. */
-function sumSquares(x: Float32Array, xo: number, n: number): number {
-  let s = 0;
-  for (let j = 0; j < n; j++) s = f(s + f(x[xo + j]! * x[xo + j]!));
-  return s;
-}
-
-/** weight[j] = qw[j]·sqrt(σ² + x²) for one block of 32. */
-function blockWeights(
-  x: Float32Array,
-  xo: number,
-  qw: Float32Array,
-  qwo: number,
-  sigma2: number,
-): Float32Array {
-  const { weight } = scratch;
-  for (let j = 0; j < QK; j++)
-    weight[j] = f(qw[qwo + j]! * f(Math.sqrt(f(sigma2 + f(x[xo + j]! * x[xo + j]!)))));
-  return weight;
-}
-
 /**
  * A 32-block's codes as Q4_x / Q5_x store them: element j in the low nibble of qs[j], element
  * j+16 in its high nibble; for 5 bits (qh ≥ 0) the fifth bits in the u32 at qh, bit j per element.
@@ -133,7 +112,8 @@ function symmetricRow(bits: 4 | 5): WeightedRowQuantizer {
     const sigma2 = f(sumSquares(x, xo, n) / n);
     const { L } = scratch;
     for (let ib = 0; ib < n / QK; ib++) {
-      const weight = blockWeights(x, xo + QK * ib, qw, QK * ib, sigma2);
+      const { weight } = scratch;
+      matrixWeights(x, xo + QK * ib, qw, QK * ib, sigma2, QK, weight);
       const d = makeQxQuants(QK, nmax, x, xo + QK * ib, L, 0, weight, 0);
       const o = oo + size * ib;
       putU16(out, o, fp16Bits(d));
@@ -150,7 +130,8 @@ function affineRow(bits: 4 | 5): WeightedRowQuantizer {
     const sigma2 = f(sumSquares(x, xo, n) / n);
     const { L, laux, result } = scratch;
     for (let ib = 0; ib < n / QK; ib++) {
-      const weight = blockWeights(x, xo + QK * ib, qw, QK * ib, sigma2);
+      const { weight } = scratch;
+      matrixWeights(x, xo + QK * ib, qw, QK * ib, sigma2, QK, weight);
       const d = makeQkx2Quants(
         QK,
         nmax,
@@ -257,13 +238,7 @@ function affineKRow(nmax: 15 | 31): WeightedRowQuantizer {
       const sigma2 = f(f(2 * sumSquares(x, xb, QK_K)) / QK_K);
       for (let j = 0; j < QK_K / 32; j++) {
         const base = xb + 32 * j;
-        const qwo = QK_K * i + 32 * j;
-        for (let l = 0; l < 32; l++) {
-          weights[l] = f(qw[qwo + l]! * f(Math.sqrt(f(sigma2 + f(x[base + l]! * x[base + l]!)))));
-        }
-        let sumw = 0;
-        for (let l = 0; l < 32; l++) sumw = f(sumw + weights[l]!);
-        sw[j] = sumw;
+        sw[j] = matrixWeights(x, base, qw, QK_K * i + 32 * j, sigma2, 32, weights);
         scales[j] = makeQkx2Quants(
           32,
           nmax,
@@ -306,13 +281,7 @@ const q2KRow: WeightedRowQuantizer = (x, xo, n, qw, out, oo) => {
     const sigma2 = f(sumSquares(x, xb, QK_K) / QK_K);
     for (let j = 0; j < QK_K / 16; j++) {
       const base = xb + 16 * j;
-      const qwo = QK_K * i + 16 * j;
-      for (let l = 0; l < 16; l++) {
-        weight[l] = f(qw[qwo + l]! * f(Math.sqrt(f(sigma2 + f(x[base + l]! * x[base + l]!)))));
-      }
-      let sumw = 0;
-      for (let l = 0; l < 16; l++) sumw = f(sumw + weight[l]!);
-      sw[j] = sumw;
+      sw[j] = matrixWeights(x, base, qw, QK_K * i + 16 * j, sigma2, 16, weight);
       scales[j] = makeQkx2Quants(16, 3, x, base, weight, L, 16 * j, laux, RMIN, RDELTA, 36, false, result);
       mins[j] = result.min;
     }
@@ -339,13 +308,7 @@ const q3KRow: WeightedRowQuantizer = (x, xo, n, qw, out, oo) => {
     const sigma2 = f(f(2 * sumSquares(x, xb, QK_K)) / QK_K);
     for (let j = 0; j < QK_K / 16; j++) {
       const base = xb + 16 * j;
-      const qwo = QK_K * i + 16 * j;
-      for (let l = 0; l < 16; l++) {
-        weight[l] = f(qw[qwo + l]! * f(Math.sqrt(f(sigma2 + f(x[base + l]! * x[base + l]!)))));
-      }
-      let sumw = 0;
-      for (let l = 0; l < 16; l++) sumw = f(sumw + weight[l]!);
-      sw[j] = sumw;
+      sw[j] = matrixWeights(x, base, qw, QK_K * i + 16 * j, sigma2, 16, weight);
       scales[j] = makeQxQuants(16, 4, x, base, L, 16 * j, weight, 0);
     }
     const o = oo + 110 * i;

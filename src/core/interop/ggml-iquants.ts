@@ -30,7 +30,16 @@
  *
  * All arithmetic is float32, one rounding per C operation in C's order, no fused multiply-add.
  */
-import { GROUP_MAX_EPS, fp16Bits, fp16Value, getU16, putU16, signedAbsMax } from './ggml-common.js';
+import {
+  GROUP_MAX_EPS,
+  fp16Bits,
+  fp16Value,
+  getU16,
+  matrixWeights,
+  putU16,
+  signedAbsMax,
+  sumSquares,
+} from './ggml-common.js';
 import { QK_K, nearestInt } from './ggml-kquants.js';
 
 const f = Math.fround; // local on purpose, see ggml-common.ts
@@ -111,28 +120,12 @@ function packCodes(x: Float32Array, xo: number, id: number, out: Uint8Array, qo:
 
 // --- IQ4_NL ----------------------------------------------------------------------------------
 
-/** An importance matrix's weights for the 32 values at x[xo]: qw[qwo + j]·sqrt(σ² + x²). */
+/** An importance matrix's weights for a group of 32 (matrixWeights). */
 const weights32 = new Float32Array(32);
-function matrixWeights(
-  x: Float32Array,
-  xo: number,
-  qw: Float32Array,
-  qwo: number,
-  sigma2: number,
-): Float32Array {
-  for (let j = 0; j < 32; j++) {
-    const xj = x[xo + j]!;
-    weights32[j] = f(qw[qwo + j]! * f(Math.sqrt(f(sigma2 + f(xj * xj)))));
-  }
-  return weights32;
-}
 
 /** quantize_row_iq4_nl_impl's σ²: Σx² of the super-block, times 2.f/size. */
-function sigma2Of(x: Float32Array, xo: number, size: number): number {
-  let s = 0;
-  for (let j = 0; j < size; j++) s = f(s + f(x[xo + j]! * x[xo + j]!));
-  return f(s * f(2 / size));
-}
+const sigma2Of = (x: Float32Array, xo: number, size: number): number =>
+  f(sumSquares(x, xo, size) * f(2 / size));
 
 export function quantizeIQ4_NL(x: Float32Array, xo: number, out: Uint8Array, oo: number): void {
   quantizeIQ4_NLWeighted(x, xo, null, 0, out, oo);
@@ -147,7 +140,8 @@ export function quantizeIQ4_NLWeighted(
   out: Uint8Array,
   oo: number,
 ): void {
-  const w = qw === null ? null : matrixWeights(x, xo, qw, qwo, sigma2Of(x, xo, 32));
+  if (qw !== null) matrixWeights(x, xo, qw, qwo, sigma2Of(x, xo, 32), 32, weights32);
+  const w = qw === null ? null : weights32;
   const d = searchScale(x, xo, w);
   putU16(out, oo, fp16Bits(d));
   // `scale ? 1/scale : 0` in C: NaN is true there, so compare with 0 rather than test truthiness
@@ -184,7 +178,8 @@ export function quantizeIQ4_XSWeighted(
   let maxScale = 0;
   let amaxScale = 0;
   for (let ib = 0; ib < QK_K / 32; ib++) {
-    const w = qw === null ? null : matrixWeights(x, xo + 32 * ib, qw, qwo + 32 * ib, sigma2);
+    if (qw !== null) matrixWeights(x, xo + 32 * ib, qw, qwo + 32 * ib, sigma2, 32, weights32);
+    const w = qw === null ? null : weights32;
     const d = searchScale(x, xo + 32 * ib, w);
     scalesXs[ib] = d;
     if (Math.abs(d) > amaxScale) {
