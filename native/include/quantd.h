@@ -139,9 +139,9 @@ uint32_t qd_ggml_block_bytes(int32_t type);
 typedef qd_status (*qd_ggml_quantize_fn)(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
 
 /* `rows` rows of ne0 values (whole blocks of the type) → ggml blocks with an importance matrix,
- * as llama-quantize's quant_weights paths (quantize_row_*_impl): every row against the same
- * column weights qw[ne0]. Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS; any other type or ne0
- * is QD_BAD_ARGUMENT. */
+ * as llama-quantize's quant_weights paths (quantize_row_*_impl, quantize_iq4_*): every row
+ * against the same column weights qw[ne0]; Q8_0 ignores them. An unknown type or an ne0 that is
+ * not whole blocks is QD_BAD_ARGUMENT. */
 typedef qd_status (*qd_ggml_quantize_weighted_fn)(int32_t type, const float *x, uint64_t rows, uint64_t ne0,
                                                   const float *qw, uint8_t *out);
 

@@ -107,8 +107,8 @@ qd_ggml_block_fn qd_ggml_block_ref(int32_t type);
 qd_status qd_ggml_quantize_ref(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
 qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t rows, uint64_t ne0, const float *qw,
                                         uint8_t *out);
-/* Whether qd_ggml_quantize_weighted takes the type; one block of it (256 values; IQ4_NL: 32) with
- * its column weights qw. */
+/* Whether qd_ggml_quantize_weighted takes the type; one block of a K or IQ4 type (256 values;
+ * IQ4_NL: 32) with its column weights qw. */
 int qd_ggml_takes_weights(int32_t type);
 void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, uint8_t *out);
 /* Its parts, for the SIMD variants: each value's weight w[256] and the sub-blocks' sums sw (none
