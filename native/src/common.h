@@ -32,6 +32,23 @@ QD_INLINE int qd_is_nan(float v) { return v != v; }
 QD_INLINE int qd_is_finite(float v) { return (qd_bits(v) & 0x7f800000u) != 0x7f800000u; }
 QD_INLINE float qd_fabs(float v) { return qd_float(qd_bits(v) & 0x7fffffffu); }
 
+/* Σx² of n values, added in order (ggml-common.ts sumSquares). */
+QD_INLINE float qd_sum_squares(const float *x, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; i++) s += x[i] * x[i];
+  return s;
+}
+
+/* An importance matrix's weights w[j] = qw[j]·sqrt(σ² + x²) of n values, as llama.cpp's
+ * quant_weights paths compute them; returns their sum, added in order (ggml-common.ts
+ * matrixWeights). */
+QD_INLINE float qd_matrix_weights(const float *x, const float *qw, float sigma2, int n, float *w) {
+  for (int j = 0; j < n; j++) w[j] = qw[j] * __builtin_sqrtf(sigma2 + x[j] * x[j]);
+  float sum = 0.0f;
+  for (int j = 0; j < n; j++) sum += w[j];
+  return sum;
+}
+
 /* ggml's nearest_int: add 1.5·2^23 (the float32 addition rounds half to even) and read the low
  * mantissa bits back. Exact rounding for |x| < 2^22; outside it the same bit arithmetic. */
 QD_INLINE int32_t qd_nearest_int(float x) {

@@ -81,10 +81,9 @@ void qd_ggml_iq4_nl_weighted_ref(const float *x, const float *qw, uint8_t *out) 
 }
 
 void qd_ggml_iq4_weights(const float *x, const float *qw, int size, float *w) {
-  float sigma2 = 0.0f;
-  for (int j = 0; j < size; j++) sigma2 += x[j] * x[j];
+  float sigma2 = qd_sum_squares(x, size);
   sigma2 *= 2.0f / (float)size;
-  for (int j = 0; j < size; j++) w[j] = qw[j] * __builtin_sqrtf(sigma2 + x[j] * x[j]);
+  qd_matrix_weights(x, qw, sigma2, size, w);
 }
 
 float qd_ggml_iq4_nl_head(float d, uint8_t *out) {

@@ -22,20 +22,6 @@ static void put_f16(uint8_t *out, float v) {
   out[1] = (uint8_t)(h >> 8);
 }
 
-static float sum_squares(const float *x, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; i++) s += x[i] * x[i];
-  return s;
-}
-
-/* The weights qw·sqrt(σ² + x²) of n values into w; returns their sum, added in order. */
-static float matrix_weights(const float *x, const float *qw, float sigma2, int n, float *w) {
-  for (int l = 0; l < n; l++) w[l] = qw[l] * __builtin_sqrtf(sigma2 + x[l] * x[l]);
-  float sum = 0.0f;
-  for (int l = 0; l < n; l++) sum += w[l];
-  return sum;
-}
-
 /* make_qx_quants with rmse_type 1 and weights qw: nmax + code (0..2·nmax-1) to L, the scale returned. */
 static float make_qx_weighted(int n, int32_t nmax, const float *x, int8_t *L, const float *qw) {
   const float max = qd_ggml_signed_abs_max(x, n);
@@ -138,17 +124,11 @@ static float make_qp_quants(int n, int32_t nmax, const float *x, uint8_t *L, con
   return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-int qd_ggml_takes_weights(int32_t type) { return qd_ggml_block_values(type) != 0; }
-
 /* ---- Q4_0, Q5_0, Q4_1, Q5_1 (quantize_row_q4_0_impl …): σ² = Σx²/ne0 over the whole row, each
  * block of 32 weighted by qw·sqrt(σ² + x²); Q4_0 / Q5_0 fitted by make_qx_quants (nmax 8 / 16),
  * Q4_1 / Q5_1 by make_qkx3_quants (nmax 15 / 31). Q8_0 ignores the matrix. ---- */
 
-float qd_ggml_row_sigma2(const float *x, uint64_t ne0) { return sum_squares(x, (int)ne0) / (float)ne0; }
-
-void qd_ggml_legacy_weights(const float *x, const float *qw, float sigma2, float *w) {
-  matrix_weights(x, qw, sigma2, 32, w);
-}
+float qd_ggml_row_sigma2(const float *x, uint64_t ne0) { return qd_sum_squares(x, (int)ne0) / (float)ne0; }
 
 /* A block's codes as Q4_x / Q5_x store them: element j in the low nibble of qs[j], element j+16
  * in its high nibble; for 5 bits the fifth bits in the little-endian u32 at qh, bit j per element. */
@@ -208,9 +188,9 @@ void qd_ggml_matrix_weights(int32_t type, const float *x, const float *qw, float
     for (int i = 0; i < QK_K; i++) w[i] = qw[i];
     return;
   }
-  const float sigma2 = type == QD_GGML_Q2_K ? sum_squares(x, QK_K) / QK_K : 2 * sum_squares(x, QK_K) / QK_K;
+  const float sigma2 = type == QD_GGML_Q2_K ? qd_sum_squares(x, QK_K) / QK_K : 2 * qd_sum_squares(x, QK_K) / QK_K;
   const int sub = type == QD_GGML_Q2_K || type == QD_GGML_Q3_K ? 16 : 32;
-  for (int j = 0; j < QK_K / sub; j++) sw[j] = matrix_weights(x + sub * j, qw + sub * j, sigma2, sub, w + sub * j);
+  for (int j = 0; j < QK_K / sub; j++) sw[j] = qd_matrix_weights(x + sub * j, qw + sub * j, sigma2, sub, w + sub * j);
 }
 
 /* Q4_K / Q5_K: the sub-blocks' scales and mins to 6 bits by make_qp_quants, weighted by the
@@ -296,7 +276,7 @@ void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, u
 
 qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t rows, uint64_t ne0, const float *qw,
                                         uint8_t *out) {
-  if (!qd_ggml_takes_weights(type) || ne0 == 0 || ne0 % qd_ggml_block_values(type) != 0) return QD_BAD_ARGUMENT;
+  if (qd_ggml_block_values(type) == 0 || ne0 == 0 || ne0 % qd_ggml_block_values(type) != 0) return QD_BAD_ARGUMENT;
   if (type == QD_GGML_Q8_0) return qd_ggml_quantize_ref(type, x, rows * (ne0 / 32), out);
   const uint64_t size = qd_ggml_block_bytes(type), values = qd_ggml_block_values(type), blocks = ne0 / values;
   for (uint64_t r = 0; r < rows; r++) {
@@ -306,7 +286,7 @@ qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t r
       const float sigma2 = qd_ggml_row_sigma2(xr, ne0);
       float w[32];
       for (uint64_t b = 0; b < blocks; b++) {
-        qd_ggml_legacy_weights(xr + 32 * b, qw + 32 * b, sigma2, w);
+        qd_matrix_weights(xr + 32 * b, qw + 32 * b, sigma2, 32, w);
         qd_ggml_legacy_weighted_block_ref(type, xr + 32 * b, w, outr + size * b);
       }
       continue;

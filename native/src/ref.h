@@ -107,9 +107,8 @@ qd_ggml_block_fn qd_ggml_block_ref(int32_t type);
 qd_status qd_ggml_quantize_ref(int32_t type, const float *x, uint64_t blocks, uint8_t *out);
 qd_status qd_ggml_quantize_weighted_ref(int32_t type, const float *x, uint64_t rows, uint64_t ne0, const float *qw,
                                         uint8_t *out);
-/* Whether qd_ggml_quantize_weighted takes the type; one block of a K or IQ4 type (256 values;
- * IQ4_NL: 32) with its column weights qw. */
-int qd_ggml_takes_weights(int32_t type);
+/* With an importance matrix, one block of a K or IQ4 type (256 values; IQ4_NL: 32) with its
+ * column weights qw. */
 void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, uint8_t *out);
 /* Its parts, for the SIMD variants: each value's weight w[256] and the sub-blocks' sums sw (none
  * for Q6_K), then, after the sub-block fits (scales, negated mins for Q2_K / Q4_K / Q5_K, codes
@@ -117,13 +116,12 @@ void qd_ggml_weighted_block_ref(int32_t type, const float *x, const float *qw, u
 void qd_ggml_matrix_weights(int32_t type, const float *x, const float *qw, float *w, float *sw);
 void qd_ggml_weighted_finish(int32_t type, const float *x, const float *scales, const float *mins, const float *sw,
                              uint8_t *L, uint8_t *out);
-/* Q4_0, Q4_1, Q5_0 and Q5_1 with a matrix (qd_ggml_legacy_weighted): a row's σ², a block's 32
- * weights, the nmax of its fit (make_qx_quants for Q4_0 / Q5_0, make_qkx3_quants for Q4_1 /
- * Q5_1), one block with its weights, and a block's bytes after its fit (scale, negated min for
- * the affine types, codes L). */
+/* Q4_0, Q4_1, Q5_0 and Q5_1 with a matrix (qd_ggml_legacy_weighted): a row's σ² (a block's 32
+ * weights are qd_matrix_weights'), the nmax of its fit (make_qx_quants for Q4_0 / Q5_0,
+ * make_qkx3_quants for Q4_1 / Q5_1), one block with its weights, and a block's bytes after its
+ * fit (scale, negated min for the affine types, codes L). */
 int qd_ggml_legacy_weighted(int32_t type);
 float qd_ggml_row_sigma2(const float *x, uint64_t ne0);
-void qd_ggml_legacy_weights(const float *x, const float *qw, float sigma2, float *w);
 int32_t qd_ggml_legacy_nmax(int32_t type);
 void qd_ggml_legacy_weighted_block_ref(int32_t type, const float *x, const float *w, uint8_t *out);
 void qd_ggml_legacy_weighted_finish(int32_t type, float scale, float neg_min, const uint8_t *L, uint8_t *out);

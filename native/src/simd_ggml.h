@@ -370,7 +370,7 @@ QD_TARGET static void QD_NAME(ggml_legacy_weighted_row)(int32_t type, const floa
     const int n = blocks - b < VL ? (int)(blocks - b) : VL;
     vm nan = vm_none();
     for (int s = 0; s < VL; s++) {
-      if (s < n) qd_ggml_legacy_weights(x + 32 * (b + s), qw + 32 * (b + s), sigma2, w + 32 * s);
+      if (s < n) qd_matrix_weights(x + 32 * (b + s), qw + 32 * (b + s), sigma2, 32, w + 32 * s);
       for (int i = 0; i < 32; i++) {
         t[VL * i + s] = s < n ? x[32 * (b + s) + i] : 0.0f;
         tw[VL * i + s] = s < n ? w[32 * s + i] : 0.0f;
@@ -399,7 +399,7 @@ QD_TARGET static void QD_NAME(ggml_legacy_weighted_row)(int32_t type, const floa
  * time, never across rows: each block has its own columns' weights). */
 QD_TARGET static qd_status QD_NAME(ggml_quantize_weighted)(int32_t type, const float *x, uint64_t rows, uint64_t ne0,
                                                          const float *qw, uint8_t *out) {
-  if (!qd_ggml_takes_weights(type) || ne0 == 0 || ne0 % qd_ggml_block_values(type) != 0) return QD_BAD_ARGUMENT;
+  if (qd_ggml_block_values(type) == 0 || ne0 == 0 || ne0 % qd_ggml_block_values(type) != 0) return QD_BAD_ARGUMENT;
   const uint64_t size = qd_ggml_block_bytes(type), blocks = ne0 / qd_ggml_block_values(type);
   if (type == QD_GGML_Q8_0) return QD_NAME(ggml_quantize)(type, x, rows * blocks, out); /* no weights */
   const int affine = type == QD_GGML_Q4_K || type == QD_GGML_Q5_K;
