@@ -4,6 +4,7 @@
       "target_name": "quantd",
       "sources": [
         "native/addon/addon.c",
+        "native/addon/sockets.c",
         "native/src/ref.c",
         "native/src/ggml_ref.c",
         "native/src/ggml_kquants.c",

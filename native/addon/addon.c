@@ -534,6 +534,12 @@ static napi_value js_linear_outputs(napi_env env, napi_callback_info info) {
 
 typedef napi_value (*js_fn)(napi_env, napi_callback_info);
 
+#ifdef __linux__
+/* sockets.c */
+napi_value qd_js_discard_received(napi_env env, napi_callback_info info);
+napi_value qd_js_duplicate_descriptor(napi_env env, napi_callback_info info);
+#endif
+
 /* bind(isa: string) -> an object of kernel functions on that ISA's table, or null when the CPU
  * lacks it ("" = the best one); its `isa` property names the table. */
 static napi_value js_bind(napi_env env, napi_callback_info info) {
@@ -580,6 +586,10 @@ NAPI_MODULE_INIT() {
   napi_property_descriptor props[] = {
       {"bind", NULL, js_bind, NULL, NULL, NULL, napi_default, NULL},
       {"lastBad", NULL, js_last_bad, NULL, NULL, NULL, napi_default, NULL},
+#ifdef __linux__
+      {"discardReceived", NULL, qd_js_discard_received, NULL, NULL, NULL, napi_default, NULL},
+      {"duplicateDescriptor", NULL, qd_js_duplicate_descriptor, NULL, NULL, NULL, napi_default, NULL},
+#endif
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -407,3 +407,12 @@ export function exitCodeFor(code: ErrorCode): number {
 export function grpcStatusFor(code: ErrorCode): number {
   return GrpcStatus[catalogue[code].grpc];
 }
+
+/**
+ * Whether an answer with this code is the server's fault, to be logged as an error: a 5xx, but
+ * not a refusal the service makes by design (busy, shutting down). Under load those come by the
+ * thousand a second; each is counted in the metrics and logged at info.
+ */
+export function isServerFault(code: ErrorCode): boolean {
+  return catalogue[code].http >= 500 && code !== 'OVERLOADED' && code !== 'SHUTTING_DOWN';
+}

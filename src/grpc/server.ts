@@ -13,7 +13,14 @@ import * as protoLoader from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import type { Config } from '../config.js';
-import { isQuantdError, toQuantdError, type QuantdError } from '../errors/index.js';
+import {
+  catalogue,
+  isQuantdError,
+  isServerFault,
+  toQuantdError,
+  type ErrorCode,
+  type QuantdError,
+} from '../errors/index.js';
 import type { JobManager } from '../jobs/manager.js';
 import type { ComputeHandle } from '../pool/index.js';
 import { errorsForClients, type Admission } from '../service/index.js';
@@ -287,7 +294,8 @@ function reportError(
     // an error that cannot even be read: errorForGrpc answers INTERNAL for it
   }
   const out = errorForGrpc(shown);
-  const log = out.status >= grpc.status.INTERNAL ? options.log.error : options.log.info;
+  const known = Object.hasOwn(catalogue, out.quantdCode);
+  const log = !known || isServerFault(out.quantdCode as ErrorCode) ? options.log.error : options.log.info;
   try {
     // an unexpected failure is logged with its stack
     const cause = isQuantdError(err) ? {} : { err };

@@ -31,6 +31,7 @@ import { registerDocs } from './openapi.js';
 import { asQuantdError, sendProblem } from './problem.js';
 import { admitRequest } from '../service/envelope.js';
 import { continueWhenRead } from './continue.js';
+import { installEarlyShed } from './shed.js';
 
 export interface AppOptions {
   readonly config: Config;
@@ -46,6 +47,11 @@ export interface AppOptions {
   readonly calibrations?: CalibrationStore;
   /** /metrics' registry, shared with the gRPC server (default: one of this app's own). */
   readonly metrics?: HttpMetrics;
+  /**
+   * Refuse compute requests before Fastify sees them while every slot is taken (shed.ts); default
+   * true. Off, every refusal takes Fastify's path (tests compare the two answers).
+   */
+  readonly earlyShed?: boolean;
 }
 
 /** The API: every route under it needs the bearer token and takes an admission slot. */
@@ -100,6 +106,17 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const authenticate = makeAuthenticator(config.apiKeys, config.adminKeys);
   const admission = options.admission ?? new Admission(config.poolSize + config.queueLimit);
   const pace = { idleMs: config.bodyIdleMs, minBytesPerSecond: config.bodyMinRate };
+  if (options.earlyShed !== false) {
+    const { isReady } = options;
+    installEarlyShed(app, {
+      admission,
+      isReady,
+      authenticate,
+      bodyLimit: config.bodyLimit,
+      metrics,
+      log: app.log,
+    });
+  }
 
   // Binary bodies for every route; the op routes accept nothing else (op-routes.ts), other routes
   // keep Fastify's JSON and text parsers too.

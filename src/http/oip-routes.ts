@@ -16,7 +16,7 @@ import type { IncomingMessage } from 'node:http';
 import { promisify } from 'node:util';
 import zlib from 'node:zlib';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { QuantdError, catalogue } from '../errors/index.js';
+import { QuantdError, catalogue, isServerFault } from '../errors/index.js';
 import {
   HEADER_LENGTH_HEADER,
   encodeRestResponse,
@@ -151,7 +151,7 @@ function sendError(err: unknown, request: FastifyRequest, reply: FastifyReply): 
     reply.header('Connection', 'close');
     if (error.code !== 'BODY_INCOMPLETE') request.raw.resume();
   }
-  if (status >= 500) request.log.error({ err: error, code: error.code }, error.message);
+  if (isServerFault(error.code)) request.log.error({ err: error, code: error.code }, error.message);
   else request.log.info({ code: error.code }, error.message);
   return reply.code(status).type('application/json').send(errorJson(error));
 }

@@ -3,11 +3,19 @@
  * code. Fastify's own errors (unknown route, bad content type, malformed JSON) are mapped onto
  * the catalogue too, so every error a client sees has a stable code.
  */
+import type { IncomingMessage } from 'node:http';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
-import { catalogue, isQuantdError, QuantdError, toQuantdError, type ErrorCode } from '../errors/index.js';
+import {
+  catalogue,
+  isQuantdError,
+  isServerFault,
+  QuantdError,
+  toQuantdError,
+  type ErrorCode,
+} from '../errors/index.js';
 import { bodyBytesReceived } from './body.js';
 import { awaitingContinue } from './continue.js';
-import { lingerOnClose } from './linger.js';
+import { discardInKernel, lingerOnClose } from './linger.js';
 
 export const PROBLEM_TYPE = 'application/problem+json';
 
@@ -93,8 +101,7 @@ const DISCARDABLE_BODY = 64 * 1024;
  * 503), or no longer framed (read past a limit, cut short). Node reads and discards a small
  * remainder itself, keeping the connection.
  */
-function mustClose(error: QuantdError, request: FastifyRequest): boolean {
-  const raw = request.raw;
+function mustClose(error: QuantdError, raw: IncomingMessage): boolean {
   if (raw.complete) return false;
   if (error.code === 'PAYLOAD_TOO_LARGE' || error.code === 'BODY_INCOMPLETE') return true;
   if (error.code === 'HEADER_INVALID' && error.params['header'] === 'Content-Length') return true;
@@ -103,20 +110,28 @@ function mustClose(error: QuantdError, request: FastifyRequest): boolean {
   return declared - bodyBytesReceived(raw) > DISCARDABLE_BODY;
 }
 
+/**
+ * Settles the unread body of a request answered with `error`; true when the answer must close
+ * the connection (send `Connection: close`). The rest of such a body is not wanted, and must not
+ * be read as the next request: it is discarded while the problem is written and after it, until
+ * the client has sent it all (linger.ts), so that the client reads the answer. The kernel drops
+ * it where it can, else Node's parser reads it. A body cut short has nothing more to come, a
+ * client waiting for 100 Continue sends none, and a client cut for its slowness is not waited for.
+ */
+export function settleUnreadBody(error: QuantdError, raw: IncomingMessage): boolean {
+  if (!mustClose(error, raw)) return false;
+  const lingers = error.code !== 'BODY_INCOMPLETE' && error.code !== 'BODY_TOO_SLOW';
+  const sends = error.code !== 'BODY_INCOMPLETE' && !awaitingContinue(raw);
+  if (sends && !(lingers && discardInKernel(raw.socket))) raw.resume();
+  if (lingers) lingerOnClose(raw.socket);
+  return true;
+}
+
 export function sendProblem(error: QuantdError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const problem = problemOf(error, request);
   reply.headers(problemHeaders(problem.status));
-  if (mustClose(error, request)) {
-    // The rest of the body is not wanted, and must not be read as the next request: discard what
-    // still arrives while the problem is written, then close the connection.
-    reply.header('Connection', 'close');
-    // (a body cut short has nothing more to come; a client waiting for 100 Continue sends none)
-    if (error.code !== 'BODY_INCOMPLETE' && !awaitingContinue(request.raw)) request.raw.resume();
-    // and keep discarding it after the answer, so that the client reads the answer (linger.ts);
-    // not for a client cut for its slowness
-    if (error.code !== 'BODY_INCOMPLETE' && error.code !== 'BODY_TOO_SLOW') lingerOnClose(request.raw.socket);
-  }
-  if (problem.status >= 500) request.log.error({ err: error, code: error.code }, error.message);
+  if (settleUnreadBody(error, request.raw)) reply.header('Connection', 'close');
+  if (isServerFault(error.code)) request.log.error({ err: error, code: error.code }, error.message);
   else request.log.info({ code: error.code }, error.message);
   return reply.code(problem.status).type(PROBLEM_TYPE).send(problem);
 }

@@ -43,6 +43,9 @@ interface BoundKernels {
 interface Addon {
   bind(isa: string): BoundKernels | null;
   lastBad(): number;
+  /** Linux only (sockets.c). */
+  discardReceived?: (fd: number) => number;
+  duplicateDescriptor?: (fd: number) => number;
 }
 
 export class KernelLoadError extends Error {}
@@ -162,4 +165,27 @@ export function loadNative(isa = ''): KernelModule {
         stats,
       ),
   };
+}
+
+/** The addon's socket helpers (native/addon/sockets.c); Linux only. */
+export interface SocketHelpers {
+  /** Drops what a TCP socket has received, uncopied: bytes dropped, -1 at the peer's FIN, -2 on an error. */
+  readonly discardReceived: (fd: number) => number;
+  /** A new descriptor for the same socket, or -errno. */
+  readonly duplicateDescriptor: (fd: number) => number;
+}
+
+/**
+ * The socket helpers, or undefined where the addon is not built or the platform has none (not
+ * Linux): callers then do without (read and discard in JavaScript, one listening handle).
+ */
+export function loadSocketHelpers(): SocketHelpers | undefined {
+  if (!existsSync(ADDON_PATH)) return undefined;
+  try {
+    const addon = createRequire(import.meta.url)(ADDON_PATH) as Addon;
+    const { discardReceived, duplicateDescriptor } = addon;
+    return discardReceived && duplicateDescriptor ? { discardReceived, duplicateDescriptor } : undefined;
+  } catch {
+    return undefined;
+  }
 }

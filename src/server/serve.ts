@@ -9,6 +9,7 @@ import { loadConfig, type Config } from '../config.js';
 import { packageVersion } from '../package-info.js';
 import { QuantdError } from '../errors/index.js';
 import { buildApp } from '../http/app.js';
+import { acceptMore } from '../http/multi-accept.js';
 import { createMetrics } from '../http/metrics.js';
 import { describeKernels } from '../kernels/index.js';
 import { startGrpc, type RunningGrpc } from '../grpc/server.js';
@@ -122,6 +123,7 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
     await calibrations.start();
     try {
       await http.listen({ host: config.host, port: config.httpPort });
+      await acceptMore(http.server);
     } catch (err) {
       throw listenError(err, 'QUANTD_HTTP_PORT', config.host, config.httpPort);
     }

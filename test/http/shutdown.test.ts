@@ -93,7 +93,7 @@ async function drain(
 
   const reply = await request;
   const answeredAt = Date.now();
-  expect(reply.status).toBe(200);
+  expect(reply.status, Buffer.from(reply.body).toString()).toBe(200);
   expectSameBytes(reply.body, expected, 'the request in flight during shutdown');
 
   const within = await Promise.race([

@@ -23,10 +23,15 @@ const PHASE_MS = LONG ? 60_000 : 8_000;
  * 2-core machine: the load clients run at the lowest priority and their queueing is printed
  * beside their figures (their event-loop delay), and the refusal probe — a client with its own
  * CPU, as one on another machine would be — still shares the machine's CPU and its loopback with
- * 30 clients pushing 2 MiB bodies. Those, and /healthz, are bounded to tell a refusal from a
- * hang, and printed for the record.
+ * 30 clients pushing 2 MiB bodies. The probe's p99 measured 31-70 ms over HTTP and 64-92 ms over
+ * gRPC here (2026-11-27); it is bounded at twice the target, so that a return of the HTTP accept
+ * queue (157-351 ms before early shedding and several accepts per iteration) fails, while one
+ * slow moment of a shared CI machine does not. /healthz is bounded to tell a stall from a hang.
  */
 const DECISION_BOUND_MS = 100;
+const PROBE_BOUND_MS = 200;
+/** The refusal probe's pause between requests: over a hundred samples a phase, so p99 is not the maximum. */
+const PROBE_PAUSE_MS = 20;
 const LATENCY_BOUND_MS = 500;
 /** The load clients' own figures carry their starvation: bounded only against a hang. */
 const HANG_BOUND_MS = 5000;
@@ -74,8 +79,8 @@ interface Watched {
 }
 
 /**
- * Samples the child's RSS, polls /healthz, and sends `probe` — one request of the load's kind —
- * every 50 ms, from this thread (normal priority, otherwise idle): the refusals a client with its
+ * Samples the child's RSS, polls /healthz every 50 ms, and sends `probe` — one request of the
+ * load's kind — every PROBE_PAUSE_MS, from this thread (normal priority, otherwise idle): the refusals a client with its
  * own CPU sees, as one on another machine would. The load keeps the server full, so the probe is
  * nearly always refused; its admitted requests are not counted.
  */
@@ -87,7 +92,7 @@ function watch(agent: Agent, probe: () => Promise<Answer>): { stop(): Promise<Wa
   const sampler = setInterval(() => {
     peakRss = Math.max(peakRss, server.rssBytes());
   }, 100);
-  const pause = (): Promise<void> => new Promise((r) => setTimeout(r, 50));
+  const pause = (ms = 50): Promise<void> => new Promise((r) => setTimeout(r, ms));
   const healthLoop = (async () => {
     while (running) {
       const start = performance.now();
@@ -108,7 +113,7 @@ function watch(agent: Agent, probe: () => Promise<Answer>): { stop(): Promise<Wa
     while (running) {
       const answer = await probe();
       if (answer.code === 'OVERLOADED') probeShed.push(answer.ms);
-      await pause();
+      await pause(PROBE_PAUSE_MS);
     }
   })();
   let stopped: Promise<Watched> | undefined;
@@ -274,7 +279,7 @@ describe(`${CLIENTS} closed-loop clients against a capacity of ${CAPACITY}`, () 
     expect(shed.length).toBeGreaterThan(accepted.length); // 10× capacity: most are refused
     expect(decided).toBeLessThanOrEqual(DECISION_BOUND_MS);
     expect(probeShed.length).toBeGreaterThan(10);
-    expect(quantile(probeShed, 0.99)).toBeLessThan(LATENCY_BOUND_MS);
+    expect(quantile(probeShed, 0.99)).toBeLessThan(PROBE_BOUND_MS);
     expect(quantile(shed, 0.99)).toBeLessThan(HANG_BOUND_MS);
     expect(quantile(health, 0.99)).toBeLessThan(LATENCY_BOUND_MS);
     expect(peakRss).toBeLessThan(RSS_BOUND);
@@ -327,7 +332,7 @@ describe(`${CLIENTS} closed-loop clients against a capacity of ${CAPACITY}`, () 
     expect(shed.length).toBeGreaterThan(0);
     expect(decided).toBeLessThanOrEqual(DECISION_BOUND_MS);
     expect(probeShed.length).toBeGreaterThan(10);
-    expect(quantile(probeShed, 0.99)).toBeLessThan(LATENCY_BOUND_MS);
+    expect(quantile(probeShed, 0.99)).toBeLessThan(PROBE_BOUND_MS);
     expect(quantile(shed, 0.99)).toBeLessThan(HANG_BOUND_MS);
     expect(quantile(health, 0.99)).toBeLessThan(LATENCY_BOUND_MS);
     expect(peakRss).toBeLessThan(RSS_BOUND);
