@@ -26,15 +26,22 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-napi_value qd_js_discard_received(napi_env env, napi_callback_info info) {
+/* The one argument, a descriptor: false (a TypeError thrown) unless it is one. */
+static int fd_argument(napi_env env, napi_callback_info info, const char *usage, int32_t *fd) {
   size_t argc = 1;
-  napi_value argv[1], out;
-  int32_t fd = -1;
+  napi_value argv[1];
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
-      napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0) {
-    napi_throw_type_error(env, NULL, "quantd addon: discardReceived(fd)");
-    return NULL;
+      napi_get_value_int32(env, argv[0], fd) != napi_ok || *fd < 0) {
+    napi_throw_type_error(env, NULL, usage);
+    return 0;
   }
+  return 1;
+}
+
+napi_value qd_js_discard_received(napi_env env, napi_callback_info info) {
+  napi_value out;
+  int32_t fd;
+  if (!fd_argument(env, info, "quantd addon: discardReceived(fd)", &fd)) return NULL;
   double dropped = 0, result;
   for (;;) {
     /* MSG_TRUNC on a TCP socket: the kernel consumes up to len bytes and copies none of them */
@@ -57,14 +64,9 @@ napi_value qd_js_discard_received(napi_env env, napi_callback_info info) {
 }
 
 napi_value qd_js_duplicate_descriptor(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1], out;
-  int32_t fd = -1;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 ||
-      napi_get_value_int32(env, argv[0], &fd) != napi_ok || fd < 0) {
-    napi_throw_type_error(env, NULL, "quantd addon: duplicateDescriptor(fd)");
-    return NULL;
-  }
+  napi_value out;
+  int32_t fd;
+  if (!fd_argument(env, info, "quantd addon: duplicateDescriptor(fd)", &fd)) return NULL;
   const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   napi_create_int32(env, copy >= 0 ? copy : -errno, &out);
   return out;

@@ -17,15 +17,14 @@
  */
 import type { Socket } from 'node:net';
 
-import { loadSocketHelpers } from '../kernels/native.js';
+import { loadSocketHelpers, type SocketHelpers } from '../kernels/native.js';
 
 /** How long a closing connection keeps discarding what its client still sends. */
 export const LINGER_MS = 2000;
 /** How often the kernel is asked to drop what refused connections have received. */
 export const DISCARD_INTERVAL_MS = 4;
 
-/** Drops what a socket has received: bytes dropped, -1 at the peer's FIN, -2 on an error. */
-export type DiscardReceived = (fd: number) => number;
+type DiscardReceived = SocketHelpers['discardReceived'];
 
 /** A socket whose body is being dropped by the kernel. */
 interface Discarding {
@@ -113,10 +112,13 @@ export function lingerOnClose(socket: Socket): void {
     timer.unref();
     this.once('close', () => clearTimeout(timer));
     const state = discarding.get(this);
-    if (state === undefined)
+    if (state === undefined) {
       this.once('end', () => this.destroy()); // the client has finished sending
-    else if (state.clientDone) closeWhenWritten(this);
-    else state.closing = true;
+    } else if (state.clientDone) {
+      closeWhenWritten(this);
+    } else {
+      state.closing = true; // dropReceived closes it at the client's FIN
+    }
   };
 }
 

@@ -23,7 +23,7 @@ const PHASE_MS = LONG ? 60_000 : 8_000;
  * 2-core machine: the load clients run at the lowest priority and their queueing is printed
  * beside their figures (their event-loop delay), and the refusal probe — a client with its own
  * CPU, as one on another machine would be — still shares the machine's CPU and its loopback with
- * 30 clients pushing 2 MiB bodies. The probe's p99 measured 31-70 ms over HTTP and 64-92 ms over
+ * 30 clients pushing 2 MiB bodies. The probe's p99 measured 31-88 ms over HTTP and 64-92 ms over
  * gRPC here (2026-11-27); it is bounded at twice the target, so that a return of the HTTP accept
  * queue (157-351 ms before early shedding and several accepts per iteration) fails, while one
  * slow moment of a shared CI machine does not. /healthz is bounded to tell a stall from a hang.
@@ -80,8 +80,8 @@ interface Watched {
 
 /**
  * Samples the child's RSS, polls /healthz every 50 ms, and sends `probe` — one request of the
- * load's kind — every PROBE_PAUSE_MS, from this thread (normal priority, otherwise idle): the refusals a client with its
- * own CPU sees, as one on another machine would. The load keeps the server full, so the probe is
+ * load's kind — every PROBE_PAUSE_MS, from this thread (normal priority, otherwise idle): the
+ * refusals a client with its own CPU sees, as one on another machine would. The load keeps the server full, so the probe is
  * nearly always refused; its admitted requests are not counted.
  */
 function watch(agent: Agent, probe: () => Promise<Answer>): { stop(): Promise<Watched> } {
