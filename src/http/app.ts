@@ -31,7 +31,7 @@ import { registerDocs } from './openapi.js';
 import { asQuantdError, sendProblem } from './problem.js';
 import { admitRequest } from '../service/envelope.js';
 import { continueWhenRead } from './continue.js';
-import { installEarlyShed } from './shed.js';
+import { installEarlyShed, routeAdmission } from './shed.js';
 
 export interface AppOptions {
   readonly config: Config;
@@ -160,15 +160,15 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     }
     // draining comes first: retry elsewhere or later (503 + Retry-After), whatever the request
     if (!options.isReady()) throw new QuantdError('SHUTTING_DOWN', {});
-    // the route's own limit where it sets one (uploads to /v1/jobs: QUANTD_UPLOAD_LIMIT)
-    const own = request.routeOptions.config as { limitSetting?: string; holdsNoSlot?: boolean } | undefined;
-    declaredLength(
-      request.headers['content-length'],
-      request.routeOptions.bodyLimit ?? config.bodyLimit,
-      own?.limitSetting ?? 'QUANTD_BODY_LIMIT',
+    // the route's own limit where it sets one (uploads to /v1/jobs: QUANTD_UPLOAD_LIMIT); a live
+    // stream (GET /v1/jobs/events) computes nothing: it must not hold a compute slot
+    const rule = routeAdmission(
+      request.routeOptions.config,
+      request.routeOptions.bodyLimit,
+      config.bodyLimit,
     );
-    // a live stream (GET /v1/jobs/events) computes nothing: it must not hold a compute slot
-    if (own?.holdsNoSlot !== true) release = admitRequest({ admission, isReady: options.isReady });
+    declaredLength(request.headers['content-length'], rule.limit, rule.setting);
+    if (rule.takesSlot) release = admitRequest({ admission, isReady: options.isReady });
   });
 
   // While draining, every response closes its connection: keep-alive clients must not hold the

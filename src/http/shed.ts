@@ -37,11 +37,31 @@ export interface EarlyShedOptions {
   readonly log: FastifyBaseLogger;
 }
 
-/** A route early shedding answers for: its body limit and the setting that names it. */
-interface ShedRoute {
-  readonly url: string;
+/** What admission makes of a route (its config and bodyLimit): the onRequest hook's rule too. */
+export interface RouteAdmission {
+  /** It takes a compute slot (a live stream, GET /v1/jobs/events, does not). */
+  readonly takesSlot: boolean;
+  /** Its body limit (its own, else QUANTD_BODY_LIMIT) and the setting that names it. */
   readonly limit: number;
   readonly setting: string;
+}
+
+export function routeAdmission(
+  config: unknown,
+  bodyLimit: number | undefined,
+  defaultLimit: number,
+): RouteAdmission {
+  const own = config as { limitSetting?: string; holdsNoSlot?: boolean } | undefined;
+  return {
+    takesSlot: own?.holdsNoSlot !== true,
+    limit: bodyLimit ?? defaultLimit,
+    setting: own?.limitSetting ?? 'QUANTD_BODY_LIMIT',
+  };
+}
+
+/** A route early shedding answers for. */
+interface ShedRoute extends RouteAdmission {
+  readonly url: string;
 }
 
 const API_PREFIX = '/v1/';
@@ -55,15 +75,10 @@ export function installEarlyShed(app: FastifyInstance, options: EarlyShedOptions
   // "POST /v1/quantize" → the route: static paths only (a parametric path is left to the router)
   const routes = new Map<string, ShedRoute>();
   app.addHook('onRoute', (route) => {
-    const config = route.config as { limitSetting?: string; holdsNoSlot?: boolean } | undefined;
-    if (!route.url.startsWith(API_PREFIX) || /[:*]/.test(route.url) || config?.holdsNoSlot === true) return;
+    const admission = routeAdmission(route.config, route.bodyLimit, options.bodyLimit);
+    if (!route.url.startsWith(API_PREFIX) || /[:*]/.test(route.url) || !admission.takesSlot) return;
     for (const method of [route.method].flat()) {
-      if (!BODY_METHODS.has(method)) continue;
-      routes.set(`${method} ${route.url}`, {
-        url: route.url,
-        limit: route.bodyLimit ?? options.bodyLimit,
-        setting: config?.limitSetting ?? 'QUANTD_BODY_LIMIT',
-      });
+      if (BODY_METHODS.has(method)) routes.set(`${method} ${route.url}`, { url: route.url, ...admission });
     }
   });
   const server = app.server as Server;
@@ -112,15 +127,15 @@ function refuse(
   const header = req.headers['x-request-id'];
   const requestId = typeof header === 'string' && header !== '' ? header : randomUUID();
   const body = JSON.stringify(problemDocument(error, req.url ?? '', requestId));
+  const bytesOut = Buffer.byteLength(body);
   const headers: Record<string, string> = {
     ...problemHeaders(503),
     'content-type': `${PROBLEM_TYPE}; charset=utf-8`,
-    'content-length': String(Buffer.byteLength(body)),
+    'content-length': String(bytesOut),
   };
   if (settleUnreadBody(error, req)) headers['connection'] = 'close';
   res.once('close', () => {
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-    const bytesOut = Number(headers['content-length']);
     options.metrics.observe(route.url, req.method ?? '', 503, seconds, bodyBytesReceived(req), bytesOut);
   });
   options.log.info({ reqId: requestId, code: error.code }, error.message);
