@@ -234,38 +234,45 @@ static int choose_of(napi_env env, napi_value *argv, qd_choose *c) {
          get_f32(env, argv[3], &c->eps) && get_i32(env, argv[4], &c->symmetric_zero_point);
 }
 
-/* chooseQuantize(x, first, unitSize, mode, qmin, qmax, eps, symZp, codes, qmin, qmax, addFirst, rejectInf,
- *                scale, zp, out) */
-static napi_value choose_quantize_with(napi_env env, napi_callback_info info, int measured) {
-  ARGS_UPTO(17);
-  view x, scale, zp, out, stats;
-  uint64_t first, unit, bad = 0;
-  qd_choose c;
-  qd_quant q;
-  if (argc != (size_t)(16 + measured) || !get_view(env, argv[0], &x) || !get_u64(env, argv[1], &first) ||
-      !get_u64(env, argv[2], &unit) || !choose_of(env, argv + 3, &c) || !quant_of(env, argv + 8, &q) ||
-      !get_view(env, argv[13], &scale) || !get_view(env, argv[14], &zp) || !get_view(env, argv[15], &out) ||
-      unit == 0 || (measured && (!get_view(env, argv[16], &stats) || stats.bytes < 5 * 8)))
-    return throw_error(env, "quantd addon: chooseQuantize arguments");
-  uint64_t units = x.bytes / 4 / unit;
-  if (scale.bytes < units * 4 || zp.bytes < units * 8 || out.bytes < code_bytes(q.codes, units * unit))
-    return throw_error(env, "quantd addon: chooseQuantize sizes");
-  if (!measured) {
-    qd_status s = kernels->choose_quantize(x.data, first, units, unit, &c, &q, scale.data, zp.data, out.data, &bad);
-    return status_of(env, s, bad); /* after the call: argument order is unspecified */
+/* A typed array, or null (data NULL, no bytes). */
+static int get_optional_view(napi_env env, napi_value v, view *out) {
+  napi_valuetype type;
+  if (napi_typeof(env, v, &type) != napi_ok) return 0;
+  if (type == napi_null) {
+    out->data = NULL;
+    out->bytes = 0;
+    return 1;
   }
-  qd_quality acc = stats_in(stats.data);
-  qd_status s = qd_choose_quantize_measured(kernels, x.data, first, units, unit, &c, &q, scale.data, zp.data,
-                                            out.data, &bad, &acc);
-  stats_out(&acc, stats.data);
-  return status_of(env, s, bad);
+  return get_view(env, v, out);
 }
 
+/* chooseQuantize(x, input, first, unitSize, mode, qmin, qmax, eps, symZp, codes, qmin, qmax, addFirst,
+ *                rejectInf, scale, zp, out, stats, scratch): x holds `input` values (qd_input); stats
+ *                (5 float64, added to) and scratch (floats for a measured chunk of half-precision
+ *                units) may be null */
 static napi_value js_choose_quantize(napi_env env, napi_callback_info info) {
-  return choose_quantize_with(env, info, 0);
-}
-static napi_value js_choose_quantize_measured(napi_env env, napi_callback_info info) {
-  return choose_quantize_with(env, info, 1);
+  ARGS_UPTO(19);
+  view x, scale, zp, out, stats = {0}, scratch = {0};
+  uint64_t first, unit, bad = 0;
+  int32_t input;
+  qd_choose c;
+  qd_quant q;
+  if (argc != 19 || !get_view(env, argv[0], &x) || !get_i32(env, argv[1], &input) || !get_u64(env, argv[2], &first) ||
+      !get_u64(env, argv[3], &unit) || !choose_of(env, argv + 4, &c) || !quant_of(env, argv + 9, &q) ||
+      !get_view(env, argv[14], &scale) || !get_view(env, argv[15], &zp) || !get_view(env, argv[16], &out) ||
+      !get_optional_view(env, argv[17], &stats) || !get_optional_view(env, argv[18], &scratch) || unit == 0 ||
+      input < QD_INPUT_F32 || input > QD_INPUT_BF16)
+    return throw_error(env, "quantd addon: chooseQuantize arguments");
+  const uint64_t units = x.bytes / (input == QD_INPUT_F32 ? 4 : 2) / unit;
+  if (scale.bytes < units * 4 || zp.bytes < units * 8 || out.bytes < code_bytes(q.codes, units * unit) ||
+      (stats.data && stats.bytes < 5 * 8) ||
+      (input != QD_INPUT_F32 && scratch.bytes < qd_measured_chunk_units(unit) * unit * 4))
+    return throw_error(env, "quantd addon: chooseQuantize sizes");
+  qd_quality acc = stats.data ? stats_in(stats.data) : (qd_quality){0};
+  qd_status s = kernels->choose_quantize_from(x.data, input, first, units, unit, &c, &q, scale.data, zp.data,
+                                              out.data, &bad, stats.data ? &acc : NULL, scratch.data);
+  if (stats.data) stats_out(&acc, stats.data);
+  return status_of(env, s, bad); /* after the call: argument order is unspecified */
 }
 
 /* determine(mins, maxs, mode, qmin, qmax, eps, symZp, scale, zp) */
@@ -562,7 +569,7 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
       {"minmax", js_minmax},       {"quantize", js_quantize},     {"dequantize", js_dequantize},
       {"fakeQuantize", js_fake_quantize}, {"chooseQuantize", js_choose_quantize}, {"determine", js_determine}, {"histc", js_histc},
       {"convert", js_convert}, {"quality", js_quality}, {"quantizeMeasured", js_quantize_measured},
-      {"chooseQuantizeMeasured", js_choose_quantize_measured}, {"ggmlQuantize", js_ggml_quantize},
+      {"ggmlQuantize", js_ggml_quantize},
       {"ggmlQuantizeWeighted", js_ggml_quantize_weighted},
       {"bnbQuantize", js_bnb_quantize}, {"nbitsQuantize", js_nbits_quantize},
       {"awqQuantize", js_awq_quantize}, {"gptqQuantize", js_gptq_quantize},

@@ -95,6 +95,13 @@ typedef qd_status (*qd_choose_quantize_fn)(const float *x, uint64_t first, uint6
                                            double *zero_point, void *out, uint64_t *bad);
 typedef void (*qd_convert_fn)(const void *in, uint64_t n, void *out);
 
+/* How input values are stored. */
+typedef enum {
+  QD_INPUT_F32 = 0,
+  QD_INPUT_F16 = 1,
+  QD_INPUT_BF16 = 2,
+} qd_input;
+
 /* How far codes are from the values they stand for, accumulated over calls. */
 typedef struct {
   double sum_sq_error; /* Σ (x - dequantized)^2 */
@@ -110,6 +117,18 @@ typedef struct {
 typedef qd_status (*qd_quality_fn)(const float *x, const void *codes, uint64_t start, uint64_t count,
                                    const qd_layout *l, const float *scale, const float *zero_point, const qd_quant *q,
                                    qd_quality *stats);
+
+/* choose_quantize of units stored as `input` (qd_input), adding the codes' quality statistics to
+ * `stats` unless it is NULL: one pass over memory, half-precision values widened as they are read.
+ * Codes, qparams and status are choose_quantize's on the float32 values, bit for bit; the
+ * statistics agree with quality's to rounding, and are the same however a caller cuts the units
+ * into calls of whole measured chunks (qd_measured_chunk_units). `scratch` (unused for float32)
+ * holds qd_measured_chunk_units(unit_size) · unit_size floats, for units the one-pass loop does not
+ * take. */
+typedef qd_status (*qd_choose_quantize_from_fn)(const void *x, int32_t input, uint64_t first, uint64_t units,
+                                                uint64_t unit_size, const qd_choose *c, const qd_quant *q,
+                                                float *scale, double *zero_point, void *out, uint64_t *bad,
+                                                qd_quality *stats, float *scratch);
 
 /* ggml's block types that have kernels (the others are quantized in TypeScript); they match
  * src/core/interop/ggml-legacy.ts, ggml-kquants.ts and ggml-iquants.ts byte for byte. */
@@ -196,6 +215,7 @@ typedef struct {
   qd_choose_quantize_fn choose_quantize;
   qd_convert_fn f16_to_f32, bf16_to_f32, f32_to_f16, f32_to_bf16;
   qd_quality_fn quality;
+  qd_choose_quantize_from_fn choose_quantize_from;
   qd_ggml_quantize_fn ggml_quantize;
   qd_ggml_quantize_weighted_fn ggml_quantize_weighted;
   qd_bnb_quantize_fn bnb_quantize;
@@ -245,9 +265,15 @@ void qd_linear_outputs(const float *x, const float *w, const float *bias, uint64
 qd_status qd_quantize_measured(const qd_kernels *k, const float *x, uint64_t start, uint64_t count,
                                const qd_layout *l, const float *scale, const float *zero_point, const qd_quant *q,
                                void *out, uint64_t *bad, qd_quality *stats);
-qd_status qd_choose_quantize_measured(const qd_kernels *k, const float *x, uint64_t first, uint64_t units,
-                                      uint64_t unit_size, const qd_choose *c, const qd_quant *q, float *scale,
-                                      double *zero_point, void *out, uint64_t *bad, qd_quality *stats);
+/* choose_quantize_from composed of `k`'s plain kernels: each measured chunk of units widened into
+ * scratch (half precision), chosen and quantized, then measured. */
+qd_status qd_choose_quantize_chunked(const qd_kernels *k, const void *x, int32_t input, uint64_t first,
+                                     uint64_t units, uint64_t unit_size, const qd_choose *c, const qd_quant *q,
+                                     float *scale, double *zero_point, void *out, uint64_t *bad, qd_quality *stats,
+                                     float *scratch);
+/* Units per measured chunk: whole units of about 16 Ki elements, a multiple of 4 (so that packed
+ * codes start on a byte), from 4 to 256. */
+uint64_t qd_measured_chunk_units(uint64_t unit_size);
 
 /* The portable scalar reference of every op family. */
 extern const qd_kernels qd_kernels_ref;

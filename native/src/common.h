@@ -180,6 +180,18 @@ QD_INLINE int qd_codes_per_byte(int32_t kind) {
   }
 }
 
+/* Bytes of the first n codes (n a multiple of the codes per byte). */
+QD_INLINE uint64_t qd_code_offset(int32_t kind, uint64_t n) {
+  switch (kind) {
+  case QD_CODES_I16:
+    return n * 2;
+  case QD_CODES_I32:
+    return n * 4;
+  default:
+    return n / (uint64_t)qd_codes_per_byte(kind);
+  }
+}
+
 QD_INLINE int qd_codes_valid(int32_t kind) { return kind >= QD_CODES_I8 && kind <= QD_CODES_E5M2; }
 
 /* Stores `code` as element `rel` of `out` (rel = 0 is the first element of the range). Packed

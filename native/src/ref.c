@@ -276,6 +276,7 @@ const qd_kernels qd_kernels_ref = {
     qd_f32_to_f16_ref,
     qd_f32_to_bf16_ref,
     qd_quality_ref,
+    qd_choose_quantize_from_ref,
     qd_ggml_quantize_ref,
     qd_ggml_quantize_weighted_ref,
     qd_bnb_quantize_ref,

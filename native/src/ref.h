@@ -22,6 +22,10 @@ void qd_f16_to_f32_ref(const void *in, uint64_t n, void *out);
 void qd_bf16_to_f32_ref(const void *in, uint64_t n, void *out);
 void qd_f32_to_f16_ref(const void *in, uint64_t n, void *out);
 void qd_f32_to_bf16_ref(const void *in, uint64_t n, void *out);
+qd_status qd_choose_quantize_from_ref(const void *x, int32_t input, uint64_t first, uint64_t units,
+                                      uint64_t unit_size, const qd_choose *c, const qd_quant *q, float *scale,
+                                      double *zero_point, void *out, uint64_t *bad, qd_quality *stats,
+                                      float *scratch);
 qd_status qd_quality_ref(const float *x, const void *codes, uint64_t start, uint64_t count, const qd_layout *l,
                          const float *scale, const float *zero_point, const qd_quant *q, qd_quality *stats);
 

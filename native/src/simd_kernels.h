@@ -31,15 +31,14 @@ QD_V vm nonfinite_bits(vi bits) {
   return vi_eq(vi_and(bits, vi_set(0x7f800000)), vi_set(0x7f800000));
 }
 
-/* Folds x[0, n) into the order keys *lo / *hi; 0 if a non-finite value was met. */
+/* Folds x[0, n) into the order keys *lo / *hi; 0 if a value (or a key given) is not finite. The
+ * keys of ±Infinity and NaN lie outside those of every finite value, so the extremes tell, without
+ * a test per vector. */
 QD_TARGET static int run_minmax(const float *x, uint64_t n, int32_t *lo, int32_t *hi) {
   vi lo0 = vi_set(*lo), hi0 = vi_set(*hi), lo1 = lo0, hi1 = hi0;
-  vm bad = vm_none();
   uint64_t i = 0;
   for (; i + 2 * VL <= n; i += 2 * VL) {
-    vi a = vi_load(x + i), b = vi_load(x + i + VL);
-    bad = vm_or(bad, vm_or(nonfinite_bits(a), nonfinite_bits(b)));
-    vi ka = key_of(a), kb = key_of(b);
+    vi ka = key_of(vi_load(x + i)), kb = key_of(vi_load(x + i + VL));
     lo0 = vi_min(lo0, ka);
     hi0 = vi_max(hi0, ka);
     lo1 = vi_min(lo1, kb);
@@ -47,14 +46,13 @@ QD_TARGET static int run_minmax(const float *x, uint64_t n, int32_t *lo, int32_t
   }
   int32_t l = vi_hmin(vi_min(lo0, lo1)), h = vi_hmax(vi_max(hi0, hi1));
   for (; i < n; i++) {
-    if (!qd_is_finite(x[i])) return 0;
     int32_t k = qd_key(x[i]);
     l = k < l ? k : l;
     h = k > h ? k : h;
   }
   *lo = l;
   *hi = h;
-  return !vm_any(bad);
+  return l > qd_key(-__builtin_inff()) && h < qd_key(__builtin_inff());
 }
 
 /* The minimum and maximum of one group x[0…n) (the sign of a zero aside); 0 if a value is not
@@ -357,6 +355,9 @@ QD_TARGET static qd_status QD_NAME(choose_quantize)(const float *x, uint64_t fir
       (first * unit_size) % (uint64_t)qd_codes_per_byte(q->codes))
     return qd_choose_quantize_ref(x, first, units, unit_size, c, q, scale, zero_point, out, bad);
   const bounds b = bounds_of(q);
+  /* run_minmax has found every value finite: the codes need not look for ±Infinity again */
+  qd_quant finite = *q;
+  finite.reject_infinity = 0;
   int32_t lo[QD_BATCH], hi[QD_BATCH];
   for (uint64_t u0 = 0; u0 < units; u0 += QD_BATCH) {
     const uint64_t m = units - u0 < QD_BATCH ? units - u0 : QD_BATCH;
@@ -370,7 +371,8 @@ QD_TARGET static qd_status QD_NAME(choose_quantize)(const float *x, uint64_t fir
       ok = qd_determine_unit(qd_unkey(lo[j]), qd_unkey(hi[j]), c, &scale[u0 + j], &zero_point[u0 + j]) == QD_OK;
     for (uint64_t j = 0; j < m && ok; j++) {
       const uint64_t u = u0 + j;
-      ok = quantize_run(x + u * unit_size, unit_size, scale[u], (float)zero_point[u], q, b, out, u * unit_size);
+      ok = quantize_run(x + u * unit_size, unit_size, scale[u], (float)zero_point[u], &finite, b, out,
+                        u * unit_size);
     }
     if (!ok) return qd_choose_quantize_ref(x, first, units, unit_size, c, q, scale, zero_point, out, bad);
   }
@@ -691,6 +693,7 @@ QD_TARGET static void QD_NAME(f32_to_f16)(const void *in, uint64_t n, void *out)
 #define QD_F32_TO_F16 qd_f32_to_f16_ref
 #endif
 
+#include "simd_choose.h"
 #include "simd_ggml.h"
 #include "simd_bnb.h"
 #include "simd_nbits.h"
@@ -709,6 +712,7 @@ const qd_kernels QD_PASTE(qd_kernels_, QD_ISA) = {
     QD_F32_TO_F16,
     QD_NAME(f32_to_bf16),
     QD_NAME(quality),
+    QD_NAME(choose_quantize_from),
     QD_NAME(ggml_quantize),
     QD_NAME(ggml_quantize_weighted),
     QD_NAME(bnb_quantize),

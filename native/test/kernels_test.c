@@ -368,10 +368,10 @@ static void test_measured(const qd_kernels *k) {
     o1 = calloc(nb, 1), o2 = calloc(nb, 1);
     qd_quality ca = {0}, cb = {0};
     r1 = k->choose_quantize(xs, 0, units, unit, &c, &q, s1, z1, o1, &b1);
-    r2 = qd_choose_quantize_measured(k, xs, 0, units, unit, &c, &q, s2, z2, o2, &b2, &cb);
+    r2 = qd_choose_quantize_chunked(k, xs, QD_INPUT_F32, 0, units, unit, &c, &q, s2, z2, o2, &b2, &cb, NULL);
     CHECK(r1 == r2 && (r1 != QD_OK || (!memcmp(o1, o2, code_bytes(kind, unit * units)) && !memcmp(s1, s2, 4 * units) &&
                                        !memcmp(z1, z2, 8 * units))),
-          "%s choose_quantize_measured kind %d unit %llu", k->isa, kind, (unsigned long long)unit);
+          "%s choose_quantize_chunked kind %d unit %llu", k->isa, kind, (unsigned long long)unit);
     if (r1 == QD_OK) {
       float *zf = malloc(4 * units);
       for (uint64_t u = 0; u < units; u++) zf[u] = (float)z1[u];
@@ -379,10 +379,95 @@ static void test_measured(const qd_kernels *k) {
       k->quality(xs, o1, 0, unit * units, &ul, s1, zf, &q, &ca);
       CHECK(ca.count == cb.count && ca.clipped == cb.clipped && close_to(ca.sum_sq_error, cb.sum_sq_error, 1e-5) &&
                 close_to(ca.sum_sq_value, cb.sum_sq_value, 1e-5),
-            "%s choose_quantize_measured stats kind %d", k->isa, kind);
+            "%s choose_quantize_chunked stats kind %d", k->isa, kind);
       free(zf);
     }
     free(xs), free(s1), free(s2), free(z1), free(z2), free(o1), free(o2);
+  }
+}
+
+/* choose_quantize_from (simd_choose.h's one-pass loop, or the chunked kernels): from float32,
+ * float16 and bfloat16, with and without statistics, the codes, qparams, status and bad index of
+ * the reference's choose_quantize on the widened values, and the statistics of its quality kernel
+ * to rounding; the same statistics, to the bit, when the units come in several calls of whole
+ * measured chunks. Unit lengths of whole SIMD blocks (the one-pass loop's) and any other. */
+static float tame(float scale);
+static void test_choose_quantize_from(const qd_kernels *k) {
+  for (int iter = 0; iter < 1500; iter++) {
+    int32_t kind = (int32_t)(next_u32() % 10);
+    int fp8 = kind == QD_CODES_E4M3 || kind == QD_CODES_E5M2;
+    int32_t input = (int32_t)(next_u32() % 3);
+    int measure = next_u32() % 4 != 0;
+    qd_choose c = {0, RANGES[kind][0], RANGES[kind][1], 1.1920929e-7f, 0};
+    uint32_t m = next_u32() % 5;
+    c.mode = fp8 ? (m & 1 ? QD_SYMMETRIC : QD_TOKEN_SYMMETRIC) : (int32_t)m;
+    if (c.mode == QD_TOKEN_SYMMETRIC && RANGES[kind][0] >= 0) c.mode = QD_TOKEN_AFFINE;
+    c.symmetric_zero_point = RANGES[kind][0] < 0 ? 0 : (kind == QD_CODES_U8 ? 128 : kind == QD_CODES_U4 ? 8 : 2);
+    qd_quant q = {kind, c.qmin, c.qmax, c.mode != QD_AFFINE && c.mode != QD_SYMMETRIC, 1};
+    if (c.mode == QD_AFFINE || c.mode == QD_SYMMETRIC) q.add_zero_point_first = next_u32() & 1;
+    uint64_t unit = next_u32() % 3 ? 64 * (1 + next_u32() % 6) : 4 * (1 + next_u32() % 80);
+    uint64_t units = 1 + next_u32() % (iter % 10 == 0 ? 700 : 40);
+    const uint64_t n = unit * units;
+    int specials = next_u32() % 6 == 0;
+    float span = (next_u32() & 1) ? 1.0f : 1e-30f;
+    float *wide = malloc(sizeof(float) * n);
+    void *x = malloc(sizeof(float) * n);
+    const int wild = iter % 4 == 0; /* huge values and ranges that overflow, or values a weight takes */
+    for (uint64_t i = 0; i < n; i++) {
+      float v = wild ? interesting(span, 0, 0) : tame(span * 100);
+      if (specials && next_u32() % 200 == 0) v = (next_u32() & 1) ? NAN : (next_u32() & 1) ? INFINITY : -INFINITY;
+      if (input == QD_INPUT_F32) {
+        ((float *)x)[i] = wide[i] = v;
+      } else if (input == QD_INPUT_BF16) {
+        ((uint16_t *)x)[i] = (uint16_t)(qd_bits(v) >> 16);
+        wide[i] = qd_bf16_to_f32(((uint16_t *)x)[i]);
+      } else {
+        ((uint16_t *)x)[i] = qd_f32_to_f16(v);
+        wide[i] = qd_f16_to_f32(((uint16_t *)x)[i]);
+      }
+    }
+    float *s1 = malloc(4 * units), *s2 = malloc(4 * units), *zf = malloc(4 * units);
+    double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
+    float *scratch = malloc(sizeof(float) * qd_measured_chunk_units(unit) * unit);
+    size_t nb = code_bytes(kind, n) + 4;
+    uint8_t *o1 = calloc(nb, 1), *o2 = calloc(nb, 1);
+    uint64_t b1 = 7, b2 = 7;
+    qd_quality want = {0}, got = {0}, sliced = {0};
+    qd_status r1 = qd_kernels_ref.choose_quantize(wide, 0, units, unit, &c, &q, s1, z1, o1, &b1);
+    qd_status r2 = k->choose_quantize_from(x, input, 0, units, unit, &c, &q, s2, z2, o2, &b2,
+                                           measure ? &got : NULL, scratch);
+    CHECK(r1 == r2, "%s choose_quantize_from input %d status %d vs %d", k->isa, input, r1, r2);
+    if (r1 != QD_OK) {
+      CHECK(b1 == b2, "%s choose_quantize_from input %d bad %llu vs %llu", k->isa, input, (unsigned long long)b1,
+            (unsigned long long)b2);
+    } else {
+      CHECK(!memcmp(s1, s2, 4 * units) && !memcmp(z1, z2, 8 * units) && !memcmp(o1, o2, code_bytes(kind, n)),
+            "%s choose_quantize_from input %d kind %d mode %d unit %llu", k->isa, input, kind, c.mode,
+            (unsigned long long)unit);
+    }
+    if (r1 == QD_OK && measure) {
+      for (uint64_t u = 0; u < units; u++) zf[u] = (float)z1[u];
+      qd_layout ul = {1, units, unit};
+      qd_kernels_ref.quality(wide, o1, 0, n, &ul, s1, zf, &q, &want);
+      CHECK(want.count == got.count && want.clipped == got.clipped &&
+                close_to(want.sum_sq_error, got.sum_sq_error, 1e-5) &&
+                close_to(want.sum_sq_value, got.sum_sq_value, 1e-5) &&
+                close_to(want.max_abs_error, got.max_abs_error, 1e-6),
+            "%s choose_quantize_from input %d kind %d stats: %g/%g %g/%g %g/%g clipped %llu/%llu", k->isa, input,
+            kind, want.sum_sq_error, got.sum_sq_error, want.sum_sq_value, got.sum_sq_value, want.max_abs_error,
+            got.max_abs_error, (unsigned long long)want.clipped, (unsigned long long)got.clipped);
+      /* in calls of whole measured chunks: the same sums */
+      const uint64_t step = qd_measured_chunk_units(unit) * (1 + next_u32() % 2);
+      const size_t width = input == QD_INPUT_F32 ? 4 : 2;
+      for (uint64_t u = 0; u < units; u += step) {
+        uint64_t mu = units - u < step ? units - u : step;
+        k->choose_quantize_from((const uint8_t *)x + u * unit * width, input, u, mu, unit, &c, &q, s2 + u, z2 + u,
+                                o2 + code_bytes(kind, u * unit), &b2, &sliced, scratch);
+      }
+      CHECK(!memcmp(&got, &sliced, sizeof got), "%s choose_quantize_from input %d: sliced statistics differ",
+            k->isa, input);
+    }
+    free(wide), free(x), free(s1), free(s2), free(zf), free(z1), free(z2), free(scratch), free(o1), free(o2);
   }
 }
 
@@ -799,6 +884,7 @@ int main(int argc, char **argv) {
     test_conversions(k);
     test_quality(k);
     test_measured(k);
+    test_choose_quantize_from(k);
     test_ggml(k);
     test_ggml_weighted(k);
     test_bnb(k);

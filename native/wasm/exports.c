@@ -95,20 +95,18 @@ int32_t qdw_fake_quantize(const float *x, double start, double count, double out
                                 out, mask, &bad);
 }
 
+/* x: `input` values (qd_input); scratch: floats for the units of a measured chunk (half input) */
 EXPORT("choose_quantize")
-int32_t qdw_choose_quantize(const float *x, double first, double units, double unit_size, int32_t mode,
-                            int32_t cqmin, int32_t cqmax, float eps, int32_t symmetric_zero_point, int32_t codes,
-                            int32_t qmin, int32_t qmax, int32_t add_first, int32_t reject_inf, float *scale,
-                            double *zero_point, void *out, double *stats) {
+int32_t qdw_choose_quantize(const void *x, int32_t input, double first, double units, double unit_size,
+                            int32_t mode, int32_t cqmin, int32_t cqmax, float eps, int32_t symmetric_zero_point,
+                            int32_t codes, int32_t qmin, int32_t qmax, int32_t add_first, int32_t reject_inf,
+                            float *scale, double *zero_point, void *out, double *stats, float *scratch) {
   qd_choose c = {mode, cqmin, cqmax, eps, symmetric_zero_point};
   qd_quant q = {codes, qmin, qmax, add_first, reject_inf};
-  if (!stats)
-    return kernels->choose_quantize(x, (uint64_t)first, (uint64_t)units, (uint64_t)unit_size, &c, &q, scale,
-                                    zero_point, out, &bad);
-  qd_quality acc = stats_in(stats);
-  qd_status s = qd_choose_quantize_measured(kernels, x, (uint64_t)first, (uint64_t)units, (uint64_t)unit_size, &c,
-                                            &q, scale, zero_point, out, &bad, &acc);
-  stats_out(&acc, stats);
+  qd_quality acc = stats ? stats_in(stats) : (qd_quality){0};
+  qd_status s = kernels->choose_quantize_from(x, input, (uint64_t)first, (uint64_t)units, (uint64_t)unit_size, &c,
+                                              &q, scale, zero_point, out, &bad, stats ? &acc : 0, scratch);
+  if (stats) stats_out(&acc, stats);
   return s;
 }
 

@@ -74,18 +74,31 @@ export const GGML_KERNEL_TYPES: Readonly<Record<GgmlKernelType, GgmlKernelRow>> 
 export const MEASURED_CHUNK = 1 << 14;
 
 /**
+ * Units of a measured chunk (qd_measured_chunk_units): whole units of about MEASURED_CHUNK
+ * elements, a multiple of 4 (so packed codes start on a byte), from 4 to 256.
+ */
+export function measuredChunkUnits(unitSize: number): number {
+  return Math.min(256, Math.max(4, Math.floor(MEASURED_CHUNK / unitSize / 4) * 4));
+}
+
+/**
  * Units per call when chooseQuantize is called on consecutive slices of about `elements`
- * elements: whole units, in multiples of the units measured.c takes at a time (a multiple of 4,
- * so packed codes start on a byte). Measured statistics are then summed in the same order as by
- * one call over all the units, whoever slices (the wasm wrapper, a half-precision task).
+ * elements: whole measured chunks, so that statistics are summed in the same order as by one call
+ * over all the units, whoever slices (the wasm wrapper).
  */
 export function unitsPerCall(unitSize: number, elements: number): number {
-  const measured = Math.min(256, Math.max(4, Math.floor(MEASURED_CHUNK / unitSize / 4) * 4));
+  const measured = measuredChunkUnits(unitSize);
   return measured * Math.max(1, Math.floor(elements / (measured * unitSize)));
 }
 
 /** Conversion kinds of convert(). */
 export const CONVERT = { f16ToF32: 0, bf16ToF32: 1, f32ToF16: 2, f32ToBf16: 3 } as const;
+
+/** The kernels' qd_input of values stored as float32, or as the half kind CONVERT widens. */
+export function inputKind(half: number | undefined): number {
+  if (half === undefined) return 0;
+  return half === CONVERT.f16ToF32 ? 1 : 2;
+}
 
 export interface LayoutArgs {
   readonly outer: number;
@@ -149,9 +162,13 @@ export interface KernelModule {
     out: Float32Array,
     mask: Uint8Array,
   ): number;
-  /** Units of `unitSize` elements: x holds whole units, the first being unit `first`. */
+  /**
+   * Units of `unitSize` elements: x holds whole units, the first being unit `first`: float32
+   * values, or with `half` (the CONVERT kind that widens them) float16 / bfloat16 bits, widened as
+   * they are read.
+   */
   chooseQuantize(
-    x: Float32Array,
+    x: Float32Array | Uint16Array,
     first: number,
     unitSize: number,
     c: ChooseArgs,
@@ -161,6 +178,7 @@ export interface KernelModule {
     out: Uint8Array,
     /** When given, the codes' quality statistics are added to it, in the same pass (see quality). */
     stats?: Float64Array,
+    half?: number,
   ): number;
   determine(
     mins: Float32Array,

@@ -5,7 +5,7 @@
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import type { KernelModule } from './module.js';
+import { inputKind, measuredChunkUnits, type KernelModule } from './module.js';
 import { packageRoot } from '../package-info.js';
 
 /** The package root whether running from src/ (tests) or dist/src/ (built). */
@@ -26,7 +26,6 @@ interface BoundKernels {
   convert(...args: unknown[]): number;
   quality(...args: unknown[]): number;
   quantizeMeasured(...args: unknown[]): number;
-  chooseQuantizeMeasured(...args: unknown[]): number;
   ggmlQuantize(...args: unknown[]): number;
   ggmlQuantizeWeighted(...args: unknown[]): number;
   bnbQuantize(...args: unknown[]): number;
@@ -49,6 +48,16 @@ interface Addon {
 }
 
 export class KernelLoadError extends Error {}
+
+/**
+ * This thread's room for one measured chunk of half-precision units, widened, for units the
+ * kernels' one-pass loop does not take (choose_quantize_from's scratch).
+ */
+let scratch = new Float32Array(0);
+function widenScratch(floats: number): Float32Array {
+  if (scratch.length < floats) scratch = new Float32Array(floats);
+  return scratch;
+}
 
 /** The native kernels with the requested ISA (default: the best this CPU supports). */
 export function loadNative(isa = ''): KernelModule {
@@ -123,9 +132,10 @@ export function loadNative(isa = ''): KernelModule {
     },
     fakeQuantize: (x, start, l, scale, zp, qmin, qmax, floatZp, out, mask) =>
       k.fakeQuantize(x, start, l.outer, l.channels, l.inner, scale, zp, qmin, qmax, +floatZp, out, mask),
-    chooseQuantize: (x, first, unitSize, c, q, scale, zp, out, stats) =>
-      (stats ? k.chooseQuantizeMeasured : k.chooseQuantize)(
+    chooseQuantize: (x, first, unitSize, c, q, scale, zp, out, stats, half) =>
+      k.chooseQuantize(
         x,
+        inputKind(half),
         first,
         unitSize,
         c.mode,
@@ -141,7 +151,8 @@ export function loadNative(isa = ''): KernelModule {
         scale,
         zp,
         out,
-        ...(stats ? [stats] : []),
+        stats ?? null,
+        half === undefined ? null : widenScratch(measuredChunkUnits(unitSize) * unitSize),
       ),
     determine: (mins, maxs, c, scale, zp) =>
       k.determine(mins, maxs, c.mode, c.qmin, c.qmax, c.eps, c.symmetricZeroPoint, scale, zp),

@@ -4,22 +4,15 @@
  * SharedArrayBuffers, so inputs are not copied and outputs land in place.
  *
  * A task whose input is float16 / bfloat16 (`half`: the CONVERT kind to float32) reads the
- * half-precision values themselves: the task converts them a cache-sized chunk at a time into a
- * buffer of its thread and runs the float32 kernel on each chunk while it is in cache, so a
- * bfloat16 checkpoint is never staged as a float32 copy in memory. The kernels accumulate across
- * calls (min/max, quality statistics) and take tensor indices, so chunked calls compute what one
- * call over the range computes; the chunks are whole multiples of the measured kernels' own
- * chunks (native/src/measured.c), so measured statistics are summed in the same order.
+ * half-precision values themselves, so a bfloat16 checkpoint is never staged as a float32 copy in
+ * memory. chooseQuantize (per_group, per_token, per_channel rows: what model runs do) hands them
+ * to the kernel, which widens them in registers as it reads them. The other ops convert them a
+ * cache-sized chunk at a time into a buffer of their thread and run the float32 kernel on each
+ * chunk while it is in cache. The kernels accumulate across calls (min/max, quality statistics)
+ * and take tensor indices, so chunked calls compute what one call over the range computes.
  */
 import { addLinearStats } from '../core/linear-stats.js';
-import {
-  CODES,
-  unitsPerCall,
-  type ChooseArgs,
-  type KernelModule,
-  type LayoutArgs,
-  type QuantArgs,
-} from './module.js';
+import { CODES, type ChooseArgs, type KernelModule, type LayoutArgs, type QuantArgs } from './module.js';
 
 /** A task's input: float32 values, or float16 / bfloat16 bits with `half` their CONVERT kind. */
 type Floats = Float32Array | Uint16Array;
@@ -286,23 +279,20 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
       return { ...done(status), stats };
     }
     case 'chooseQuantize': {
+      // half precision is widened by the kernel itself, in registers
       const stats = task.measure ? new Float64Array(5) : undefined;
-      const units = unitsPerCall(task.unitSize, HALF_CHUNK);
-      const status = overInput(k, task.x, task.half, units * task.unitSize, (x, at) => {
-        const u = at / task.unitSize;
-        const n = x.length / task.unitSize;
-        return k.chooseQuantize(
-          x,
-          task.first + u,
-          task.unitSize,
-          task.choose,
-          task.quant,
-          task.scale.subarray(u, u + n),
-          task.zeroPoint.subarray(u, u + n),
-          task.out.subarray(codeBytes(task.quant.codes, at), codeBytes(task.quant.codes, at + x.length)),
-          stats,
-        );
-      });
+      const status = k.chooseQuantize(
+        task.x,
+        task.first,
+        task.unitSize,
+        task.choose,
+        task.quant,
+        task.scale,
+        task.zeroPoint,
+        task.out,
+        stats,
+        task.half,
+      );
       return stats ? { ...done(status), stats } : done(status);
     }
   }

@@ -4,14 +4,16 @@
  * range is one task, and the results are put together. Elementwise ops and order-independent
  * reductions make the output bit-identical however the tensor is split.
  *
- * float16 / bfloat16 inputs go to the tasks as they are, with the conversion kind: each task
- * converts its range a cache-sized chunk at a time and runs the float32 kernel on the chunk
- * (./tasks.ts), so a half-precision tensor of T bytes is never staged as a 2T float32 copy, and
- * reading it costs half the memory traffic of float32. The tensor is worked through in windows
- * of `windowElements` (default WINDOW_ELEMENTS) that keep ALIGN boundaries (whole units for fused
- * per_group / per_token), so packed codes split on bytes. Ops that choose qparams first make two
- * passes (min/max, then quantize or fake-quantize); quality statistics are taken on the window
- * just quantized. float32 inputs are one window: the input itself.
+ * float16 / bfloat16 inputs go to the tasks as they are, with the conversion kind: the kernels
+ * widen them as they read them, in registers or a cache-sized chunk at a time (./tasks.ts), so a
+ * half-precision tensor of T bytes is never staged as a 2T float32 copy, and reading it costs
+ * half the memory traffic of float32. The tensor is worked through in windows of
+ * `windowElements` (default WINDOW_ELEMENTS) that keep ALIGN boundaries (whole units when
+ * choosing is fused), so packed codes split on bytes. Where every unit is one contiguous run
+ * (per_group, per_token, per_channel rows: fusesChoosing) qparams are chosen and codes written
+ * unit by unit in one pass; other ops that choose qparams make two passes (min/max, then quantize
+ * or fake-quantize). Quality statistics are taken in the same pass, or on the window just
+ * quantized. float32 inputs are one window: the input itself.
  *
  * The TypeScript reference stays the oracle: ops the kernels do not cover (greedy range search,
  * empty tensors) run on it, and when a kernel rejects an input the op is run again on it, so
@@ -150,6 +152,24 @@ function quantArgs(spec: QuantSpec): QuantArgs {
     addFirst: addsZeroPointBeforeRounding(spec),
     rejectInf: spec.scheme === 'per_group',
   };
+}
+
+/**
+ * per_channel rows chosen and quantized in one pass: from this many elements (shorter rows go
+ * through the min/max kernel's lanes, a channel per lane) up to what stays in L2 for the second
+ * read.
+ */
+const FUSED_ROW = { min: 256, max: 1 << 16 } as const;
+
+/**
+ * Whether qparams are chosen and codes written unit by unit in one pass (each unit read from
+ * memory once, then again from cache): when every unit is one contiguous run — per_group groups,
+ * per_token rows, per_channel rows of a tensor quantized along its first axis.
+ */
+function fusesChoosing(layout: Layout, spec: QuantSpec): boolean {
+  if (layout.outer !== 1) return false;
+  if (spec.scheme === 'per_group' || spec.scheme === 'per_token') return true;
+  return spec.scheme === 'per_channel' && layout.inner >= FUSED_ROW.min && layout.inner <= FUSED_ROW.max;
 }
 
 function chooseArgs(spec: QuantSpec): ChooseArgs {
@@ -462,8 +482,7 @@ export class KernelCompute implements Compute {
       });
     }
     if (given) validateQParams(input.name, given, spec);
-    const fused =
-      !given && input.layout.outer === 1 && (spec.scheme === 'per_group' || spec.scheme === 'per_token');
+    const fused = !given && fusesChoosing(input.layout, spec);
     if (fused) checkRangeForChoosing(spec);
     return this.withScratch(async (scratch) => {
       const out = this.output(Uint8Array, quantizedByteLength(spec.qdtype, input.layout.numel));

@@ -9,6 +9,8 @@ import { join } from 'node:path';
 import { KernelLoadError } from './native.js';
 import {
   GGML_KERNEL_TYPES,
+  inputKind,
+  measuredChunkUnits,
   unitsPerCall,
   type ChooseArgs,
   type KernelModule,
@@ -277,7 +279,7 @@ class WasmKernels implements KernelModule {
   }
 
   chooseQuantize(
-    x: Float32Array,
+    x: Float32Array | Uint16Array,
     first: number,
     unitSize: number,
     c: ChooseArgs,
@@ -286,22 +288,25 @@ class WasmKernels implements KernelModule {
     zp: Float64Array,
     out: Uint8Array,
     stats?: Float64Array,
+    half?: number,
   ): number {
     this.reset();
     const pStats = stats ? this.copyIn(stats.subarray(0, 5)) : 0;
     const units = Math.floor(x.length / unitSize);
     // whole units per chunk, in measured.c's own steps (statistics summed as by one native call)
     const per = unitsPerCall(unitSize, CHUNK);
-    const pX = this.alloc(per * unitSize * 4);
+    const pX = this.alloc(per * unitSize * x.BYTES_PER_ELEMENT);
     const pScale = this.alloc(per * 4);
     const pZp = this.alloc(per * 8);
     const pOut = this.alloc(codeBytes(q.codes, per * unitSize));
+    const pScratch = half === undefined ? 0 : this.alloc(measuredChunkUnits(unitSize) * unitSize * 4);
     let s = 0;
     for (let u = 0; u < units && s === 0; u += per) {
       const m = Math.min(per, units - u);
       this.put(pX, x.subarray(u * unitSize, (u + m) * unitSize));
       s = this.e.choose_quantize(
         pX,
+        inputKind(half),
         first + u,
         m,
         unitSize,
@@ -319,6 +324,7 @@ class WasmKernels implements KernelModule {
         pZp,
         pOut,
         pStats,
+        pScratch,
       );
       if (s !== 0) break;
       this.take(pScale, scale, u * 4, m * 4);

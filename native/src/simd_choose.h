@@ -1,0 +1,259 @@
+/*
+ * choose_quantize_from: choose, quantize and (when asked) measure units in one loop, reading
+ * float32, float16 or bfloat16 (included by simd_kernels.h, whose primitives it uses).
+ *
+ * Units go in batches as in choose_quantize: every unit's range (read from memory), every unit's
+ * qparams, then the codes, read again from L1. The quality statistics come from the codes' own
+ * float lanes in the same loop, instead of a second pass that unpacks the codes and rounds every
+ * value again. Half-precision values are widened in registers as they are read: no float32 copy.
+ *
+ * Codes, scales and zero points are choose_quantize's bit for bit: the same operations per lane
+ * (codes_int, determine_unit). The statistics are summed as the quality kernel sums them (float32
+ * lanes, to float64 every 64 vectors and at the end of each measured chunk, a block whose float32
+ * sums do not hold summed again element by element), in another order, so they agree with it to
+ * rounding. Units this loop does not take (not whole blocks of 4·VL, int32 or fp8 codes) and an
+ * input it rejects go through the chunked composition of the plain kernels (measured.c), which
+ * reports the first bad index as the reference does.
+ */
+
+/* float16 bits (the low half of each lane) as float32, as qd_f16_to_f32 widens them, without a
+ * conversion instruction: the magnitude's bits moved to float32's places read as the value times
+ * 2^-112 (subnormals too), so one exact multiplication rescales it; ±Infinity keeps its sign, NaN
+ * becomes the canonical quiet NaN. */
+QD_V vf f16_widened(vi h) {
+  const vi top = vi_set(0x1f << 23);
+  vi mag = vi_sll(vi_and(h, vi_set(0x7fff)), 13);
+  vi sign = vi_sll(vi_and(h, vi_set(0x8000)), 16);
+  vi finite = vi_or(vf_bits(vf_mul(vi_bits(mag), vf_set(0x1p112f))), sign);
+  vi special = vi_select(vi_eq(mag, top), vi_or(sign, vi_set(0x7f800000)), vi_set(0x7fc00000));
+  return vi_bits(vi_select(vi_eq(vi_and(mag, top), top), special, finite));
+}
+
+/* VL values from element i, as float32 lanes. */
+QD_V vf input_values(const void *x, uint64_t i, const int input) {
+  if (input == QD_INPUT_BF16) return vi_bits(vi_sll(vi_load_u16((const uint16_t *)x + i), 16));
+#if QD_HAS_F16C
+  if (input == QD_INPUT_F16) return vf_load_f16((const uint16_t *)x + i);
+#else
+  if (input == QD_INPUT_F16) return f16_widened(vi_load_u16((const uint16_t *)x + i));
+#endif
+  return vf_load((const float *)x + i);
+}
+
+/* One value, as input_values widens it (the slow path of a block whose sums do not hold). */
+QD_V float input_value(const void *x, uint64_t i, const int input) {
+  if (input == QD_INPUT_BF16) return qd_bf16_to_f32(((const uint16_t *)x)[i]);
+  if (input == QD_INPUT_F16) return qd_f16_to_f32(((const uint16_t *)x)[i]);
+  return ((const float *)x)[i];
+}
+
+/* The order keys of the extremes of elements [from, from + n) (n a multiple of VL); 0 if a value
+ * is not finite (run_minmax's test). */
+QD_V int unit_range(const void *x, uint64_t from, uint64_t n, const int input, int32_t *lo, int32_t *hi) {
+  vi lo0 = vi_set(qd_key(__builtin_inff())), hi0 = vi_set(qd_key(-__builtin_inff())), lo1 = lo0, hi1 = hi0;
+  uint64_t i = 0;
+  for (; i + 2 * VL <= n; i += 2 * VL) {
+    vi ka, kb;
+    if (input == QD_INPUT_BF16) {
+      /* 2·VL bfloat16 in one load; a range needs no order: the even elements are the low halves
+       * of the int32 lanes, the odd ones the high halves, already float32 bits once masked */
+      vi pairs = vi_load((const uint16_t *)x + from + i);
+      ka = key_of(vi_sll(pairs, 16));
+      kb = key_of(vi_and(pairs, vi_set((int32_t)0xffff0000u)));
+    } else {
+      ka = key_of(vf_bits(input_values(x, from + i, input)));
+      kb = key_of(vf_bits(input_values(x, from + i + VL, input)));
+    }
+    lo0 = vi_min(lo0, ka);
+    hi0 = vi_max(hi0, ka);
+    lo1 = vi_min(lo1, kb);
+    hi1 = vi_max(hi1, kb);
+  }
+  if (i < n) {
+    vi k = key_of(vf_bits(input_values(x, from + i, input)));
+    lo0 = vi_min(lo0, k);
+    hi0 = vi_max(hi0, k);
+  }
+  *lo = vi_hmin(vi_min(lo0, lo1));
+  *hi = vi_hmax(vi_max(hi0, hi1));
+  return *lo > qd_key(-__builtin_inff()) && *hi < qd_key(__builtin_inff());
+}
+
+/* Per-lane float32 statistics of the vectors since the last flush. */
+typedef struct {
+  vf err_sq, val_sq, err_max;
+  vi val_bits;
+  vi clipped; /* per lane: lanes whose unclamped code fell outside the range */
+} lane_sums;
+
+QD_V lane_sums lane_sums_zero(void) {
+  lane_sums z = {vf_set(0.0f), vf_set(0.0f), vf_set(0.0f), vi_set(0), vi_set(0)};
+  return z;
+}
+
+/* Clamped codes of VL finite values, as floats; their errors added to `acc` when measuring (the
+ * quality kernel's terms: the value less its code's value, its square, its magnitude, the value's
+ * square). */
+QD_V vf unit_codes(vf v, vf inv, vf s, vf zp, bounds b, lane_sums *acc, const int add_first, const int measure) {
+  vf t = vf_mul(v, inv); /* never NaN: v and inv are finite */
+  vf u = add_first ? vf_round(vf_add(t, zp)) : vf_add(vf_round(t), zp);
+  vf c = vf_min(vf_max(u, b.qmin_f), b.qmax_f);
+  if (measure) {
+    const vi abs_mask = vi_set(0x7fffffff);
+    vf err = vf_sub(v, vf_mul(vf_sub(c, zp), s));
+    acc->err_sq = vf_add(acc->err_sq, vf_mul(err, err));
+    acc->val_sq = vf_add(acc->val_sq, vf_mul(v, v));
+    vf abs_err = vi_bits(vi_and(vf_bits(err), abs_mask));
+    acc->err_max = vf_max(abs_err, acc->err_max); /* neither is NaN: max is quality's select */
+    acc->val_bits = vi_or(acc->val_bits, vi_and(vf_bits(v), abs_mask));
+    /* an outside lane is all ones (-1): subtracting counts it */
+    vm out = vm_or(vf_lt(u, b.qmin_f), vf_gt(u, b.qmax_f));
+    acc->clipped = vi_sub(acc->clipped, vi_select(out, vi_set(-1), vi_set(0)));
+  }
+  return c;
+}
+
+/* Integer codes of clamped float codes (codes_int's conversion). */
+QD_V vi code_bits(vf c) { return vi_sub(vf_bits(vf_add(c, vf_set(12582912.0f))), vi_set(0x4b400000)); }
+
+/* The sums of a chunk's elements [from, to) go to the float64 totals, or, when their float32 sums
+ * do not hold, those elements one by one (quality_flush's rule). */
+QD_TARGET static void QD_NAME(units_flush)(lane_sums a, lane_sums b, const void *x, const int32_t input,
+                                           const void *codes, uint64_t from, uint64_t to, uint64_t unit_size,
+                                           const float *scale, const double *zero_point, const qd_quant *q,
+                                           qd_quality *stats) {
+  if (from == to) return;
+  float sums[3][VL];
+  int32_t bits[VL], clipped[VL];
+  vf_store(sums[0], vf_add(a.err_sq, b.err_sq));
+  vf_store(sums[1], vf_add(a.val_sq, b.val_sq));
+  vf_store(sums[2], vf_select(vf_gt(b.err_max, a.err_max), b.err_max, a.err_max));
+  vi_store(bits, vi_or(a.val_bits, b.val_bits));
+  vi_store(clipped, vi_add(a.clipped, b.clipped));
+  if (!QD_NAME(float32_sums_hold)(sums[0], sums[1], sums[2], bits)) {
+    for (uint64_t k = from; k < to; k++) {
+      const uint64_t unit = k / unit_size;
+      const float s = scale[unit];
+      qd_quality_one(input_value(x, k, input), qd_load_code(codes, q->codes, k), s, 1.0f / s,
+                     (float)zero_point[unit], q, stats);
+    }
+    return;
+  }
+  for (int k = 0; k < VL; k++) {
+    stats->sum_sq_error += (double)sums[0][k];
+    stats->sum_sq_value += (double)sums[1][k];
+    if ((double)sums[2][k] > stats->max_abs_error) stats->max_abs_error = (double)sums[2][k];
+    stats->clipped += (uint64_t)clipped[k];
+  }
+}
+
+/* Vectors summed in float32 before a flush: each lane of the two sets sums 64. */
+#define QD_FLUSH_VECTORS 128
+
+/* One measured chunk of units (at most 256), units of whole blocks. Returns 0 when an input the op
+ * rejects was met (the caller then runs the plain kernels, which find it). */
+QD_V int choose_units(const void *x, uint64_t units, uint64_t unit_size, const qd_choose *c, const qd_quant *q,
+                      float *scale, double *zero_point, void *out, qd_quality *stats, const int input,
+                      const int add_first, const int measure) {
+  const bounds b = bounds_of(q);
+  const uint64_t width = input == QD_INPUT_F32 ? 4 : 2;
+  const int small_units = QD_BATCH * unit_size * width <= 16384;
+  lane_sums acc0 = lane_sums_zero(), acc1 = acc0;
+  uint64_t flushed = 0;
+  int32_t lo[QD_BATCH], hi[QD_BATCH];
+  for (uint64_t u0 = 0; u0 < units; u0 += QD_BATCH) {
+    const uint64_t m = units - u0 < QD_BATCH ? units - u0 : QD_BATCH;
+    const int prefetch = small_units && u0 + QD_BATCH < units;
+    int ok = 1;
+    for (uint64_t j = 0; j < m; j++)
+      ok &= unit_range(x, (u0 + j) * unit_size, unit_size, input, &lo[j], &hi[j]);
+    for (uint64_t j = 0; j < m && ok; j++)
+      ok = qd_determine_unit(qd_unkey(lo[j]), qd_unkey(hi[j]), c, &scale[u0 + j], &zero_point[u0 + j]) == QD_OK;
+    if (!ok) return 0;
+    for (uint64_t j = 0; j < m; j++) {
+      const uint64_t u = u0 + j, at = u * unit_size;
+      const float sc = scale[u], r = 1.0f / sc;
+      if (!qd_is_finite(r)) return 0; /* a scale under 2^-128 (the codes would see NaN at 0) */
+      const vf inv = vf_set(r), s = vf_set(sc), zp = vf_set((float)zero_point[u]);
+      for (uint64_t i = at; i < at + unit_size; i += QD_BLOCK) {
+        /* the next batch of short units into the cache while this one is coded: such a batch is a
+         * page or two, and the hardware's prefetchers stop at a page's end */
+        if (prefetch) {
+          const char *ahead = (const char *)x + (i + QD_BATCH * unit_size) * width;
+          for (uint64_t line = 0; line < QD_BLOCK * width; line += 64) __builtin_prefetch(ahead + line);
+        }
+        vf c0 = unit_codes(input_values(x, i, input), inv, s, zp, b, &acc0, add_first, measure);
+        vf c1 = unit_codes(input_values(x, i + VL, input), inv, s, zp, b, &acc1, add_first, measure);
+        vf c2 = unit_codes(input_values(x, i + 2 * VL, input), inv, s, zp, b, &acc0, add_first, measure);
+        vf c3 = unit_codes(input_values(x, i + 3 * VL, input), inv, s, zp, b, &acc1, add_first, measure);
+        store_block(out, i, q->codes, code_bits(c0), code_bits(c1), code_bits(c2), code_bits(c3));
+        if (measure && i + QD_BLOCK - flushed >= QD_FLUSH_VECTORS * VL) {
+          QD_NAME(units_flush)(acc0, acc1, x, input, out, flushed, i + QD_BLOCK, unit_size, scale, zero_point, q,
+                               stats);
+          acc0 = acc1 = lane_sums_zero();
+          flushed = i + QD_BLOCK;
+        }
+      }
+    }
+  }
+  if (measure) {
+    QD_NAME(units_flush)(acc0, acc1, x, input, out, flushed, units * unit_size, unit_size, scale, zero_point, q,
+                         stats);
+    stats->count += units * unit_size;
+  }
+  return 1;
+}
+
+/* Calls BODY(input, add_first, measure) with compile-time constants matching the runtime ones. */
+#define QD_CHOOSE_SPECIALISE(input, add_first, measure, BODY)                                                  \
+  switch ((input) * 4 + (add_first) * 2 + (measure)) {                                                          \
+    QD_CHOOSE_SPECIALISE_INPUT(QD_INPUT_F32, BODY)                                                              \
+    QD_CHOOSE_SPECIALISE_INPUT(QD_INPUT_F16, BODY)                                                              \
+    QD_CHOOSE_SPECIALISE_INPUT(QD_INPUT_BF16, BODY)                                                             \
+  }
+#define QD_CHOOSE_SPECIALISE_INPUT(I, BODY)                                                                     \
+  case (I) * 4 + 0:                                                                                             \
+    BODY(I, 0, 0);                                                                                              \
+    break;                                                                                                      \
+  case (I) * 4 + 1:                                                                                             \
+    BODY(I, 0, 1);                                                                                              \
+    break;                                                                                                      \
+  case (I) * 4 + 2:                                                                                             \
+    BODY(I, 1, 0);                                                                                              \
+    break;                                                                                                      \
+  case (I) * 4 + 3:                                                                                             \
+    BODY(I, 1, 1);                                                                                              \
+    break;
+
+extern const qd_kernels QD_PASTE(qd_kernels_, QD_ISA);
+
+QD_TARGET static qd_status QD_NAME(choose_quantize_from)(const void *x, int32_t input, uint64_t first,
+                                                         uint64_t units, uint64_t unit_size, const qd_choose *c,
+                                                         const qd_quant *q, float *scale, double *zero_point,
+                                                         void *out, uint64_t *bad, qd_quality *stats,
+                                                         float *scratch) {
+  const qd_kernels *own = &QD_PASTE(qd_kernels_, QD_ISA);
+  if (input == QD_INPUT_F32 && !stats)
+    return QD_NAME(choose_quantize)((const float *)x, first, units, unit_size, c, q, scale, zero_point, out, bad);
+  const int32_t kind = q->codes;
+  const int takes = unit_size > 0 && unit_size % QD_BLOCK == 0 && qd_codes_valid(kind) && kind != QD_CODES_I32 &&
+                    kind != QD_CODES_E4M3 && kind != QD_CODES_E5M2 && input >= QD_INPUT_F32 &&
+                    input <= QD_INPUT_BF16;
+  if (takes) {
+    const qd_quality before = stats ? *stats : (qd_quality){0};
+    const uint64_t per_chunk = qd_measured_chunk_units(unit_size), width = input == QD_INPUT_F32 ? 4 : 2;
+    int ok = 1;
+    for (uint64_t u = 0; u < units && ok; u += per_chunk) {
+      const uint64_t m = units - u < per_chunk ? units - u : per_chunk, at = u * unit_size;
+      const void *ux = (const uint8_t *)x + at * width;
+      void *o = (uint8_t *)out + qd_code_offset(kind, at);
+#define QD_CHOOSE_BODY(I, A, M) ok = choose_units(ux, m, unit_size, c, q, scale + u, zero_point + u, o, stats, I, A, M)
+      QD_CHOOSE_SPECIALISE(input, q->add_zero_point_first != 0, stats != NULL, QD_CHOOSE_BODY)
+#undef QD_CHOOSE_BODY
+    }
+    if (ok) return QD_OK;
+    if (stats) *stats = before;
+  }
+  return qd_choose_quantize_chunked(own, x, input, first, units, unit_size, c, q, scale, zero_point, out, bad, stats,
+                                    scratch);
+}
