@@ -5,12 +5,14 @@
 //  1. quantd quantize --recipe: int4 per_group g128 symmetric (embeddings skipped, norms passed through);
 //  2. quantd quantize --layout gguf:type=Q4_K, and 3. gguf:type=Q8_0 (every 2-D weight);
 //  4. --layout gptq and 5. --layout awq (4-bit g128 round-to-nearest, for vLLM / transformers);
-//  6. sequential single-tensor calls: each tensor POSTed to a running server's /v1/quantize as
+//  6. one 512 MiB float32 tensor (a file of its own) → int8 per_channel, the CLI's single tensor;
+//  7. sequential single-tensor calls: each tensor POSTed to a running server's /v1/quantize as
 //     application/octet-stream (int4 g128), one after another — the script a user writes without
 //     model runs.
-// Beside each: the I/O floor measured in the same run — reading the checkpoint from the page cache
-// plus writing that run's output bytes and fdatasyncing them — and the run's ratio to it; peak RSS
-// (whole process, workers included) against 3 × the largest tensor + 256 MiB; memcpy GB/s.
+// Beside each: the I/O floor measured in the same run — reading the run's input from the page
+// cache plus writing its output bytes and fdatasyncing them — and the run's ratio to it; peak RSS
+// (whole process, workers included) against 3 × the largest tensor + 256 MiB (the model's; the
+// 512 MiB tensor's own bound is 1.75 GiB); memcpy GB/s.
 import { spawn } from 'node:child_process';
 import {
   existsSync,
@@ -63,6 +65,13 @@ if (!existsSync(model)) {
   (await import('node:fs')).renameSync(`${model}.part`, model);
 }
 const modelBytes = statSync(model).size;
+// the single-tensor run: one 512 MiB float32 weight, as a user quantizes one tensor with the CLI
+const single = join(dir, 'tensor-f32-8192x16384.safetensors');
+if (!existsSync(single)) {
+  console.error(`generating ${single} (once; reused by later runs)…`);
+  writeModelFile(`${single}.part`, [['model.layers.0.mlp.down_proj.weight', 'F32', [8192, 16384]]]);
+  (await import('node:fs')).renameSync(`${single}.part`, single);
+}
 const SIZE = { F32: 4, F16: 2, BF16: 2, I64: 8 };
 const largest = Math.max(...tensors.map(([, d, s]) => s.reduce((a, b) => a * b, SIZE[d])));
 const bound = 3 * largest + 256 * 2 ** 20;
@@ -191,8 +200,12 @@ function writeSeconds(bytes) {
 }
 
 const memcpy = measureMemcpy(256 * 2 ** 20, 5);
-readSeconds(model); // into the page cache: every run reads it from there
-const read = Math.min(readSeconds(model), readSeconds(model));
+/** Seconds to read `path` from the page cache, once it is there (every run reads it from there). */
+function cachedReadSeconds(path) {
+  readSeconds(path);
+  return Math.min(readSeconds(path), readSeconds(path));
+}
+const read = cachedReadSeconds(model);
 const quiet = ['-q', '--no-progress', '--force'];
 const runs = [
   ['int4 g128: quantd quantize --recipe', 'out.safetensors', ['--recipe', recipe]],
@@ -200,13 +213,23 @@ const runs = [
   ['GGUF Q8_0: quantd quantize --layout', 'out-q8_0.gguf', ['--layout', 'gguf:type=Q8_0']],
   ['GPTQ 4-bit g128 (vLLM): quantd quantize --layout', 'out-gptq.safetensors', ['--layout', 'gptq']],
   ['AWQ 4-bit g128 (vLLM): quantd quantize --layout', 'out-awq.safetensors', ['--layout', 'awq']],
+  [
+    'one 512 MiB float32 tensor → int8 per_channel: quantd quantize',
+    'out-tensor.safetensors',
+    ['--qdtype', 'int8', '--scheme', 'per_channel'],
+    single,
+  ],
 ];
 const rows = [];
-for (const [how, file, args] of runs) {
+for (const [how, file, args, input = model] of runs) {
   const output = join(dir, file);
-  const run = await cli(['quantize', model, '-o', output, ...args, ...quiet]);
+  const inRead = input === model ? read : cachedReadSeconds(input);
+  const run = await cli(['quantize', input, '-o', output, ...args, ...quiet]);
   const outBytes = statSync(output).size;
-  rows.push({ how, ...run, outBytes, floor: read + writeSeconds(outBytes) });
+  const inBytes = statSync(input).size;
+  // a single tensor's bound: 3 × its bytes (the file is little more) + 256 MiB
+  const rssBound = input === model ? bound : 3 * inBytes + 256 * 2 ** 20;
+  rows.push({ how, ...run, inBytes, outBytes, floor: inRead + writeSeconds(outBytes), rssBound });
   if (!values.keep) rmSync(output, { force: true });
 }
 const sequential = await sequentialCalls();
@@ -214,6 +237,7 @@ const sequentialBytes = statSync(join(dir, 'sequential.bin')).size;
 rows.push({
   how: 'int4 g128: sequential single-tensor POST /v1/quantize',
   ...sequential,
+  inBytes: modelBytes,
   outBytes: sequentialBytes,
   floor: read + writeSeconds(sequentialBytes),
 });
@@ -224,11 +248,12 @@ const mib = (b) => (Number.isFinite(b) ? `${(b / 2 ** 20).toFixed(0)} MiB` : 'n/
 const result = rows.map((r) => ({
   how: r.how,
   seconds: r.seconds,
-  gbs: modelBytes / r.seconds / 1e9,
+  gbs: r.inBytes / r.seconds / 1e9,
   output_bytes: r.outBytes,
   io_floor_seconds: r.floor,
   x_io_floor: r.floor / r.seconds,
   peak_rss: r.rss,
+  rss_bound: r.rssBound ?? bound,
 }));
 if (values.json) {
   const summary = { model_bytes: modelBytes, largest_tensor: largest, rss_bound: bound, memcpy_gbs: memcpy };
@@ -243,7 +268,7 @@ if (values.json) {
   console.log('| run | wall s | GB/s in | output | I/O floor s | × I/O floor | peak RSS | within bound |');
   console.log('|---|---:|---:|---:|---:|---:|---:|---|');
   for (const r of result) {
-    const within = Number.isFinite(r.peak_rss) ? (r.peak_rss < bound ? 'yes' : 'NO') : '';
+    const within = Number.isFinite(r.peak_rss) ? (r.peak_rss < r.rss_bound ? 'yes' : 'NO') : '';
     console.log(
       `| ${r.how} | ${r.seconds.toFixed(2)} | ${r.gbs.toFixed(2)} | ${mib(r.output_bytes)} | ${r.io_floor_seconds.toFixed(2)} | ${r.x_io_floor.toFixed(2)} | ${mib(r.peak_rss)} | ${within} |`,
     );

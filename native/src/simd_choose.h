@@ -232,9 +232,6 @@ QD_TARGET static qd_status QD_NAME(choose_quantize_from)(const void *x, int32_t 
                                                          const qd_quant *q, float *scale, double *zero_point,
                                                          void *out, uint64_t *bad, qd_quality *stats,
                                                          float *scratch) {
-  const qd_kernels *own = &QD_PASTE(qd_kernels_, QD_ISA);
-  if (input == QD_INPUT_F32 && !stats)
-    return QD_NAME(choose_quantize)((const float *)x, first, units, unit_size, c, q, scale, zero_point, out, bad);
   const int32_t kind = q->codes;
   const int takes = unit_size > 0 && unit_size % QD_BLOCK == 0 && qd_codes_valid(kind) && kind != QD_CODES_I32 &&
                     kind != QD_CODES_E4M3 && kind != QD_CODES_E5M2 && input >= QD_INPUT_F32 &&
@@ -254,6 +251,8 @@ QD_TARGET static qd_status QD_NAME(choose_quantize_from)(const void *x, int32_t 
     if (ok) return QD_OK;
     if (stats) *stats = before;
   }
-  return qd_choose_quantize_chunked(own, x, input, first, units, unit_size, c, q, scale, zero_point, out, bad, stats,
-                                    scratch);
+  if (input == QD_INPUT_F32 && !stats)
+    return QD_NAME(choose_quantize)((const float *)x, first, units, unit_size, c, q, scale, zero_point, out, bad);
+  return qd_choose_quantize_chunked(&QD_PASTE(qd_kernels_, QD_ISA), x, input, first, units, unit_size, c, q, scale,
+                                    zero_point, out, bad, stats, scratch);
 }
