@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../include/quantd.h"
+#include "../src/common.h"
 
 /* Each bound object carries its own table (the functions' data pointer), so modules of
  * different ISAs can live side by side in one thread; the rejected index is per thread. */
@@ -131,23 +132,6 @@ static int quant_of(napi_env env, napi_value *argv, qd_quant *q) {
          get_i32(env, argv[3], &q->add_zero_point_first) && get_i32(env, argv[4], &q->reject_infinity);
 }
 
-static uint64_t code_bytes(int32_t kind, uint64_t n) {
-  switch (kind) {
-  case QD_CODES_I16:
-    return n * 2;
-  case QD_CODES_I32:
-    return n * 4;
-  case QD_CODES_I4:
-  case QD_CODES_U4:
-    return (n + 1) / 2;
-  case QD_CODES_I2:
-  case QD_CODES_U2:
-    return (n + 3) / 4;
-  default:
-    return n;
-  }
-}
-
 /* quantize(x, start, outer, channels, inner, scale, zp, codes, qmin, qmax, addFirst, rejectInf, out) */
 /* stats (5 float64: sum_sq_error, sum_sq_value, max_abs_error, clipped, count) <-> qd_quality */
 static qd_quality stats_in(const double *st) {
@@ -167,7 +151,7 @@ static void stats_out(const qd_quality *acc, double *st) {
  * quantizeMeasured(... out, stats): the same, adding the codes' quality statistics to stats */
 static napi_value quantize_with(napi_env env, napi_callback_info info, int measured) {
   ARGS_UPTO(14);
-  view x, scale, zp, out, stats;
+  view x, scale, zp, out, stats = {0};
   uint64_t start, bad = 0;
   qd_layout l;
   qd_quant q;
@@ -177,7 +161,7 @@ static napi_value quantize_with(napi_env env, napi_callback_info info, int measu
       (measured && (!get_view(env, argv[13], &stats) || stats.bytes < 5 * 8)))
     return throw_error(env, "quantd addon: quantize arguments");
   uint64_t count = x.bytes / 4;
-  if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || out.bytes < code_bytes(q.codes, count))
+  if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || out.bytes < qd_code_bytes(q.codes, count))
     return throw_error(env, "quantd addon: quantize sizes");
   if (!measured) {
     qd_status s = kernels->quantize(x.data, start, count, &l, scale.data, zp.data, &q, out.data, &bad);
@@ -204,7 +188,7 @@ static napi_value js_dequantize(napi_env env, napi_callback_info info) {
       !get_view(env, argv[8], &zp) || !get_view(env, argv[9], &out))
     return throw_error(env, "quantd addon: dequantize arguments");
   if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || out.bytes < count * 4 ||
-      codes.bytes < code_bytes(kind, count))
+      codes.bytes < qd_code_bytes(kind, count))
     return throw_error(env, "quantd addon: dequantize sizes");
   return status_of(env, kernels->dequantize(codes.data, kind, start, count, &l, scale.data, zp.data, out.data), 0);
 }
@@ -264,7 +248,7 @@ static napi_value js_choose_quantize(napi_env env, napi_callback_info info) {
       input < QD_INPUT_F32 || input > QD_INPUT_BF16)
     return throw_error(env, "quantd addon: chooseQuantize arguments");
   const uint64_t units = x.bytes / (input == QD_INPUT_F32 ? 4 : 2) / unit;
-  if (scale.bytes < units * 4 || zp.bytes < units * 8 || out.bytes < code_bytes(q.codes, units * unit) ||
+  if (scale.bytes < units * 4 || zp.bytes < units * 8 || out.bytes < qd_code_bytes(q.codes, units * unit) ||
       (stats.data && stats.bytes < 5 * 8) ||
       (input != QD_INPUT_F32 && scratch.bytes < qd_measured_chunk_units(unit) * unit * 4))
     return throw_error(env, "quantd addon: chooseQuantize sizes");
@@ -329,7 +313,7 @@ static napi_value js_quality(napi_env env, napi_callback_info info) {
       !quant_of(env, argv + 8, &q) || !get_view(env, argv[13], &stats))
     return throw_error(env, "quantd addon: quality arguments");
   uint64_t count = x.bytes / 4;
-  if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || codes.bytes < code_bytes(q.codes, count) ||
+  if (scale.bytes < l.channels * 4 || zp.bytes < l.channels * 4 || codes.bytes < qd_code_bytes(q.codes, count) ||
       stats.bytes < 5 * 8)
     return throw_error(env, "quantd addon: quality sizes");
   qd_quality acc = stats_in(stats.data);

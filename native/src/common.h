@@ -180,15 +180,18 @@ QD_INLINE int qd_codes_per_byte(int32_t kind) {
   }
 }
 
-/* Bytes of the first n codes (n a multiple of the codes per byte). */
-QD_INLINE uint64_t qd_code_offset(int32_t kind, uint64_t n) {
+/* Bytes of the codes of n elements (a partial last byte counts; for n a multiple of the codes
+ * per byte, where the next element's code starts). */
+QD_INLINE uint64_t qd_code_bytes(int32_t kind, uint64_t n) {
   switch (kind) {
   case QD_CODES_I16:
     return n * 2;
   case QD_CODES_I32:
     return n * 4;
-  default:
-    return n / (uint64_t)qd_codes_per_byte(kind);
+  default: {
+    const uint64_t per = (uint64_t)qd_codes_per_byte(kind);
+    return (n + per - 1) / per;
+  }
   }
 }
 

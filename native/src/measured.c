@@ -16,7 +16,7 @@ qd_status qd_quantize_measured(const qd_kernels *k, const float *x, uint64_t sta
                                void *out, uint64_t *bad, qd_quality *stats) {
   for (uint64_t off = 0; off < count; off += QD_MEASURE_CHUNK) {
     const uint64_t n = count - off < QD_MEASURE_CHUNK ? count - off : QD_MEASURE_CHUNK;
-    void *o = (uint8_t *)out + qd_code_offset(q->codes, off);
+    void *o = (uint8_t *)out + qd_code_bytes(q->codes, off);
     qd_status s = k->quantize(x + off, start + off, n, l, scale, zero_point, q, o, bad);
     if (s != QD_OK) return s;
     s = k->quality(x + off, o, start + off, n, l, scale, zero_point, q, stats);
@@ -47,7 +47,7 @@ qd_status qd_choose_quantize_chunked(const qd_kernels *k, const void *x, int32_t
       widen((const uint16_t *)x + at, m * unit_size, scratch);
       values = scratch;
     }
-    void *o = (uint8_t *)out + qd_code_offset(q->codes, at);
+    void *o = (uint8_t *)out + qd_code_bytes(q->codes, at);
     qd_status s = k->choose_quantize(values, first + u, m, unit_size, c, q, scale + u, zero_point + u, o, bad);
     if (s != QD_OK) return s;
     if (!stats) continue;

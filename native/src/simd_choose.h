@@ -9,9 +9,9 @@
  *
  * Codes, scales and zero points are choose_quantize's bit for bit: the same operations per lane
  * (codes_int, determine_unit). The statistics are summed as the quality kernel sums them (float32
- * lanes, to float64 every 64 vectors and at the end of each measured chunk, a block whose float32
- * sums do not hold summed again element by element), in another order, so they agree with it to
- * rounding. Units this loop does not take (not whole blocks of 4·VL, int32 or fp8 codes) and an
+ * lanes of two sets, to float64 every 128 vectors and at the end of each measured chunk, a block
+ * whose float32 sums do not hold summed again element by element), in another order, so they agree
+ * with it to rounding. Units this loop does not take (not whole blocks of 4·VL, int32 or fp8 codes) and an
  * input it rejects go through the chunked composition of the plain kernels (measured.c), which
  * reports the first bad index as the reference does.
  */
@@ -232,6 +232,8 @@ QD_TARGET static qd_status QD_NAME(choose_quantize_from)(const void *x, int32_t 
                                                          const qd_quant *q, float *scale, double *zero_point,
                                                          void *out, uint64_t *bad, qd_quality *stats,
                                                          float *scratch) {
+  if (input == QD_INPUT_F32 && !stats) /* the plain kernel: its own batches, every unit length */
+    return QD_NAME(choose_quantize)((const float *)x, first, units, unit_size, c, q, scale, zero_point, out, bad);
   const int32_t kind = q->codes;
   const int takes = unit_size > 0 && unit_size % QD_BLOCK == 0 && qd_codes_valid(kind) && kind != QD_CODES_I32 &&
                     kind != QD_CODES_E4M3 && kind != QD_CODES_E5M2 && input >= QD_INPUT_F32 &&
@@ -243,7 +245,7 @@ QD_TARGET static qd_status QD_NAME(choose_quantize_from)(const void *x, int32_t 
     for (uint64_t u = 0; u < units && ok; u += per_chunk) {
       const uint64_t m = units - u < per_chunk ? units - u : per_chunk, at = u * unit_size;
       const void *ux = (const uint8_t *)x + at * width;
-      void *o = (uint8_t *)out + qd_code_offset(kind, at);
+      void *o = (uint8_t *)out + qd_code_bytes(kind, at);
 #define QD_CHOOSE_BODY(I, A, M) ok = choose_units(ux, m, unit_size, c, q, scale + u, zero_point + u, o, stats, I, A, M)
       QD_CHOOSE_SPECIALISE(input, q->add_zero_point_first != 0, stats != NULL, QD_CHOOSE_BODY)
 #undef QD_CHOOSE_BODY
@@ -251,8 +253,6 @@ QD_TARGET static qd_status QD_NAME(choose_quantize_from)(const void *x, int32_t 
     if (ok) return QD_OK;
     if (stats) *stats = before;
   }
-  if (input == QD_INPUT_F32 && !stats)
-    return QD_NAME(choose_quantize)((const float *)x, first, units, unit_size, c, q, scale, zero_point, out, bad);
   return qd_choose_quantize_chunked(&QD_PASTE(qd_kernels_, QD_ISA), x, input, first, units, unit_size, c, q, scale,
                                     zero_point, out, bad, stats, scratch);
 }

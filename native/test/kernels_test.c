@@ -60,23 +60,6 @@ static const int32_t RANGES[][2] = {
     [QD_CODES_I2] = {-2, 1}, [QD_CODES_U2] = {0, 3}, [QD_CODES_E4M3] = {-448, 448}, [QD_CODES_E5M2] = {-57344, 57344},
 };
 
-static size_t code_bytes(int32_t kind, uint64_t n) {
-  switch (kind) {
-  case QD_CODES_I16:
-    return n * 2;
-  case QD_CODES_I32:
-    return n * 4;
-  case QD_CODES_I4:
-  case QD_CODES_U4:
-    return (n + 1) / 2;
-  case QD_CODES_I2:
-  case QD_CODES_U2:
-    return (n + 3) / 4;
-  default:
-    return n;
-  }
-}
-
 typedef struct {
   qd_layout l;
   uint64_t numel;
@@ -168,7 +151,7 @@ static void test_quantize(const qd_kernels *k) {
     float *x = malloc(sizeof(float) * (s.numel + 3));
     float *xs = x + next_u32() % 4;
     for (uint64_t i = 0; i < s.numel; i++) xs[i] = interesting(scale[(i / s.l.inner) % s.l.channels], specials, 1);
-    size_t nb = code_bytes(kind, count) + 8;
+    size_t nb = qd_code_bytes(kind, count) + 8;
     uint8_t *o1 = malloc(nb), *o2 = malloc(nb + 1);
     uint8_t *o2s = o2 + (next_u32() & 1);
     memset(o1, 0xa5, nb);
@@ -178,7 +161,7 @@ static void test_quantize(const qd_kernels *k) {
     qd_status s2 = k->quantize(xs + start, start, count, &s.l, scale, zp, &q, o2s, &b2);
     CHECK(s1 == s2, "%s quantize kind %d status %d vs %d", k->isa, kind, s1, s2);
     if (s1 == QD_OK) {
-      size_t used = code_bytes(kind, count);
+      size_t used = qd_code_bytes(kind, count);
       int same = !memcmp(o1, o2s, used);
       CHECK(same, "%s quantize kind %d add_first %d layout %llu %llu %llu start %llu count %llu", k->isa, kind,
             q.add_zero_point_first, (unsigned long long)s.l.outer, (unsigned long long)s.l.channels,
@@ -198,7 +181,7 @@ static void test_dequantize(const qd_kernels *k) {
     int per = qd_codes_per_byte(kind);
     uint64_t start = (next_u32() % s.numel) / (uint64_t)per * (uint64_t)per;
     uint64_t count = next_u32() % (s.numel - start + 1);
-    size_t nb = code_bytes(kind, s.numel) + 4;
+    size_t nb = qd_code_bytes(kind, s.numel) + 4;
     uint8_t *codes = malloc(nb + 1);
     uint8_t *cs = codes + (next_u32() & 1);
     for (size_t i = 0; i < nb; i++) cs[i] = (uint8_t)next_u32();
@@ -206,7 +189,7 @@ static void test_dequantize(const qd_kernels *k) {
     random_qparams(s.l.channels, kind, next_u32() & 1, RANGES[kind][0], RANGES[kind][1], scale, zp);
     float *o1 = malloc(4 * (count + 1)), *o2 = malloc(4 * (count + 2));
     float *o2s = o2 + (next_u32() & 1);
-    const uint8_t *at = cs + code_bytes(kind, start) - (kind >= QD_CODES_I4 && kind <= QD_CODES_U2 ? 0 : 0);
+    const uint8_t *at = cs + qd_code_bytes(kind, start) - (kind >= QD_CODES_I4 && kind <= QD_CODES_U2 ? 0 : 0);
     qd_status s1 = qd_kernels_ref.dequantize(at, kind, start, count, &s.l, scale, zp, o1);
     qd_status s2 = k->dequantize(at, kind, start, count, &s.l, scale, zp, o2s);
     CHECK(s1 == s2 && !memcmp(o1, o2s, 4 * count), "%s dequantize kind %d layout %llu %llu %llu", k->isa, kind,
@@ -266,7 +249,7 @@ static void test_choose_quantize(const qd_kernels *k) {
       for (uint64_t i = 0; i < unit; i++) x[i] = 2.5f; /* an all-equal unit */
     float *s1v = malloc(4 * units), *s2v = malloc(4 * units);
     double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
-    size_t nb = code_bytes(kind, unit * units) + 4;
+    size_t nb = qd_code_bytes(kind, unit * units) + 4;
     uint8_t *o1 = calloc(nb, 1), *o2 = calloc(nb, 1);
     uint64_t b1 = 7, b2 = 7;
     qd_status r1 = qd_kernels_ref.choose_quantize(x, first, units, unit, &c, &q, s1v, z1, o1, &b1);
@@ -274,7 +257,7 @@ static void test_choose_quantize(const qd_kernels *k) {
     CHECK(r1 == r2, "%s choose_quantize status %d vs %d", k->isa, r1, r2);
     if (r1 == QD_OK) {
       CHECK(!memcmp(s1v, s2v, 4 * units) && !memcmp(z1, z2, 8 * units) &&
-                !memcmp(o1, o2, code_bytes(kind, unit * units)),
+                !memcmp(o1, o2, qd_code_bytes(kind, unit * units)),
             "%s choose_quantize kind %d mode %d unit %llu", k->isa, kind, c.mode, (unsigned long long)unit);
     } else {
       CHECK(b1 == b2, "%s choose_quantize bad index", k->isa);
@@ -306,7 +289,7 @@ static void test_quality(const qd_kernels *k) {
     const float huge = iter % 8 == 0 ? 1e20f * (float)(1 + next_u32() % 1000000000u) : 1.0f;
     for (uint64_t c = 0; c < s.l.channels && huge > 1.0f; c++) scale[c] *= huge;
     for (uint64_t i = 0; i < s.numel; i++) x[i] = interesting(scale[(i / s.l.inner) % s.l.channels], 0, 0);
-    uint8_t *codes = malloc(code_bytes(kind, count) + 8);
+    uint8_t *codes = malloc(qd_code_bytes(kind, count) + 8);
     uint64_t bad;
     if (qd_kernels_ref.quantize(x + start, start, count, &s.l, scale, zp, &q, codes, &bad) != QD_OK) {
       free(scale), free(zp), free(x), free(codes);
@@ -341,14 +324,14 @@ static void test_measured(const qd_kernels *k) {
     random_qparams(sh.l.channels, kind, 0, q.qmin, q.qmax, scale, zp);
     float *x = malloc(sizeof(float) * sh.numel);
     for (uint64_t i = 0; i < sh.numel; i++) x[i] = interesting(scale[(i / sh.l.inner) % sh.l.channels], 0, 0);
-    size_t nb = code_bytes(kind, count) + 4;
+    size_t nb = qd_code_bytes(kind, count) + 4;
     uint8_t *o1 = calloc(nb, 1), *o2 = calloc(nb, 1);
     uint64_t b1 = 0, b2 = 0;
     qd_quality a = {0}, b = {0};
     qd_status r1 = k->quantize(x + start, start, count, &sh.l, scale, zp, &q, o1, &b1);
     if (r1 == QD_OK) k->quality(x + start, o1, start, count, &sh.l, scale, zp, &q, &a);
     qd_status r2 = qd_quantize_measured(k, x + start, start, count, &sh.l, scale, zp, &q, o2, &b2, &b);
-    CHECK(r1 == r2 && (r1 != QD_OK || !memcmp(o1, o2, code_bytes(kind, count))), "%s quantize_measured kind %d",
+    CHECK(r1 == r2 && (r1 != QD_OK || !memcmp(o1, o2, qd_code_bytes(kind, count))), "%s quantize_measured kind %d",
           k->isa, kind);
     CHECK(r1 != QD_OK || (a.count == b.count && a.clipped == b.clipped && close_to(a.sum_sq_error, b.sum_sq_error, 1e-5) &&
                           close_to(a.sum_sq_value, b.sum_sq_value, 1e-5) && close_to(a.max_abs_error, b.max_abs_error, 1e-6)),
@@ -364,12 +347,12 @@ static void test_measured(const qd_kernels *k) {
     for (uint64_t i = 0; i < unit * units; i++) xs[i] = interesting(1.0f, 0, 0);
     float *s1 = malloc(4 * units), *s2 = malloc(4 * units);
     double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
-    nb = code_bytes(kind, unit * units) + 4;
+    nb = qd_code_bytes(kind, unit * units) + 4;
     o1 = calloc(nb, 1), o2 = calloc(nb, 1);
     qd_quality ca = {0}, cb = {0};
     r1 = k->choose_quantize(xs, 0, units, unit, &c, &q, s1, z1, o1, &b1);
     r2 = qd_choose_quantize_chunked(k, xs, QD_INPUT_F32, 0, units, unit, &c, &q, s2, z2, o2, &b2, &cb, NULL);
-    CHECK(r1 == r2 && (r1 != QD_OK || (!memcmp(o1, o2, code_bytes(kind, unit * units)) && !memcmp(s1, s2, 4 * units) &&
+    CHECK(r1 == r2 && (r1 != QD_OK || (!memcmp(o1, o2, qd_code_bytes(kind, unit * units)) && !memcmp(s1, s2, 4 * units) &&
                                        !memcmp(z1, z2, 8 * units))),
           "%s choose_quantize_chunked kind %d unit %llu", k->isa, kind, (unsigned long long)unit);
     if (r1 == QD_OK) {
@@ -429,7 +412,7 @@ static void test_choose_quantize_from(const qd_kernels *k) {
     float *s1 = malloc(4 * units), *s2 = malloc(4 * units), *zf = malloc(4 * units);
     double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
     float *scratch = malloc(sizeof(float) * qd_measured_chunk_units(unit) * unit);
-    size_t nb = code_bytes(kind, n) + 4;
+    size_t nb = qd_code_bytes(kind, n) + 4;
     uint8_t *o1 = calloc(nb, 1), *o2 = calloc(nb, 1);
     uint64_t b1 = 7, b2 = 7;
     qd_quality want = {0}, got = {0}, sliced = {0};
@@ -441,7 +424,7 @@ static void test_choose_quantize_from(const qd_kernels *k) {
       CHECK(b1 == b2, "%s choose_quantize_from input %d bad %llu vs %llu", k->isa, input, (unsigned long long)b1,
             (unsigned long long)b2);
     } else {
-      CHECK(!memcmp(s1, s2, 4 * units) && !memcmp(z1, z2, 8 * units) && !memcmp(o1, o2, code_bytes(kind, n)),
+      CHECK(!memcmp(s1, s2, 4 * units) && !memcmp(z1, z2, 8 * units) && !memcmp(o1, o2, qd_code_bytes(kind, n)),
             "%s choose_quantize_from input %d kind %d mode %d unit %llu", k->isa, input, kind, c.mode,
             (unsigned long long)unit);
     }
@@ -462,7 +445,7 @@ static void test_choose_quantize_from(const qd_kernels *k) {
       for (uint64_t u = 0; u < units; u += step) {
         uint64_t mu = units - u < step ? units - u : step;
         k->choose_quantize_from((const uint8_t *)x + u * unit * width, input, u, mu, unit, &c, &q, s2 + u, z2 + u,
-                                o2 + code_bytes(kind, u * unit), &b2, &sliced, scratch);
+                                o2 + qd_code_bytes(kind, u * unit), &b2, &sliced, scratch);
       }
       CHECK(!memcmp(&got, &sliced, sizeof got), "%s choose_quantize_from input %d: sliced statistics differ",
             k->isa, input);
