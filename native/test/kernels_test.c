@@ -226,16 +226,27 @@ static void test_fake_quantize(const qd_kernels *k) {
   }
 }
 
+/* A random choose mode for codes `kind` (fp8: the symmetric ones) and the quantization it implies:
+ * per_token modes add the zero point before rounding, per_tensor / per_group ones after. */
+static void random_choice(int32_t kind, qd_choose *c, qd_quant *q) {
+  const int fp8 = kind == QD_CODES_E4M3 || kind == QD_CODES_E5M2;
+  const uint32_t m = next_u32() % 5;
+  qd_choose chosen = {0, RANGES[kind][0], RANGES[kind][1], 1.1920929e-7f, 0};
+  chosen.mode = fp8 ? (m & 1 ? QD_SYMMETRIC : QD_TOKEN_SYMMETRIC) : (int32_t)m;
+  if (chosen.mode == QD_TOKEN_SYMMETRIC && RANGES[kind][0] >= 0) chosen.mode = QD_TOKEN_AFFINE;
+  chosen.symmetric_zero_point =
+      RANGES[kind][0] < 0 ? 0 : (kind == QD_CODES_U8 ? 128 : kind == QD_CODES_U4 ? 8 : 2);
+  qd_quant quant = {kind, chosen.qmin, chosen.qmax, chosen.mode != QD_AFFINE && chosen.mode != QD_SYMMETRIC, 1};
+  *c = chosen;
+  *q = quant;
+}
+
 static void test_choose_quantize(const qd_kernels *k) {
   for (int iter = 0; iter < 6000; iter++) {
     int32_t kind = (int32_t)(next_u32() % 10);
-    int fp8 = kind == QD_CODES_E4M3 || kind == QD_CODES_E5M2;
-    qd_choose c = {0, RANGES[kind][0], RANGES[kind][1], 1.1920929e-7f, 0};
-    uint32_t m = next_u32() % 5;
-    c.mode = fp8 ? (m & 1 ? QD_SYMMETRIC : QD_TOKEN_SYMMETRIC) : (int32_t)m;
-    if (c.mode == QD_TOKEN_SYMMETRIC && RANGES[kind][0] >= 0) c.mode = QD_TOKEN_AFFINE;
-    c.symmetric_zero_point = RANGES[kind][0] < 0 ? 0 : (kind == QD_CODES_U8 ? 128 : kind == QD_CODES_U4 ? 8 : 2);
-    qd_quant q = {kind, c.qmin, c.qmax, c.mode != QD_AFFINE && c.mode != QD_SYMMETRIC, 1};
+    qd_choose c;
+    qd_quant q;
+    random_choice(kind, &c, &q);
     if (c.mode == QD_AFFINE || c.mode == QD_SYMMETRIC) q.add_zero_point_first = 1; /* per_group */
     uint64_t unit = 1 + next_u32() % 200, units = 1 + next_u32() % 12;
     int per = qd_codes_per_byte(kind);
@@ -378,15 +389,11 @@ static float tame(float scale);
 static void test_choose_quantize_from(const qd_kernels *k) {
   for (int iter = 0; iter < 1500; iter++) {
     int32_t kind = (int32_t)(next_u32() % 10);
-    int fp8 = kind == QD_CODES_E4M3 || kind == QD_CODES_E5M2;
     int32_t input = (int32_t)(next_u32() % 3);
     int measure = next_u32() % 4 != 0;
-    qd_choose c = {0, RANGES[kind][0], RANGES[kind][1], 1.1920929e-7f, 0};
-    uint32_t m = next_u32() % 5;
-    c.mode = fp8 ? (m & 1 ? QD_SYMMETRIC : QD_TOKEN_SYMMETRIC) : (int32_t)m;
-    if (c.mode == QD_TOKEN_SYMMETRIC && RANGES[kind][0] >= 0) c.mode = QD_TOKEN_AFFINE;
-    c.symmetric_zero_point = RANGES[kind][0] < 0 ? 0 : (kind == QD_CODES_U8 ? 128 : kind == QD_CODES_U4 ? 8 : 2);
-    qd_quant q = {kind, c.qmin, c.qmax, c.mode != QD_AFFINE && c.mode != QD_SYMMETRIC, 1};
+    qd_choose c;
+    qd_quant q;
+    random_choice(kind, &c, &q);
     if (c.mode == QD_AFFINE || c.mode == QD_SYMMETRIC) q.add_zero_point_first = next_u32() & 1;
     uint64_t unit = next_u32() % 3 ? 64 * (1 + next_u32() % 6) : 4 * (1 + next_u32() % 80);
     uint64_t units = 1 + next_u32() % (iter % 10 == 0 ? 700 : 40);
