@@ -82,10 +82,13 @@ const SECTIONS: ReadonlyArray<readonly [string, readonly OptionHelp[]]> = [
   [
     'run options:',
     [
-      line('concurrency', '  --concurrency N       tensors processed at once (default: CPU cores)'),
+      line(
+        'concurrency',
+        '  --concurrency N       tensors (or 16 MiB slices of large ones) processed at once (default: CPU cores)',
+      ),
       line(
         'memory',
-        '  --memory SIZE         bytes tensors in flight may hold together, e.g. 2G (default: max(32M, twice what the largest tensor needs))',
+        '  --memory SIZE         bytes tensors in flight may hold together, e.g. 2G (default: max(32M, twice what the largest tensor or slice needs))',
       ),
       line('no-progress', '  --no-progress         no progress bar / progress lines on stderr'),
       line('force', '  --force               replace an output file that already exists (never an input)'),

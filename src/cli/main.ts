@@ -140,6 +140,8 @@ async function runTransform(parsed: ParsedCommand, io: Io): Promise<void> {
     io.progress && !quiet && !parsed.values['no-progress'] ? new ProgressReporter(io.progress, op) : null;
   // a small buffer cache: model runs promise peak RSS under 3 × the largest tensor + 256 MiB
   const handle = createCompute({ arena: new BufferArena(CLI_ARENA_BYTES) });
+  // the workers load the kernels (about 0.1 s) while this thread opens and plans the model
+  if ((await inputBytes(input)) >= POOL_EARLY_BYTES) handle.pool?.workers();
   let result;
   try {
     result = await runModel(input, output, request, {
@@ -233,6 +235,19 @@ async function runLayout(
 }
 
 const CLI_ARENA_BYTES = 64 * 1024 * 1024;
+
+/** Inputs of this size or more start the workers before planning (smaller tensors run inline). */
+const POOL_EARLY_BYTES = 4 * 1024 * 1024;
+
+/** The input's size; a directory (a model folder) counts as large, a missing file as empty. */
+async function inputBytes(path: string): Promise<number> {
+  try {
+    const info = await stat(path);
+    return info.isDirectory() ? Infinity : info.size;
+  } catch {
+    return 0; // runModel names the problem
+  }
+}
 
 /** Fails before any work when the directory `path` goes into cannot take a new file. */
 async function checkWritableDirectory(path: string): Promise<void> {

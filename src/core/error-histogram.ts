@@ -78,10 +78,18 @@ function codeReader(codes: Uint8Array, qdtype: QDType): (i: number) => number {
   }
 }
 
+/** Where a quantized slice lies in its tensor: its first element, and the tensor's size. */
+export interface SliceOf {
+  readonly firstElement: number;
+  readonly tensorNumel: number;
+}
+
 /**
  * The errors of the sampled elements of a quantized tensor: x from the input bytes (`dtype`),
  * the code from `codes`, dequantized with the element's scale and zero point in float32 as
  * dequantize does. Reads only the sampled elements: a few thousand, whatever the tensor's size.
+ * For a slice of a tensor (`slice`), the tensor's samples that fall in it: the slices' errors,
+ * in order, are the whole tensor's.
  */
 export function sampledQuantizeErrors(
   x: Uint8Array,
@@ -90,10 +98,14 @@ export function sampledQuantizeErrors(
   spec: QuantSpec,
   layout: Layout,
   qp: QParams,
+  slice: SliceOf = { firstElement: 0, tensorNumel: layout.numel },
 ): Float64Array {
   const value = valueReader(x, dtype);
   const code = codeReader(codes, spec.qdtype);
-  const indices = sampleIndices(layout.numel);
+  const first = slice.firstElement;
+  const indices = sampleIndices(slice.tensorNumel)
+    .filter((i) => i >= first && i < first + layout.numel)
+    .map((i) => i - first);
   const errors = new Float64Array(indices.length);
   indices.forEach((i, k) => {
     const c = Math.floor(i / layout.inner) % layout.channels;

@@ -4,6 +4,7 @@
  * bounded by the budget (or the largest step) whatever the file size.
  */
 import {
+  QDTYPE_INFO,
   ST_DTYPE_SIZE,
   bytesOf,
   histogramOf,
@@ -14,12 +15,13 @@ import {
   type QParams,
   type QualityStats,
 } from '../core/index.js';
-import { throwIfAborted } from '../errors/index.js';
+import { QuantdError, throwIfAborted } from '../errors/index.js';
 import type { TensorEntry, TensorPlan } from '../format/index.js';
 import type { Compute } from './compute.js';
 import { toQParams, type GivenData, type GivenEntries } from './given-qparams.js';
 import { runInOrder } from './ordered.js';
 import type { Plan, Step } from './plan.js';
+import { copyParts, sliceAllocator, sliceStep, type CopyPart, type Slice } from './slices.js';
 
 export { throwIfAborted };
 
@@ -35,6 +37,8 @@ export type Allocate = (bytes: number, shared: boolean) => Uint8Array;
 
 export interface TensorSink {
   write(name: string, data: Uint8Array): Promise<void>;
+  /** Writes a tensor in parts, in order (a file); a sink without it gets whole tensors only. */
+  writePart?(name: string, data: Uint8Array): Promise<void>;
 }
 
 export interface StepReport {
@@ -75,6 +79,53 @@ interface StepOutput {
   readonly inputs: Uint8Array[];
   readonly quality?: QualityStats | undefined;
   readonly histogram?: ErrorHistogram | undefined;
+}
+
+interface SliceOutput {
+  readonly codes: Uint8Array;
+  readonly input: Uint8Array;
+  readonly qparams: QParams;
+  readonly quality?: QualityStats | undefined;
+  readonly errors?: Float64Array | undefined;
+}
+
+/**
+ * Runs one slice of a tensor (./slices.ts). An input error is the whole tensor's: a non-finite
+ * value's index is the slice's plus its offset; any other refusal (a range that overflows) is
+ * taken from the whole tensor, unsliced, which decides which of several defects is reported.
+ */
+async function runSlice(
+  slice: Slice,
+  source: TensorSource,
+  compute: Compute,
+  plan: Plan,
+  quality: boolean,
+  signal: AbortSignal,
+): Promise<SliceOutput> {
+  const { step, bufferBytes } = slice.tensor;
+  const allocate = sliceAllocator(compute.allocate?.bind(compute), bufferBytes);
+  const input = await source.read(slice.entry, compute.sharedInputs, allocate);
+  const tensor = { name: step.entry.name, dtype: step.dtype, data: input, layout: slice.layout };
+  let out: Awaited<ReturnType<Compute['quantize']>>;
+  try {
+    out = await compute.quantize(tensor, step.spec, undefined, signal, { quality });
+  } catch (err) {
+    compute.release?.(input);
+    if (!(err instanceof QuantdError) || signal.aborted) throw err;
+    if (err.code === 'INPUT_NOT_FINITE') {
+      const index = Number(err.params['index']) + slice.firstElement;
+      throw new QuantdError('INPUT_NOT_FINITE', { ...err.params, index });
+    }
+    await runStep(step, source, compute, plan, quality, signal); // throws the tensor's own error
+    throw err;
+  }
+  const errors = quality
+    ? sampledQuantizeErrors(input, step.dtype, out.data, step.spec, slice.layout, out.qparams, {
+        firstElement: slice.firstElement,
+        tensorNumel: step.layout.numel,
+      })
+    : undefined;
+  return { codes: out.data, input, qparams: out.qparams, quality: out.quality, errors };
 }
 
 /** Runs one step and returns its outputs' bytes, in the order of step.outputs. */
@@ -175,12 +226,46 @@ export interface ExecuteOptions {
    * outputs are written. A step larger than this runs alone. Default: no limit beyond concurrency.
    */
   readonly memoryBudget?: number;
+  /**
+   * Quantize (or copy) tensors of more than twice this many input bytes in slices of about this
+   * size (./slices.ts), when the sink takes parts. Default: whole tensors.
+   */
+  readonly sliceBytes?: number;
+}
+
+/** A unit of the scheduler: a whole step, one slice of a sliced tensor, or one part of a copy. */
+type Unit =
+  | { readonly step: Step; readonly slice?: undefined; readonly part?: undefined }
+  | { readonly step: Step; readonly slice: Slice; readonly part?: undefined }
+  | { readonly step: Step; readonly slice?: undefined; readonly part: CopyPart };
+
+/** The plan's steps as scheduler units: large quantize steps as their slices, large copies in parts. */
+export function unitsOf(plan: Plan, sliceBytes: number | undefined): Unit[] {
+  const units: Unit[] = [];
+  for (const step of plan.steps) {
+    const sliced = sliceBytes === undefined ? null : sliceStep(step, sliceBytes);
+    const parts = sliceBytes === undefined ? null : copyParts(step, sliceBytes);
+    if (sliced !== null) for (const slice of sliced.slices) units.push({ step, slice });
+    else if (parts !== null) for (const part of parts) units.push({ step, part });
+    else units.push({ step });
+  }
+  return units;
+}
+
+/** The bytes a unit holds while it runs and until its outputs are written. */
+export function unitCost(unit: Unit): number {
+  if (unit.part !== undefined) return unit.part.bufferBytes;
+  if (unit.slice === undefined) return stepCost(unit.step);
+  const { layout, tensor } = unit.slice;
+  const codes = Math.ceil((layout.numel * QDTYPE_INFO[tensor.step.spec.qdtype].bits) / 8);
+  return tensor.bufferBytes + codes + 8 * layout.channels;
 }
 
 /**
  * Runs every step of the plan and writes its outputs to the sink in plan order, through the one
- * streaming scheduler (./ordered.ts): up to `concurrency` steps at once within `memoryBudget`,
- * outputs byte-identical to a one-at-a-time run, and on the first failure nothing more starts.
+ * streaming scheduler (./ordered.ts): up to `concurrency` steps (or slices) at once within
+ * `memoryBudget`, outputs byte-identical to a one-at-a-time run, and on the first failure nothing
+ * more starts.
  */
 export async function executePlan(
   plan: Plan,
@@ -189,45 +274,109 @@ export async function executePlan(
   compute: Compute,
   options: ExecuteOptions = {},
 ): Promise<RunSummary> {
-  const steps = plan.steps;
-  let transformed = 0;
-  let passedThrough = 0;
-  let bytesIn = 0;
-  let bytesOut = 0;
-  await runInOrder<StepOutput>(
+  const units = unitsOf(plan, sink.writePart ? options.sliceBytes : undefined);
+  const quality = options.quality ?? false;
+  const totals = { transformed: 0, passedThrough: 0, bytesIn: 0, bytesOut: 0 };
+  const report = (r: StepReport): void => {
+    if (r.kind === 'copy') totals.passedThrough++;
+    else totals.transformed++;
+    totals.bytesIn += r.bytesIn;
+    totals.bytesOut += r.bytesOut;
+    options.onStep?.(r);
+  };
+  const allocate = compute.allocate?.bind(compute);
+  await runInOrder<StepOutput | SliceOutput | Uint8Array>(
     {
-      count: steps.length,
-      cost: (i) => stepCost(steps[i]!),
-      run: (i, signal) => runStep(steps[i]!, source, compute, plan, options.quality ?? false, signal),
+      count: units.length,
+      cost: (i) => unitCost(units[i]!),
+      run: (i, signal) => {
+        const { step, slice, part } = units[i]!;
+        if (part) return source.read(part.entry, false, sliceAllocator(allocate, part.bufferBytes));
+        if (slice) return runSlice(slice, source, compute, plan, quality, signal);
+        return runStep(step, source, compute, plan, quality, signal);
+      },
       finish: async (i, done) => {
-        const step = steps[i]!;
-        let written = 0;
-        for (let k = 0; k < done.outputs.length; k++) {
-          await sink.write(step.outputs[k]!.name, done.outputs[k]!);
-          written += done.outputs[k]!.byteLength;
-          if (options.releaseOutputs) compute.release?.(done.outputs[k]!);
-        }
-        // inputs are ours (read for this step) once every output is out; a copy's input is its
-        // output, released above when outputs are
-        if (step.kind !== 'copy') for (const b of done.inputs) compute.release?.(b);
-        const read = inputBytes(step);
-        if (step.kind === 'copy') passedThrough++;
-        else transformed++;
-        bytesIn += read;
-        bytesOut += written;
-        const name = step.kind === 'dequantize' ? step.group.name : step.entry.name;
-        options.onStep?.({
-          step,
-          name,
-          kind: step.kind,
-          bytesIn: read,
-          bytesOut: written,
-          ...(done.quality && { quality: done.quality }),
-          ...(done.histogram && { histogram: done.histogram }),
-        });
+        const { step, slice, part } = units[i]!;
+        if (part) await finishPart(step, part, done as Uint8Array, sink, compute, report);
+        else if (slice) await finishSlice(slice, done as SliceOutput, sink, compute, options, report);
+        else await finishStep(step, done as StepOutput, sink, compute, options, report);
       },
     },
     options,
   );
-  return { transformed, passedThrough, bytesIn, bytesOut };
+  return totals;
+}
+
+async function finishStep(
+  step: Step,
+  done: StepOutput,
+  sink: TensorSink,
+  compute: Compute,
+  options: ExecuteOptions,
+  report: (r: StepReport) => void,
+): Promise<void> {
+  let written = 0;
+  for (let k = 0; k < done.outputs.length; k++) {
+    await sink.write(step.outputs[k]!.name, done.outputs[k]!);
+    written += done.outputs[k]!.byteLength;
+    if (options.releaseOutputs) compute.release?.(done.outputs[k]!);
+  }
+  // inputs are ours (read for this step) once every output is out; a copy's input is its
+  // output, released above when outputs are
+  if (step.kind !== 'copy') for (const b of done.inputs) compute.release?.(b);
+  report({
+    step,
+    name: step.kind === 'dequantize' ? step.group.name : step.entry.name,
+    kind: step.kind,
+    bytesIn: inputBytes(step),
+    bytesOut: written,
+    ...(done.quality && { quality: done.quality }),
+    ...(done.histogram && { histogram: done.histogram }),
+  });
+}
+
+/** Writes one part of a copied tensor; the last part reports the tensor. */
+async function finishPart(
+  step: Step,
+  part: CopyPart,
+  data: Uint8Array,
+  sink: TensorSink,
+  compute: Compute,
+  report: (r: StepReport) => void,
+): Promise<void> {
+  await sink.writePart!(step.outputs[0]!.name, data);
+  compute.release?.(data);
+  if (part.index < part.count - 1) return;
+  const bytes = inputBytes(step);
+  report({ step, name: part.entry.name, kind: step.kind, bytesIn: bytes, bytesOut: bytes });
+}
+
+/** Writes a slice's codes; the last slice of a tensor writes its qparams and reports the tensor. */
+async function finishSlice(
+  slice: Slice,
+  done: SliceOutput,
+  sink: TensorSink,
+  compute: Compute,
+  options: ExecuteOptions,
+  report: (r: StepReport) => void,
+): Promise<void> {
+  const { tensor } = slice;
+  const { step } = tensor;
+  await sink.writePart!(step.outputs[0]!.name, done.codes);
+  compute.release?.(done.input);
+  if (options.releaseOutputs) compute.release?.(done.codes);
+  tensor.add(slice, done.codes.byteLength, done.qparams, done.quality, done.errors);
+  if (slice.index < tensor.slices.length - 1) return;
+  const [scale, zeroPoint] = qparamBytes(tensor.qparams);
+  await sink.write(step.outputs[1]!.name, scale!);
+  await sink.write(step.outputs[2]!.name, zeroPoint!);
+  const quality = tensor.measuredQuality;
+  report({
+    step,
+    name: step.entry.name,
+    kind: step.kind,
+    bytesIn: inputBytes(step),
+    bytesOut: tensor.codeBytes + scale!.byteLength + zeroPoint!.byteLength,
+    ...(quality && { quality, histogram: histogramOf(tensor.sampledErrors) }),
+  });
 }

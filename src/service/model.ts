@@ -18,7 +18,14 @@ import { QuantdError } from '../errors/index.js';
 import { SafetensorsFileReader, SafetensorsFileWriter, writeFileAtomic } from '../format/index.js';
 import { forgetTemp, trackTempDirectory } from '../format/temp-files.js';
 import type { Compute } from './compute.js';
-import { executePlan, stepCost, throwIfAborted, type RunSummary, type StepReport } from './execute.js';
+import {
+  executePlan,
+  throwIfAborted,
+  unitCost,
+  unitsOf,
+  type RunSummary,
+  type StepReport,
+} from './execute.js';
 import { planOperation, type OperationRequest, type Plan } from './plan.js';
 import { unusedRules } from './recipe.js';
 import {
@@ -29,6 +36,7 @@ import {
   removeCreated,
 } from './model-folder.js';
 import { describeSelection } from './selection.js';
+import { SLICE_BYTES } from './slices.js';
 import { ReportBuilder, type QualityReport } from './report.js';
 import { encodeIndex, resolveModelInput, type ModelInput } from './shards.js';
 
@@ -60,6 +68,11 @@ export interface ModelRunOptions {
    * other files (./model-folder.ts). Without it, a directory's single file gives a single file.
    */
   readonly modelFolder?: boolean;
+  /**
+   * Tensors of more than twice this many bytes are read, computed and written in slices of about
+   * this size (./slices.ts; default SLICE_BYTES); Infinity keeps every tensor whole.
+   */
+  readonly sliceBytes?: number;
 }
 
 export interface ModelRunResult {
@@ -118,14 +131,20 @@ async function planAll(model: ModelInput, request: OperationRequest): Promise<Pl
 }
 
 /**
- * The default budget holds two of the largest steps: a tensor is read while the one before it is
- * quantized and written (with room for one only, a 7B-shaped bf16 checkpoint to int4 took 2.3–2.9 s
- * where two take 1.9–2.3 s, at the same peak RSS: the largest step is a copy of the embeddings).
+ * The default budget holds two of the largest units: a tensor (or slice) is read while the one
+ * before it is quantized and written (with room for one only, a 7B-shaped bf16 checkpoint to int4
+ * took 2.3–2.9 s where two take 1.9–2.3 s, at the same peak RSS: the largest step is a copy of
+ * the embeddings).
  */
-function budgetFor(planned: readonly PlannedFile[], requested: number | undefined): number {
+function budgetFor(
+  planned: readonly PlannedFile[],
+  requested: number | undefined,
+  sliceBytes: number,
+): number {
   if (requested !== undefined) return requested;
   let largest = 0; // a loop: spreading a model's steps into Math.max overflows the stack
-  for (const p of planned) for (const step of p.plan.steps) largest = Math.max(largest, stepCost(step));
+  for (const p of planned)
+    for (const unit of unitsOf(p.plan, sliceBytes)) largest = Math.max(largest, unitCost(unit));
   return Math.max(DEFAULT_MODEL_BUDGET, 2 * largest);
 }
 
@@ -145,6 +164,7 @@ export async function runModel(
   const model = await resolveModelInput(input);
   const planned = await planAll(model, request);
   const report = new ReportBuilder();
+  const sliceBytes = options.sliceBytes ?? SLICE_BYTES;
   const tensorsTotal = planned.reduce((n, p) => n + p.plan.steps.length, 0);
   const bytesTotal = planned.reduce((n, p) => n + p.reader.header.dataLength, 0);
   let tensorsDone = 0;
@@ -161,7 +181,8 @@ export async function runModel(
     releaseOutputs: true,
     quality: request.op === 'quantize',
     concurrency: options.concurrency ?? 1,
-    memoryBudget: budgetFor(planned, options.memoryBudget),
+    memoryBudget: budgetFor(planned, options.memoryBudget, sliceBytes),
+    sliceBytes,
   };
   const totals = { transformed: 0, passedThrough: 0, bytesIn: 0, bytesOut: 0 };
   const add = (s: RunSummary): void => {
