@@ -68,6 +68,9 @@ function taskBytes(task: KernelTask | EncodeTask): number {
 /** Tasks only the pool's own tests send (QUANTD_TEST_HOOKS=1): a worker dying, a slow task. */
 type TestTask = { readonly op: '__exit' } | { readonly op: '__spin'; readonly ms: number };
 
+/** The pool's first task: its answer says a thread has loaded the kernels (KernelPool.ready). */
+type ReadyTask = { readonly op: 'ready' };
+
 /** A task that failed: a catalogued error keeps its code and parameters across the boundary. */
 export interface WorkerFailure {
   readonly ok: false;
@@ -90,8 +93,9 @@ function failure(err: unknown): WorkerFailure {
 }
 
 export default function run(
-  task: KernelTask | EncodeTask | ReferenceTask | TestTask,
+  task: KernelTask | EncodeTask | ReferenceTask | TestTask | ReadyTask,
 ): WorkerReply | Promise<WorkerReply> {
+  if (task.op === 'ready') return { status: 0, bad: -1 };
   if (task.op === '__exit' || task.op === '__spin') {
     if (!config.testHooks) return { ok: false, code: 'INTERNAL', message: `unknown task ${task.op}` };
     if (task.op === '__exit') process.exit(7);

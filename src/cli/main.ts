@@ -22,7 +22,6 @@ import {
   type OperationRequest,
 } from '../service/index.js';
 import { COMMAND_OPTIONS, parseCommand, specOptionsOf, type ParsedCommand } from './args.js';
-import { commandHelp, usage } from './help.js';
 import { defaultReportPath, recipeOf, runShapeOf, usesRecipe } from './model-options.js';
 import { humanBytes, renderFolderSummary, renderSummary } from './output.js';
 import type { Io } from './io.js';
@@ -45,6 +44,8 @@ const processIo: Io = {
  * start-up otherwise, on a model that quantizes in about a second.
  */
 const layoutCommand = (): Promise<typeof import('./layout-command.js')> => import('./layout-command.js');
+/** The help texts list every layout's options: loading them loads every layout. */
+const help = (): Promise<typeof import('./help.js')> => import('./help.js');
 const runRemote = async (...args: Parameters<typeof import('./remote.js').runRemote>): Promise<void> =>
   (await import('./remote.js')).runRemote(...args);
 
@@ -139,8 +140,9 @@ async function runTransform(parsed: ParsedCommand, io: Io): Promise<void> {
   const progress =
     io.progress && !quiet && !parsed.values['no-progress'] ? new ProgressReporter(io.progress, op) : null;
   // a small buffer cache: model runs promise peak RSS under 3 × the largest tensor + 256 MiB
-  const handle = createCompute({ arena: new BufferArena(CLI_ARENA_BYTES) });
-  // the workers load the kernels (about 0.1 s) while this thread opens and plans the model
+  // the first tensors run in this thread while the workers load the kernels (about 50 ms)
+  const handle = createCompute({ arena: new BufferArena(CLI_ARENA_BYTES), inlineUntilReady: true });
+  // the workers start loading while this thread opens and plans the model
   if ((await inputBytes(input)) >= POOL_EARLY_BYTES) handle.pool?.workers();
   let result;
   try {
@@ -306,11 +308,12 @@ async function dispatch(argv: readonly string[], io: Io): Promise<number | void>
   const [command, ...rest] = argv;
   if (command === undefined) {
     // nothing asked: the usage, as the answer to a mistake (stderr, and not a success for scripts)
-    io.stderr(usage());
+    io.stderr((await help()).usage());
     return exitCodeFor('USAGE');
   }
   if (command === '--help' || command === '-h' || command === 'help') {
     const topic = rest[0];
+    const { commandHelp, usage } = await help();
     io.stdout(topic !== undefined && COMMAND_OPTIONS[topic] ? commandHelp(topic) : usage());
     return;
   }
@@ -320,7 +323,7 @@ async function dispatch(argv: readonly string[], io: Io): Promise<number | void>
   }
   const parsed = parseCommand(command, rest);
   if (parsed.values['help']) {
-    io.stdout(commandHelp(command));
+    io.stdout((await help()).commandHelp(command));
     return;
   }
   switch (command) {

@@ -9,7 +9,6 @@ import type { Stats } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { QuantdError } from '../errors/index.js';
-import { layoutNamed } from '../service/layouts/parse.js';
 import { resolveModelInput } from '../service/shards.js';
 import type { ParsedCommand } from './args.js';
 import { defaultReportPath, usesRecipe } from './model-options.js';
@@ -124,7 +123,11 @@ export async function guardCommand(parsed: ParsedCommand, input: string, output:
     return; // the model layer refuses the input's own directory with a message of its own
   }
   const layoutText = values['layout'] as string | undefined;
-  const layout = layoutText === undefined ? undefined : layoutNamed(layoutText);
+  // loaded for a layout run only: it loads every layout's modules
+  const layout =
+    layoutText === undefined
+      ? undefined
+      : (await import('../service/layouts/parse.js')).layoutNamed(layoutText);
   // a model folder in gives a folder out (but for the single-file formats: GGUF, ONNX) holding
   // the input folder's files by their names (weights and copies), its side file and report
   const folderOut =

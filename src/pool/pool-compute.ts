@@ -29,6 +29,11 @@ export const INLINE_LIMIT = 1 << 18;
 
 export interface PoolComputeOptions extends Omit<PoolOptions, 'backend' | 'isa'>, KernelComputeOptions {
   readonly inlineLimit?: number;
+  /**
+   * Large ops run in the calling thread too until the pool's threads have loaded the kernels:
+   * for the CLI, whose thread would only wait for them (never for a server's event loop).
+   */
+  readonly inlineUntilReady?: boolean;
 }
 
 export class PoolCompute implements Compute {
@@ -80,6 +85,7 @@ export class PoolCompute implements Compute {
 
   private async on<T>(numel: number, op: (c: KernelCompute) => Promise<T>): Promise<T> {
     if (numel < this.inlineLimit) return op(this.inline);
+    if (this.options.inlineUntilReady && !this.workers().ready) return op(this.inline);
     const release = this.workers().admit();
     try {
       return await op(this.pooled!);

@@ -48,6 +48,8 @@ export class KernelPool implements Executor {
   private readonly piscina: Piscina;
   private inFlight = 0;
   private closed = false;
+  private loaded = false;
+  private readyProbe: Promise<void> | undefined;
 
   constructor(options: PoolOptions) {
     this.parallelism = Math.max(1, options.threads ?? availableParallelism());
@@ -67,6 +69,18 @@ export class KernelPool implements Executor {
       },
       ...(options.workerHeapMb ? { resourceLimits: { maxOldGenerationSizeMb: options.workerHeapMb } } : {}),
     });
+  }
+
+  /**
+   * Whether a thread has loaded the kernels (they take about 50 ms to start). The first call
+   * sends a task that answers once one has; until then this is false.
+   */
+  get ready(): boolean {
+    this.readyProbe ??= this.piscina.run({ op: 'ready' }).then(
+      () => void (this.loaded = true),
+      () => undefined, // a pool closed meanwhile: never ready
+    );
+    return this.loaded;
   }
 
   /** Operations admitted and not finished. */

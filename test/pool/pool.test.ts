@@ -360,6 +360,23 @@ describe('admission control', () => {
     expectSameTyped('codes', (await pc.quantize(input, spec)).data, quantizeTensor(input, spec).data);
   });
 
+  it('inlineUntilReady: an op runs in the calling thread until a worker has loaded the kernels, then on the pool', async () => {
+    const pc = new PoolCompute({ ...native, module }, { threads: 1, inlineLimit: 0, inlineUntilReady: true });
+    cleanups.push(() => pc.close());
+    const spec = parseSpec({ qdtype: 'int4', scheme: 'per_group', group_size: 32 });
+    const input = inputOf('t', values(64 * 128, 11), [64, 128], spec, 'float32', true);
+    const expected = quantizeTensor(input, spec).data;
+    const pool = pc.workers();
+    expect(pool.ready).toBe(false); // the thread is still loading
+    const inline = pc.quantize(input, spec);
+    expect(pool.pending).toBe(0); // not admitted to the pool
+    expectSameTyped('codes', (await inline).data, expected);
+    await vi.waitFor(() => expect(pool.ready).toBe(true), { timeout: 20_000, interval: 5 });
+    const pooled = pc.quantize(input, spec);
+    expect(pool.pending).toBe(1);
+    expectSameTyped('codes', (await pooled).data, expected);
+  });
+
   it('a closed pool admits nothing (CANCELLED)', async () => {
     const p = pool({ threads: 1 });
     await p.close();
