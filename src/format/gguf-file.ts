@@ -110,6 +110,8 @@ export class GgufFileReader {
 
 export class GgufFileWriter {
   private next = 0;
+  /** Bytes of the next tensor written so far in parts (writePart). */
+  private partBytes = 0;
   private state: 'open' | 'committed' | 'aborted' = 'open';
   private readonly zeros: Uint8Array;
   /** Writes flushed to disk in the background as they go (file-io.ts). */
@@ -170,6 +172,18 @@ export class GgufFileWriter {
 
   /** Writes the next planned tensor (exactly its planned bytes) and its padding. */
   async write(name: string, data: Uint8Array): Promise<void> {
+    return this.put(name, data, false);
+  }
+
+  /**
+   * Writes the next part of the next planned tensor (a weight encoded in slices); its padding
+   * follows the part that completes it.
+   */
+  async writePart(name: string, data: Uint8Array): Promise<void> {
+    return this.put(name, data, true);
+  }
+
+  private async put(name: string, data: Uint8Array, part: boolean): Promise<void> {
     if (this.state !== 'open')
       throw new QuantdError('INTERNAL', { detail: `write on a GGUF writer that was ${this.state}` });
     const t = this.tensors[this.next];
@@ -183,17 +197,20 @@ export class GgufFileWriter {
         `GGUF tensors must be written in plan order: expected ${JSON.stringify(t.name)}, got ${JSON.stringify(name)}`,
       );
     }
-    if (data.length !== t.bytes) {
-      return fail(`GGUF tensor ${JSON.stringify(name)} has ${data.length} bytes, its plan needs ${t.bytes}`);
+    const done = this.partBytes + data.length;
+    if (part ? done > t.bytes : this.partBytes > 0 || data.length !== t.bytes) {
+      return fail(`GGUF tensor ${JSON.stringify(name)} has ${done} bytes, its plan needs ${t.bytes}`);
     }
-    this.next++;
-    const at = this.dataOffset + t.offset;
-    const pad = this.padded(t.bytes) - t.bytes;
+    const at = this.dataOffset + t.offset + this.partBytes;
+    const complete = done === t.bytes;
+    this.partBytes = complete ? 0 : done;
+    if (complete) this.next++;
+    const pad = complete ? this.padded(t.bytes) - t.bytes : 0;
     await this.step(async () => {
       await this.writeAt(data, at);
-      if (pad > 0) await this.writeAt(this.zeros.subarray(0, pad), at + t.bytes);
+      if (pad > 0) await this.writeAt(this.zeros.subarray(0, pad), at + data.length);
     });
-    this.flush.wrote(t.bytes + pad);
+    this.flush.wrote(data.length + pad);
   }
 
   /** Flushes to disk and renames the file into place. */

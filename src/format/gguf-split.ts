@@ -121,6 +121,18 @@ export class GgufOutput {
     }
   }
 
+  /** Writes the next part of the next tensor into its shard (`last`: the part that completes it). */
+  async writePart(name: string, data: Uint8Array, last: boolean): Promise<void> {
+    const writer = this.writers[this.shardOf[this.next] ?? this.writers.length - 1]!;
+    if (last) this.next++;
+    try {
+      await writer.writePart(name, data);
+    } catch (err) {
+      await this.abort();
+      throw err;
+    }
+  }
+
   /** Commits every shard, the first one last; on failure no shard of the set stays in place. */
   async commit(): Promise<void> {
     const order = [...this.writers.keys()].slice(1).concat(0);

@@ -371,6 +371,9 @@ function internal(detail: string): QuantdError {
   return new QuantdError('INTERNAL', { detail });
 }
 
+/** Made once: every response and every file written encodes a header. */
+const UTF8 = new TextEncoder();
+
 /**
  * Encodes the length prefix and the space-padded JSON header for tensors laid out
  * contiguously in plan order. Plans come from our own code, so a bad plan is INTERNAL.
@@ -412,7 +415,7 @@ export function encodeHeader(
     const json = { dtype, shape: entry.shape, data_offsets: [entry.begin, entry.end] };
     members.push(`${quoted(name)}:${JSON.stringify(json)}`);
   }
-  const json = new TextEncoder().encode(`{${members.join(',')}}`);
+  const json = UTF8.encode(`{${members.join(',')}}`);
   const padded = Math.ceil(json.length / HEADER_ALIGN) * HEADER_ALIGN;
   const bytes = new Uint8Array(PREFIX_BYTES + padded).fill(SPACE, PREFIX_BYTES + json.length);
   new DataView(bytes.buffer).setBigUint64(0, BigInt(padded), true);

@@ -94,6 +94,8 @@ export type EncoderCall =
       readonly quality?: boolean;
       /** Only these rows (kernel types without an imatrix): a part of a tensor split across threads. */
       readonly part?: RowRange;
+      /** With part: the input and output hold the part's rows only (src/kernels/ggml-rows.ts). */
+      readonly window?: { readonly rows: number };
     }
   | { readonly kind: 'ggml-decode'; readonly type: string; readonly numel: number }
   | {

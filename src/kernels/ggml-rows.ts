@@ -32,6 +32,11 @@ export interface GgmlRowsCall {
   readonly imatrix?: Float32Array;
   /** Only these rows (in output order): a part of a tensor split across the pool's threads. */
   readonly part?: RowRange;
+  /**
+   * With part: the data and the output hold the part's rows only (a slice of the tensor read on
+   * its own, of whole heads when permuted), not the whole tensor's; the tensor has `rows` rows.
+   */
+  readonly window?: { readonly rows: number };
 }
 
 export interface RowRange {
@@ -91,7 +96,7 @@ export function ggmlEncodeRows(
   const t = ggmlTypeByName(call.type)!;
   const { ne0 } = call;
   const float32 = call.dtype === 'float32';
-  const n = data.byteLength / (float32 ? 4 : 2);
+  const held = data.byteLength / (float32 ? 4 : 2);
   const source = float32 ? typedView(Float32Array, data) : typedView(Uint16Array, data);
   const kind = call.dtype === 'float16' ? CONVERT.f16ToF32 : CONVERT.bf16ToF32;
   const sourceRow = call.permute ? headRowSource(call.permute.rows, call.permute.heads, call.tensor) : null;
@@ -99,7 +104,13 @@ export function ggmlEncodeRows(
   if (scratch.length < rowsPerChunk * ne0) scratch = new Float32Array(rowsPerChunk * ne0);
   const rowBytes = (ne0 / t.blockSize) * t.typeSize;
   const first = call.part?.first ?? 0;
-  const end = call.part ? first + call.part.count : n / ne0;
+  const end = call.part ? first + call.part.count : held / ne0;
+  // the tensor's elements, and the row of it that data[0] and into[0] hold (a window's first)
+  const n = call.window ? call.window.rows * ne0 : held;
+  const base = call.window ? first : 0;
+  if (call.window && (!call.part || held !== call.part.count * ne0)) {
+    throw new QuantdError('INTERNAL', { detail: `a window of ${call.tensor} that is not its part's rows` });
+  }
   const stats = call.quality === true ? emptyQuality() : null;
   const samples = stats ? sampleIndices(n).filter((i) => i >= first * ne0 && i < end * ne0) : [];
   const errors = new Float64Array(samples.length);
@@ -112,16 +123,20 @@ export function ggmlEncodeRows(
     const at = row * ne0;
     let x: Float32Array;
     if (sourceRow === null && float32) {
-      x = (source as Float32Array).subarray(at, at + count);
+      x = (source as Float32Array).subarray(at - base * ne0, at - base * ne0 + count);
     } else {
       x = scratch.subarray(0, count);
       // consecutive rows when not permuted; one row at a time when they are gathered
       const runs = sourceRow === null ? [[row, 0, rows]] : rowRuns(sourceRow, row, rows);
-      for (const [from, to, length] of runs)
-        widen(module, kind, source, from! * ne0, length! * ne0, x, to! * ne0);
+      for (const [from, to, length] of runs) {
+        if (from! < base || from! + length! > base + held / ne0) {
+          throw new QuantdError('INTERNAL', { detail: `a window of ${call.tensor} that splits a head` });
+        }
+        widen(module, kind, source, (from! - base) * ne0, length! * ne0, x, to! * ne0);
+      }
     }
     checkFinite(module, x, call.type, call.tensor, at);
-    const out = into.subarray(row * rowBytes, (row + rows) * rowBytes);
+    const out = into.subarray((row - base) * rowBytes, (row - base + rows) * rowBytes);
     const status =
       call.imatrix === undefined
         ? module.ggmlQuantize(t.kernel!, x, out)

@@ -69,6 +69,11 @@ export class KernelPool implements Executor {
       },
       ...(options.workerHeapMb ? { resourceLimits: { maxOldGenerationSizeMb: options.workerHeapMb } } : {}),
     });
+    // Piscina reports on the pool what no task awaits: the reply of a thread whose task was just
+    // cancelled (the thread is being replaced; the caller already has its CANCELLED), a thread
+    // that died idle (replaced), a close that timed out. Each is handled where it matters; as an
+    // 'error' event without a listener it would end the process.
+    this.piscina.on('error', () => undefined);
   }
 
   /**

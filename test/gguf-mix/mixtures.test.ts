@@ -23,6 +23,8 @@ import {
   type MixtureTensor,
 } from '../../src/core/interop/llama-mixtures.js';
 import { GgufFileReader } from '../../src/format/gguf-file.js';
+import type { Encoding } from '../../src/kernels/encoders.js';
+import { createCompute } from '../../src/pool/index.js';
 import { ggufLayout } from '../../src/service/layouts/gguf.js';
 import { mixtureOptions } from '../../src/service/layouts/gguf-mixture.js';
 import { histogramOf, sampleIndices } from '../../src/core/error-histogram.js';
@@ -204,6 +206,52 @@ describe.each(Object.keys(MODELS) as Array<keyof typeof MODELS>)('%s-shaped chec
       const cli = quantd(['quantize', folder, '-o', out, '--layout', layout, '--imatrix', o['imatrix']!]);
       expect(cli.code, cli.stderr).toBe(0);
       expect(await digests(out)).toEqual(run.tensors);
+    },
+    60_000,
+  );
+
+  // a model run reads, encodes and writes a large weight in slices of rows (job-slices.ts): on a
+  // few KiB slices, every weight of this small model is cut into several, q/k in whole heads
+  const sliced = ['Q4_K_M', 'Q8_0', 'Q5_1', 'Q6_K+imatrix', 'IQ4_XS+imatrix'];
+  it.runIf(model === 'llama').each(sliced)(
+    '%s in slices on the pool writes llama.cpp’s bytes, and the same report as whole weights',
+    async (label) => {
+      const run = expected.runs[label]!;
+      const handle = createCompute({ threads: 2 });
+      try {
+        const encoding = handle.encoding();
+        const whole = await ggufLayout.write(
+          folder,
+          join(DIR, `${model}-${label}-whole.gguf`),
+          layoutOptions(run),
+          {
+            encoding,
+            sliceBytes: Infinity,
+          },
+        );
+        const out = join(DIR, `${model}-${label}-sliced.gguf`);
+        let windows = 0; // the tasks that encode a slice's rows alone
+        const spy: Encoding = {
+          parallelism: encoding.parallelism,
+          shared: encoding.shared,
+          kernels: encoding.kernels,
+          encode: (task, signal) => {
+            if (task.call.kind === 'ggml' && task.call.window) windows++;
+            return encoding.encode(task, signal);
+          },
+        };
+        const result = await ggufLayout.write(folder, out, layoutOptions(run), {
+          encoding: spy,
+          sliceBytes: 16 * 1024,
+        });
+        expect(windows).toBeGreaterThan(20);
+        expect(await digests(out)).toEqual(run.tensors);
+        const measured = (r: typeof result) =>
+          r.tensors.map((t) => [t.name, t.type, t.quality?.max_abs_error, t.error_histogram]);
+        expect(measured(result)).toEqual(measured(whole));
+      } finally {
+        await handle.close();
+      }
     },
     60_000,
   );

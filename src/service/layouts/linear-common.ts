@@ -146,6 +146,8 @@ export const planBytes = (t: TensorPlan): number =>
 
 export const safetensorsSource = (reader: SafetensorsFileReader): JobSource<TensorEntry> => ({
   read: (entry, shared, allocate) => reader.read(entry, shared, allocate),
+  readRange: (entry, begin, end, shared, allocate) =>
+    reader.read({ ...entry, begin: entry.begin + begin, end: entry.begin + end }, shared, allocate),
   size: (entry) => entry.end - entry.begin,
 });
 

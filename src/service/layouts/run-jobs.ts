@@ -23,6 +23,8 @@ import type { ErrorHistogram } from '../../core/error-histogram.js';
 import type { StatsOutputError } from '../../core/stats-error.js';
 import type { Progress } from '../model.js';
 import { runInOrder } from '../ordered.js';
+import { SLICE_BYTES } from '../slices.js';
+import { sliceGgmlJob, type JobSlice } from './job-slices.js';
 
 export interface EncodeJob<E> {
   /** The tensors read for this job, in file order. */
@@ -51,6 +53,8 @@ export type Allocate = (bytes: number, shared: boolean) => Uint8Array;
 export interface JobSource<E> {
   /** The bytes of a tensor (a SharedArrayBuffer view when `shared`), read into `allocate`'s buffer. */
   read(entry: E, shared: boolean, allocate: Allocate): Promise<Uint8Array>;
+  /** Bytes [begin, end) of a tensor, likewise (a slice of a weight encoded by slices). */
+  readRange?(entry: E, begin: number, end: number, shared: boolean, allocate: Allocate): Promise<Uint8Array>;
   /** The bytes a tensor occupies (for the memory budget and progress). */
   size(entry: E): number;
 }
@@ -58,6 +62,8 @@ export interface JobSource<E> {
 /** An output file being written: a temporary file that commit() renames into place. */
 export interface JobSink {
   write(name: string, data: Uint8Array): Promise<void>;
+  /** Writes an output in parts, in order (`last`: the part that completes it). */
+  writePart?(name: string, data: Uint8Array, last: boolean): Promise<void>;
   commit(): Promise<void>;
   abort(): Promise<void>;
 }
@@ -69,6 +75,11 @@ export interface LayoutHooks {
   readonly encoding?: Encoding | undefined;
   /** Bytes jobs in flight may hold together (default DEFAULT_LAYOUT_BUDGET; a larger job runs alone). */
   readonly memoryBudget?: number | undefined;
+  /**
+   * GGUF weights of more than twice this many bytes are read, encoded and written in slices of
+   * about this size (default SLICE_BYTES); Infinity keeps every weight whole.
+   */
+  readonly sliceBytes?: number | undefined;
 }
 
 /** Jobs in flight hold at most this much by default: a few large weights of a 7B model at once. */
@@ -158,6 +169,37 @@ async function encodeInParts(
   return { notes: [], quality, histogram: histogramOf(errors) };
 }
 
+/** A unit of the scheduler: a whole job, or one slice of a weight encoded by slices (./job-slices.ts). */
+interface Unit<E> {
+  readonly job: EncodeJob<E>;
+  readonly slice?: JobSlice;
+}
+
+/** The jobs as units: a GGUF weight of more than twice `sliceBytes` as its slices, when source and sink take them. */
+function unitsOf<E>(
+  jobs: readonly EncodeJob<E>[],
+  source: JobSource<E>,
+  sink: JobSink,
+  encoding: Encoding,
+  sliceBytes: number,
+): Unit<E>[] {
+  const slicing = encoding.kernels && source.readRange !== undefined && sink.writePart !== undefined;
+  return jobs.flatMap((job): Unit<E>[] => {
+    const one = job.inputs.length === 1 && job.outputs.length === 1 && job.prepare === undefined;
+    const slices =
+      slicing && one
+        ? sliceGgmlJob(job.call, source.size(job.inputs[0]!), job.outputs[0]!.bytes, sliceBytes)
+        : null;
+    return slices ? slices.map((slice) => ({ job, slice })) : [{ job }];
+  });
+}
+
+/** What a unit hands from its run to its finish: the outputs, and a slice's reply. */
+interface UnitDone {
+  readonly outputs: readonly Uint8Array[];
+  readonly reply?: EncodeReply;
+}
+
 /**
  * Runs the jobs into `sink` and commits it; on any failure (or cancellation) the sink is
  * aborted, so no partial file is ever visible.
@@ -171,37 +213,97 @@ export async function runEncodeJobs<E>(
   const encoding = hooks.encoding ?? referenceEncoding;
   const bytesTotal = jobs.reduce((n, j) => n + j.inputs.reduce((b, e) => b + source.size(e), 0), 0);
   let bytesDone = 0;
+  let jobsDone = 0;
   const arena = new BufferArena(RECYCLED_BYTES);
   const recycled: Allocate = (bytes, shared) => new Uint8Array(arena.take(bytes, shared), 0, bytes);
+  // a slice's buffers are all of one size, whatever its rows, so that every one is recycled
+  const sized =
+    (buffer: number): Allocate =>
+    (bytes, shared) =>
+      recycled(Math.max(bytes, buffer), shared).subarray(0, bytes);
+  const units = unitsOf(jobs, source, sink, encoding, hooks.sliceBytes ?? SLICE_BYTES);
+
+  /** Runs a whole job: reads its inputs, encodes them (in parts on the pool), returns its outputs. */
+  const runJob = async (job: EncodeJob<E>, signal: AbortSignal): Promise<readonly Uint8Array[]> => {
+    const encoded = job.call !== undefined || job.prepare !== undefined;
+    const shared = encoded && encoding.shared;
+    const inputs: Uint8Array[] = [];
+    for (const e of job.inputs) inputs.push(await source.read(e, shared, recycled));
+    const call = job.prepare ? await job.prepare() : job.call;
+    if (call === undefined) return inputs;
+    const outputs = job.outputs.map((o) => recycled(o.bytes, shared));
+    const reply = await encodeInParts(encoding, { op: 'encode', call, inputs, outputs }, signal);
+    // (only once the task is done: a cancelled one may still be reading its inputs)
+    for (const input of inputs) arena.give(input);
+    if (reply.notes.length > 0) job.onNotes?.(reply.notes);
+    if (reply.quality !== undefined) job.onQuality?.(reply.quality, reply.histogram);
+    if (reply.outputError !== undefined) job.onOutputError?.(reply.outputError);
+    return outputs;
+  };
+
+  /**
+   * Runs one slice of a weight. A non-finite value is already named at its index in the weight;
+   * any other refusal (a block whose float16 scale overflows) is taken from the whole weight,
+   * which reports a non-finite value anywhere before an overflow anywhere, as llama.cpp does.
+   */
+  const runSlice = async (job: EncodeJob<E>, slice: JobSlice, signal: AbortSignal): Promise<UnitDone> => {
+    const shared = encoding.shared;
+    const input = await source.readRange!(
+      job.inputs[0]!,
+      slice.inputBegin,
+      slice.inputEnd,
+      shared,
+      sized(slice.inputBuffer),
+    );
+    const output = sized(slice.outputBuffer)(slice.outputBytes, shared);
+    let reply: EncodeReply;
+    try {
+      reply = await encoding.encode(
+        { op: 'encode', call: slice.call, inputs: [input], outputs: [output] },
+        signal,
+      );
+    } catch (err) {
+      arena.give(output);
+      if (!isQuantdError(err) || signal.aborted || err.code === 'INPUT_NOT_FINITE') throw err;
+      await runJob({ ...job, onNotes: undefined, onQuality: undefined }, signal); // throws the weight's own error
+      throw err;
+    } finally {
+      arena.give(input);
+    }
+    return { outputs: [output], reply };
+  };
+
   try {
-    await runInOrder<readonly Uint8Array[]>(
+    await runInOrder<UnitDone>(
       {
-        count: jobs.length,
-        cost: (i) => jobCost(jobs[i]!, source, encoding.kernels),
-        run: async (i, signal) => {
-          const job = jobs[i]!;
-          const encoded = job.call !== undefined || job.prepare !== undefined;
-          const shared = encoded && encoding.shared;
-          const inputs: Uint8Array[] = [];
-          for (const e of job.inputs) inputs.push(await source.read(e, shared, recycled));
-          const call = job.prepare ? await job.prepare() : job.call;
-          if (call === undefined) return inputs;
-          const outputs = job.outputs.map((o) => recycled(o.bytes, shared));
-          const reply = await encodeInParts(encoding, { op: 'encode', call, inputs, outputs }, signal);
-          // (only once the task is done: a cancelled one may still be reading its inputs)
-          for (const input of inputs) arena.give(input);
-          if (reply.notes.length > 0) job.onNotes?.(reply.notes);
-          if (reply.quality !== undefined) job.onQuality?.(reply.quality, reply.histogram);
-          if (reply.outputError !== undefined) job.onOutputError?.(reply.outputError);
-          return outputs;
+        count: units.length,
+        cost: (i) => {
+          const { job, slice } = units[i]!;
+          return slice ? slice.inputBuffer + slice.outputBuffer : jobCost(job, source, encoding.kernels);
         },
-        finish: async (i, outputs) => {
-          const job = jobs[i]!;
-          for (const [k, o] of job.outputs.entries()) await sink.write(o.name, outputs[k]!);
-          for (const output of outputs) arena.give(output); // written: its buffer is free again
-          bytesDone += job.inputs.reduce((b, e) => b + source.size(e), 0);
+        run: async (i, signal) => {
+          const { job, slice } = units[i]!;
+          return slice ? runSlice(job, slice, signal) : { outputs: await runJob(job, signal) };
+        },
+        finish: async (i, { outputs, reply }) => {
+          const { job, slice } = units[i]!;
+          if (slice) {
+            const last = slice.index === slice.count - 1;
+            await sink.writePart!(job.outputs[0]!.name, outputs[0]!, last);
+            arena.give(outputs[0]!);
+            slice.sum.add(reply!);
+            bytesDone += slice.inputEnd - slice.inputBegin;
+            if (!last) return;
+            if (slice.sum.notes.length > 0) job.onNotes?.(slice.sum.notes);
+            const measured = slice.sum.measured();
+            if (measured) job.onQuality?.(measured.quality, measured.histogram);
+          } else {
+            for (const [k, o] of job.outputs.entries()) await sink.write(o.name, outputs[k]!);
+            for (const output of outputs) arena.give(output); // written: its buffer is free again
+            bytesDone += job.inputs.reduce((b, e) => b + source.size(e), 0);
+          }
           hooks.onProgress?.({
-            tensorsDone: i + 1,
+            tensorsDone: ++jobsDone,
             tensorsTotal: jobs.length,
             bytesDone,
             bytesTotal,

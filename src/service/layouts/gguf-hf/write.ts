@@ -302,6 +302,14 @@ export async function writeGgufFromFolder(
         'data' in t
           ? new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength)
           : t.reader.read(t.entry, shared, allocate),
+      readRange: async (t, begin, end, shared, allocate) =>
+        'data' in t
+          ? new Uint8Array(t.data.buffer, t.data.byteOffset + begin, end - begin)
+          : t.reader.read(
+              { ...t.entry, begin: t.entry.begin + begin, end: t.entry.begin + end },
+              shared,
+              allocate,
+            ),
       size: (t) => ('data' in t ? t.data.byteLength : t.entry.end - t.entry.begin),
     };
     await runEncodeJobs(source, [...jobs, ...copies], writer, hooks);
