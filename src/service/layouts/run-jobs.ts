@@ -24,7 +24,7 @@ import type { StatsOutputError } from '../../core/stats-error.js';
 import type { Progress } from '../model.js';
 import { runInOrder } from '../ordered.js';
 import { SLICE_BYTES } from '../slices.js';
-import { sliceGgmlJob, type JobSlice } from './job-slices.js';
+import { copyParts, sliceGgmlJob, type CopyPart, type JobSlice } from './job-slices.js';
 
 export interface EncodeJob<E> {
   /** The tensors read for this job, in file order. */
@@ -73,7 +73,10 @@ export interface LayoutHooks {
   readonly signal?: AbortSignal | undefined;
   /** Where encode tasks run (default: the TypeScript reference on the calling thread). */
   readonly encoding?: Encoding | undefined;
-  /** Bytes jobs in flight may hold together (default DEFAULT_LAYOUT_BUDGET; a larger job runs alone). */
+  /**
+   * Bytes jobs in flight may hold together (a larger job runs alone). Default: room for as many of
+   * the largest job (or slice) as run at once, within DEFAULT_LAYOUT_BUDGET.
+   */
   readonly memoryBudget?: number | undefined;
   /**
    * GGUF weights of more than twice this many bytes are read, encoded and written in slices of
@@ -84,6 +87,9 @@ export interface LayoutHooks {
 
 /** Jobs in flight hold at most this much by default: a few large weights of a 7B model at once. */
 export const DEFAULT_LAYOUT_BUDGET = 1024 * 1024 * 1024;
+
+/** The least budget: small jobs overlap whatever the largest. */
+const MIN_LAYOUT_BUDGET = 32 * 1024 * 1024;
 
 /**
  * What a job holds while it runs: its inputs, its outputs, and the encoder's float32 copy of the
@@ -173,9 +179,13 @@ async function encodeInParts(
 interface Unit<E> {
   readonly job: EncodeJob<E>;
   readonly slice?: JobSlice;
+  readonly part?: CopyPart;
 }
 
-/** The jobs as units: a GGUF weight of more than twice `sliceBytes` as its slices, when source and sink take them. */
+/**
+ * The jobs as units: a GGUF weight, or a tensor copied through, of more than twice `sliceBytes`
+ * as its slices, when the source and the sink take them.
+ */
 function unitsOf<E>(
   jobs: readonly EncodeJob<E>[],
   source: JobSource<E>,
@@ -186,10 +196,13 @@ function unitsOf<E>(
   const slicing = encoding.kernels && source.readRange !== undefined && sink.writePart !== undefined;
   return jobs.flatMap((job): Unit<E>[] => {
     const one = job.inputs.length === 1 && job.outputs.length === 1 && job.prepare === undefined;
-    const slices =
-      slicing && one
-        ? sliceGgmlJob(job.call, source.size(job.inputs[0]!), job.outputs[0]!.bytes, sliceBytes)
-        : null;
+    if (!slicing || !one) return [{ job }];
+    const bytes = source.size(job.inputs[0]!);
+    if (job.call === undefined) {
+      const parts = copyParts(bytes, sliceBytes);
+      return parts ? parts.map((part) => ({ job, part })) : [{ job }];
+    }
+    const slices = sliceGgmlJob(job.call, bytes, job.outputs[0]!.bytes, sliceBytes);
     return slices ? slices.map((slice) => ({ job, slice })) : [{ job }];
   });
 }
@@ -222,6 +235,17 @@ export async function runEncodeJobs<E>(
     (bytes, shared) =>
       recycled(Math.max(bytes, buffer), shared).subarray(0, bytes);
   const units = unitsOf(jobs, source, sink, encoding, hooks.sliceBytes ?? SLICE_BYTES);
+  const concurrency = encoding.parallelism + 1; // one more reads ahead while the workers encode
+  const cost = (unit: Unit<E>): number => {
+    if (unit.part) return unit.part.buffer;
+    if (unit.slice) return unit.slice.inputBuffer + unit.slice.outputBuffer;
+    return jobCost(unit.job, source, encoding.kernels);
+  };
+  // what the units in flight need, not more: the rest of a fixed budget only raised peak RSS
+  // (a 7B-shaped checkpoint to GPTQ above 3 × its largest tensor + 256 MiB)
+  let largest = 0; // a loop: spreading a model's units into Math.max overflows the stack
+  for (const unit of units) largest = Math.max(largest, cost(unit));
+  const budget = Math.min(DEFAULT_LAYOUT_BUDGET, Math.max(MIN_LAYOUT_BUDGET, concurrency * largest));
 
   /** Runs a whole job: reads its inputs, encodes them (in parts on the pool), returns its outputs. */
   const runJob = async (job: EncodeJob<E>, signal: AbortSignal): Promise<readonly Uint8Array[]> => {
@@ -277,17 +301,29 @@ export async function runEncodeJobs<E>(
     await runInOrder<UnitDone>(
       {
         count: units.length,
-        cost: (i) => {
-          const { job, slice } = units[i]!;
-          return slice ? slice.inputBuffer + slice.outputBuffer : jobCost(job, source, encoding.kernels);
-        },
+        cost: (i) => cost(units[i]!),
         run: async (i, signal) => {
-          const { job, slice } = units[i]!;
+          const { job, slice, part } = units[i]!;
+          if (part) {
+            const data = await source.readRange!(
+              job.inputs[0]!,
+              part.begin,
+              part.end,
+              false,
+              sized(part.buffer),
+            );
+            return { outputs: [data] };
+          }
           return slice ? runSlice(job, slice, signal) : { outputs: await runJob(job, signal) };
         },
         finish: async (i, { outputs, reply }) => {
-          const { job, slice } = units[i]!;
-          if (slice) {
+          const { job, slice, part } = units[i]!;
+          if (part) {
+            await sink.writePart!(job.outputs[0]!.name, outputs[0]!, part.index === part.count - 1);
+            arena.give(outputs[0]!);
+            bytesDone += part.end - part.begin;
+            if (part.index < part.count - 1) return;
+          } else if (slice) {
             const last = slice.index === slice.count - 1;
             await sink.writePart!(job.outputs[0]!.name, outputs[0]!, last);
             arena.give(outputs[0]!);
@@ -312,8 +348,8 @@ export async function runEncodeJobs<E>(
         },
       },
       {
-        concurrency: encoding.parallelism + 1, // one more reads ahead while the workers encode
-        memoryBudget: hooks.memoryBudget ?? DEFAULT_LAYOUT_BUDGET,
+        concurrency,
+        memoryBudget: hooks.memoryBudget ?? budget,
         signal: hooks.signal,
       },
     );
