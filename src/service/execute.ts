@@ -110,7 +110,7 @@ async function runSlice(
   try {
     out = await compute.quantize(tensor, step.spec, undefined, signal, { quality });
   } catch (err) {
-    compute.release?.(input);
+    // the input is left to the collector: a cancelled task's thread may still be reading it
     if (!(err instanceof QuantdError) || signal.aborted) throw err;
     if (err.code === 'INPUT_NOT_FINITE') {
       const index = Number(err.params['index']) + slice.firstElement;
@@ -244,7 +244,10 @@ export function unitsOf(plan: Plan, sliceBytes: number | undefined): Unit[] {
   const units: Unit[] = [];
   for (const step of plan.steps) {
     const sliced = sliceBytes === undefined ? null : sliceStep(step, sliceBytes);
-    const parts = sliceBytes === undefined ? null : copyParts(step, sliceBytes);
+    const parts =
+      sliceBytes === undefined || step.kind !== 'copy'
+        ? null
+        : copyParts(step.entry.end - step.entry.begin, sliceBytes);
     if (sliced !== null) for (const slice of sliced.slices) units.push({ step, slice });
     else if (parts !== null) for (const part of parts) units.push({ step, part });
     else units.push({ step });
@@ -254,7 +257,7 @@ export function unitsOf(plan: Plan, sliceBytes: number | undefined): Unit[] {
 
 /** The bytes a unit holds while it runs and until its outputs are written. */
 export function unitCost(unit: Unit): number {
-  if (unit.part !== undefined) return unit.part.bufferBytes;
+  if (unit.part !== undefined) return unit.part.buffer;
   if (unit.slice === undefined) return stepCost(unit.step);
   const { layout, tensor } = unit.slice;
   const codes = Math.ceil((layout.numel * QDTYPE_INFO[tensor.step.spec.qdtype].bits) / 8);
@@ -291,7 +294,7 @@ export async function executePlan(
       cost: (i) => unitCost(units[i]!),
       run: (i, signal) => {
         const { step, slice, part } = units[i]!;
-        if (part) return source.read(part.entry, false, sliceAllocator(allocate, part.bufferBytes));
+        if (part) return source.read(partEntry(step, part), false, sliceAllocator(allocate, part.buffer));
         if (slice) return runSlice(slice, source, compute, plan, quality, signal);
         return runStep(step, source, compute, plan, quality, signal);
       },
@@ -348,7 +351,14 @@ async function finishPart(
   compute.release?.(data);
   if (part.index < part.count - 1) return;
   const bytes = inputBytes(step);
-  report({ step, name: part.entry.name, kind: step.kind, bytesIn: bytes, bytesOut: bytes });
+  report({ step, name: step.outputs[0]!.name, kind: step.kind, bytesIn: bytes, bytesOut: bytes });
+}
+
+/** A part of a copied tensor, as an entry of its own (its byte range of the input). */
+function partEntry(step: Step, part: CopyPart): TensorEntry {
+  const { entry } = step as Extract<Step, { kind: 'copy' }>;
+  const begin = entry.begin + part.begin;
+  return { ...entry, shape: [part.end - part.begin], begin, end: entry.begin + part.end };
 }
 
 /** Writes a slice's codes; the last slice of a tensor writes its qparams and reports the tensor. */

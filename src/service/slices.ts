@@ -7,7 +7,8 @@
  * A slice is a tensor of its own to the kernels. That is exact only where every element's
  * qparams are its unit's and units never straddle a slice: layouts with `outer` 1 (per_channel on
  * axis 0, per_token, per_group), cut on unit boundaries and on whole bytes of packed codes. The
- * slices' codes and qparams, in order, are then the whole tensor's, byte for byte.
+ * slices' codes and qparams, in order, are then the whole tensor's, byte for byte. A tensor
+ * copied through goes in parts of any byte ranges (copyParts), in model runs and layouts alike.
  */
 import {
   QDTYPE_INFO,
@@ -80,27 +81,29 @@ export function sliceStep(step: Step, sliceBytes: number): SlicedTensor | null {
   return new SlicedTensor(step, slices, bufferBytesFor(slices, sliceBytes));
 }
 
-/** One part of a copied tensor: a byte range of about `sliceBytes`, written after the one before. */
+/** One part of a tensor copied through: bytes [begin, end) of it, read into a buffer of `buffer` bytes. */
 export interface CopyPart {
   readonly index: number;
   readonly count: number;
-  /** The part's byte range of the input, as an entry of its own. */
-  readonly entry: TensorEntry;
-  readonly bufferBytes: number;
+  readonly begin: number;
+  readonly end: number;
+  readonly buffer: number;
 }
 
-/** The parts of a copy step's tensor (any byte ranges will do); null when it is small or not a copy. */
-export function copyParts(step: Step, sliceBytes: number): CopyPart[] | null {
-  if (step.kind !== 'copy') return null;
-  const { entry } = step;
-  const bytes = entry.end - entry.begin;
+/**
+ * The parts of a tensor of `bytes` copied through (any byte ranges will do, in model runs and
+ * layouts alike); null under twice `sliceBytes`.
+ */
+export function copyParts(bytes: number, sliceBytes: number): CopyPart[] | null {
   if (bytes < 2 * sliceBytes) return null;
   const count = Math.ceil(bytes / sliceBytes);
-  return Array.from({ length: count }, (_, index) => {
-    const begin = entry.begin + index * sliceBytes;
-    const end = Math.min(begin + sliceBytes, entry.end);
-    return { index, count, entry: { ...entry, shape: [end - begin], begin, end }, bufferBytes: sliceBytes };
-  });
+  return Array.from({ length: count }, (_, index) => ({
+    index,
+    count,
+    begin: index * sliceBytes,
+    end: Math.min((index + 1) * sliceBytes, bytes),
+    buffer: sliceBytes,
+  }));
 }
 
 /** Slices read into buffers of one size, so that the arena recycles every one of them. */

@@ -9,7 +9,6 @@
  * q/k rows are permuted within their head, so a slice of whole heads encodes to exactly the
  * whole weight's bytes for its rows. A non-finite value is reported at its index in the weight;
  * the parts' quality sums and sampled errors join into the weight's, as the pool's parts do.
- * A large tensor copied through (an embedding a layout keeps in float) goes in parts likewise.
  */
 import { histogramOf, type ErrorHistogram } from '../../core/error-histogram.js';
 import { mergeQuality } from '../../core/quality.js';
@@ -78,28 +77,6 @@ export function sliceGgmlJob(
       sum,
     };
   });
-}
-
-/** One part of a tensor copied through: bytes [begin, end) of it, in a buffer of `buffer` bytes. */
-export interface CopyPart {
-  readonly index: number;
-  readonly count: number;
-  readonly begin: number;
-  readonly end: number;
-  readonly buffer: number;
-}
-
-/** The parts of a tensor of `bytes` copied through (any byte ranges will do); null under twice `sliceBytes`. */
-export function copyParts(bytes: number, sliceBytes: number): CopyPart[] | null {
-  if (bytes < 2 * sliceBytes) return null;
-  const count = Math.ceil(bytes / sliceBytes);
-  return Array.from({ length: count }, (_, index) => ({
-    index,
-    count,
-    begin: index * sliceBytes,
-    end: Math.min((index + 1) * sliceBytes, bytes),
-    buffer: sliceBytes,
-  }));
 }
 
 /** The remarks, statistics and sampled errors of a weight's slices, added in slice order. */

@@ -23,8 +23,8 @@ import type { ErrorHistogram } from '../../core/error-histogram.js';
 import type { StatsOutputError } from '../../core/stats-error.js';
 import type { Progress } from '../model.js';
 import { runInOrder } from '../ordered.js';
-import { SLICE_BYTES } from '../slices.js';
-import { copyParts, sliceGgmlJob, type CopyPart, type JobSlice } from './job-slices.js';
+import { SLICE_BYTES, copyParts, type CopyPart } from '../slices.js';
+import { sliceGgmlJob, type JobSlice } from './job-slices.js';
 
 export interface EncodeJob<E> {
   /** The tensors read for this job, in file order. */
@@ -287,13 +287,12 @@ export async function runEncodeJobs<E>(
         signal,
       );
     } catch (err) {
-      arena.give(output);
+      // its buffers are left to the collector: a cancelled task's thread may still be using them
       if (!isQuantdError(err) || signal.aborted || err.code === 'INPUT_NOT_FINITE') throw err;
       await runJob({ ...job, onNotes: undefined, onQuality: undefined }, signal); // throws the weight's own error
       throw err;
-    } finally {
-      arena.give(input);
     }
+    arena.give(input);
     return { outputs: [output], reply };
   };
 
