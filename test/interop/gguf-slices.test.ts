@@ -13,13 +13,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { bfloat16BitsFromFloat32, float16BitsFromFloat32, type StDType } from '../../src/core/index.js';
 import { QuantdError } from '../../src/errors/index.js';
 import { serializeSafetensors } from '../../src/format/safetensors.js';
 import type { Encoding } from '../../src/kernels/encoders.js';
 import { createCompute } from '../../src/pool/index.js';
 import { ggufLayout } from '../../src/service/layouts/gguf.js';
 import type { LayoutHooks } from '../../src/service/layouts/run-jobs.js';
+import { plantedBytes, type PlantedSpec } from '../model/helpers.js';
 
 const DIR = mkdtempSync(join(tmpdir(), 'quantd-gguf-slices-'));
 const native = createCompute({ backend: 'native', threads: 2 });
@@ -34,26 +34,9 @@ const tmp = (name: string): string => join(DIR, `${seq++}-${name}`);
 
 const SLICE = 8 * 1024;
 
-interface Spec {
-  readonly name: string;
-  readonly dtype: StDType;
-  readonly shape: readonly number[];
-  readonly plant?: Readonly<Record<number, number>>;
-}
+type Spec = PlantedSpec;
 
-function bytes(spec: Spec, seed: number): Uint8Array {
-  const n = spec.shape.reduce((a, b) => a * b, 1);
-  const x = new Float32Array(n);
-  let s = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    x[i] = (s / 2 ** 32 - 0.5) * 0.1 * (1 + (i % 13));
-  }
-  for (const [i, v] of Object.entries(spec.plant ?? {})) x[Number(i)] = v;
-  if (spec.dtype === 'F32') return new Uint8Array(x.buffer);
-  const half = spec.dtype === 'F16' ? float16BitsFromFloat32 : bfloat16BitsFromFloat32;
-  return new Uint8Array(Uint16Array.from(x, (v) => half(v)).buffer);
-}
+const bytes = (spec: Spec, seed: number): Uint8Array => plantedBytes(spec, seed, (i) => 0.1 * (1 + (i % 13)));
 
 /** A llama-named model: q/k (permuted with names=gguf, 4 heads / 2 kv heads), and an MLP. */
 function model(plants: Readonly<Record<string, Spec['plant']>> = {}): string {

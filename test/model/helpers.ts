@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
+import { bfloat16BitsFromFloat32, float16BitsFromFloat32 } from '../../src/core/float16.js';
 import { REPO } from '../cli/run-cli.js';
 
 export type SynthDType = 'F32' | 'F16' | 'BF16' | 'I64';
@@ -141,3 +142,34 @@ export const DOC_RULE_FLAGS: Readonly<Record<string, readonly string[]>> = {
   'rule 3 (re:self_attn\\.(q|k|v)_proj)': ['--qdtype', 'int8', '--scheme', 'per_channel'],
   default: ['--qdtype', 'int8', '--scheme', 'per_channel'],
 };
+
+/** A float tensor of test data: its name, dtype and shape, and values to plant (NaN, ±Infinity). */
+export interface PlantedSpec {
+  readonly name: string;
+  readonly dtype: 'F32' | 'F16' | 'BF16';
+  readonly shape: readonly number[];
+  /** Values to plant: flat index → value. */
+  readonly plant?: Readonly<Record<number, number>>;
+}
+
+/**
+ * The bytes of `spec`: a linear congruential stream in [-0.5, 0.5) scaled by `scale(i)`, the
+ * planted values set, rounded to float16 / bfloat16 where the dtype says.
+ */
+export function plantedBytes(
+  spec: PlantedSpec,
+  seed: number,
+  scale: (i: number) => number = (i) => 1 + (i % 7),
+): Uint8Array {
+  const n = spec.shape.reduce((a, b) => a * b, 1);
+  const x = new Float32Array(n);
+  let s = seed >>> 0;
+  for (let i = 0; i < n; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    x[i] = (s / 2 ** 32 - 0.5) * scale(i);
+  }
+  for (const [i, v] of Object.entries(spec.plant ?? {})) x[Number(i)] = v;
+  if (spec.dtype === 'F32') return new Uint8Array(x.buffer);
+  const half = spec.dtype === 'F16' ? float16BitsFromFloat32 : bfloat16BitsFromFloat32;
+  return new Uint8Array(Uint16Array.from(x, (v) => half(v)).buffer);
+}

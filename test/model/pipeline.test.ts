@@ -10,7 +10,6 @@
  */
 import { describe, expect, it } from 'vitest';
 
-import type { StDType } from '../../src/core/index.js';
 import { QuantdError } from '../../src/errors/index.js';
 import { parseSafetensors, serializeSafetensors, type TensorEntry } from '../../src/format/index.js';
 import { createCompute } from '../../src/pool/index.js';
@@ -26,31 +25,13 @@ import {
   type TensorSink,
   type TensorSource,
 } from '../../src/service/index.js';
+import { plantedBytes, type PlantedSpec } from './helpers.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-interface Spec {
-  readonly name: string;
-  readonly dtype: StDType;
-  readonly shape: readonly number[];
-  /** Values to plant: index → value (NaN, Infinity). */
-  readonly plant?: Readonly<Record<number, number>>;
-}
+type Spec = PlantedSpec;
 
-function floatBytes(spec: Spec, seed: number): Uint8Array {
-  const n = spec.shape.reduce((a, b) => a * b, 1);
-  const x = new Float32Array(n);
-  let s = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    x[i] = (s / 2 ** 32 - 0.5) * (1 + (i % 7));
-  }
-  for (const [i, v] of Object.entries(spec.plant ?? {})) x[Number(i)] = v;
-  if (spec.dtype === 'F32') return new Uint8Array(x.buffer);
-  // BF16: the high half of each float32 (truncation is fine for test data)
-  const u = new Uint32Array(x.buffer);
-  return new Uint8Array(Uint16Array.from(u, (b) => b >>> 16).buffer);
-}
+const floatBytes = (spec: Spec, seed: number): Uint8Array => plantedBytes(spec, seed);
 
 /** A model in memory and the plan of a recipe run over it. */
 function model(specs: readonly Spec[]): { plan: Plan; bytes: Uint8Array } {

@@ -15,7 +15,6 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { bfloat16BitsFromFloat32, float16BitsFromFloat32, type StDType } from '../../src/core/index.js';
 import { QuantdError } from '../../src/errors/index.js';
 import { parseSafetensors, serializeSafetensors } from '../../src/format/index.js';
 import { createCompute } from '../../src/pool/index.js';
@@ -29,28 +28,13 @@ import {
 } from '../../src/service/index.js';
 import { planOperation } from '../../src/service/plan.js';
 import { useTempDir } from '../format/helpers.js';
+import { plantedBytes, type PlantedSpec } from './helpers.js';
 
-interface Spec {
-  readonly name: string;
-  readonly dtype: StDType;
-  readonly shape: readonly number[];
-  /** Values to plant: flat index → value. */
-  readonly plant?: Readonly<Record<number, number>>;
-}
+type Spec = PlantedSpec;
 
-function tensorBytes(spec: Spec, seed: number): Uint8Array {
-  const n = spec.shape.reduce((a, b) => a * b, 1);
-  const x = new Float32Array(n);
-  let s = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    x[i] = (s / 2 ** 32 - 0.5) * (1 + (i % 11)) * (1 + (Math.floor(i / 97) % 5));
-  }
-  for (const [i, v] of Object.entries(spec.plant ?? {})) x[Number(i)] = v;
-  if (spec.dtype === 'F32') return new Uint8Array(x.buffer);
-  const half = spec.dtype === 'F16' ? float16BitsFromFloat32 : bfloat16BitsFromFloat32;
-  return new Uint8Array(Uint16Array.from(x, (v) => half(v)).buffer);
-}
+/** Values whose ranges differ from unit to unit. */
+const tensorBytes = (spec: Spec, seed: number): Uint8Array =>
+  plantedBytes(spec, seed, (i) => (1 + (i % 11)) * (1 + (Math.floor(i / 97) % 5)));
 
 /** Every scheme that slices, each tensor several slices of SLICE bytes (and a last short one). */
 const SLICE = 4096;

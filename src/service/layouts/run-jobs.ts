@@ -234,6 +234,9 @@ export async function runEncodeJobs<E>(
     (buffer: number): Allocate =>
     (bytes, shared) =>
       recycled(Math.max(bytes, buffer), shared).subarray(0, bytes);
+  /** Bytes [begin, end) of a job's one input, into a recycled buffer of `buffer` bytes. */
+  const readPart = (job: EncodeJob<E>, begin: number, end: number, shared: boolean, buffer: number) =>
+    source.readRange!(job.inputs[0]!, begin, end, shared, sized(buffer));
   const units = unitsOf(jobs, source, sink, encoding, hooks.sliceBytes ?? SLICE_BYTES);
   const concurrency = encoding.parallelism + 1; // one more reads ahead while the workers encode
   const cost = (unit: Unit<E>): number => {
@@ -272,13 +275,7 @@ export async function runEncodeJobs<E>(
    */
   const runSlice = async (job: EncodeJob<E>, slice: JobSlice, signal: AbortSignal): Promise<UnitDone> => {
     const shared = encoding.shared;
-    const input = await source.readRange!(
-      job.inputs[0]!,
-      slice.inputBegin,
-      slice.inputEnd,
-      shared,
-      sized(slice.inputBuffer),
-    );
+    const input = await readPart(job, slice.inputBegin, slice.inputEnd, shared, slice.inputBuffer);
     const output = sized(slice.outputBuffer)(slice.outputBytes, shared);
     let reply: EncodeReply;
     try {
@@ -303,16 +300,7 @@ export async function runEncodeJobs<E>(
         cost: (i) => cost(units[i]!),
         run: async (i, signal) => {
           const { job, slice, part } = units[i]!;
-          if (part) {
-            const data = await source.readRange!(
-              job.inputs[0]!,
-              part.begin,
-              part.end,
-              false,
-              sized(part.buffer),
-            );
-            return { outputs: [data] };
-          }
+          if (part) return { outputs: [await readPart(job, part.begin, part.end, false, part.buffer)] };
           return slice ? runSlice(job, slice, signal) : { outputs: await runJob(job, signal) };
         },
         finish: async (i, { outputs, reply }) => {
