@@ -128,7 +128,7 @@ export class SlicedTensor {
   readonly slices: readonly Slice[];
   private scale: Float32Array | null = null;
   private zeroPoint: Float32Array | Int32Array | null = null;
-  readonly quality: QualityStats = emptyQuality();
+  private readonly quality: QualityStats = emptyQuality();
   private measured = false;
   private readonly errors: number[] = [];
   /** Bytes of codes the slices produced. */

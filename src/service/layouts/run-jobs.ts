@@ -23,7 +23,7 @@ import type { ErrorHistogram } from '../../core/error-histogram.js';
 import type { StatsOutputError } from '../../core/stats-error.js';
 import type { Progress } from '../model.js';
 import { runInOrder } from '../ordered.js';
-import { SLICE_BYTES, copyParts, type CopyPart } from '../slices.js';
+import { SLICE_BYTES, copyParts, sliceAllocator, type CopyPart } from '../slices.js';
 import { sliceGgmlJob, type JobSlice } from './job-slices.js';
 
 export interface EncodeJob<E> {
@@ -230,10 +230,7 @@ export async function runEncodeJobs<E>(
   const arena = new BufferArena(RECYCLED_BYTES);
   const recycled: Allocate = (bytes, shared) => new Uint8Array(arena.take(bytes, shared), 0, bytes);
   // a slice's buffers are all of one size, whatever its rows, so that every one is recycled
-  const sized =
-    (buffer: number): Allocate =>
-    (bytes, shared) =>
-      recycled(Math.max(bytes, buffer), shared).subarray(0, bytes);
+  const sized = (buffer: number): Allocate => sliceAllocator(recycled, buffer)!;
   /** Bytes [begin, end) of a job's one input, into a recycled buffer of `buffer` bytes. */
   const readPart = (job: EncodeJob<E>, begin: number, end: number, shared: boolean, buffer: number) =>
     source.readRange!(job.inputs[0]!, begin, end, shared, sized(buffer));
