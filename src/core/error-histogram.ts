@@ -38,6 +38,14 @@ export function sampleIndices(numel: number, count = HISTOGRAM_SAMPLES): number[
   return out;
 }
 
+/**
+ * The sample indices of a tensor of `numel` elements that fall in [begin, end): a part's share
+ * of the tensor's sample (slices and row parts join into the whole tensor's, in order).
+ */
+export function sampleIndicesIn(numel: number, begin: number, end: number): number[] {
+  return sampleIndices(numel).filter((i) => i >= begin && i < end);
+}
+
 export function histogramOf(errors: ArrayLike<number>, bins = HISTOGRAM_BINS): ErrorHistogram {
   let limit = 0;
   for (let i = 0; i < errors.length; i++) limit = Math.max(limit, Math.abs(errors[i]!));
@@ -103,9 +111,7 @@ export function sampledQuantizeErrors(
   const value = valueReader(x, dtype);
   const code = codeReader(codes, spec.qdtype);
   const first = slice.firstElement;
-  const indices = sampleIndices(slice.tensorNumel)
-    .filter((i) => i >= first && i < first + layout.numel)
-    .map((i) => i - first);
+  const indices = sampleIndicesIn(slice.tensorNumel, first, first + layout.numel).map((i) => i - first);
   const errors = new Float64Array(indices.length);
   indices.forEach((i, k) => {
     const c = Math.floor(i / layout.inner) % layout.channels;

@@ -13,7 +13,7 @@ import { ggmlDecode, ggmlTypeByName, type GgmlWriteType } from '../core/interop/
 import { checkGgmlFinite, checkGgmlHalfFields, headRowSource } from '../core/interop/ggml-tensor.js';
 import { addDecodedErrors, emptyQuality } from '../core/quality.js';
 import type { QualityStats } from '../core/quality-stats.js';
-import { histogramOf, sampleIndices, type ErrorHistogram } from '../core/error-histogram.js';
+import { histogramOf, sampleIndicesIn, type ErrorHistogram } from '../core/error-histogram.js';
 import { typedView } from '../core/tensor.js';
 import { QuantdError } from '../errors/index.js';
 import { CONVERT, type KernelModule } from './module.js';
@@ -112,7 +112,7 @@ export function ggmlEncodeRows(
     throw new QuantdError('INTERNAL', { detail: `a window of ${call.tensor} that is not its part's rows` });
   }
   const stats = call.quality === true ? emptyQuality() : null;
-  const samples = stats ? sampleIndices(n).filter((i) => i >= first * ne0 && i < end * ne0) : [];
+  const samples = stats ? sampleIndicesIn(n, first * ne0, end * ne0) : [];
   const errors = new Float64Array(samples.length);
   let sampled = 0;
   let overflow: unknown = null;

@@ -4,11 +4,11 @@
  * bounded by the budget (or the largest step) whatever the file size.
  */
 import {
-  QDTYPE_INFO,
   ST_DTYPE_SIZE,
   bytesOf,
   histogramOf,
   numelOf,
+  quantizedByteLength,
   sampledQuantizeErrors,
   typedView,
   type ErrorHistogram,
@@ -260,8 +260,9 @@ export function unitCost(unit: Unit): number {
   if (unit.part !== undefined) return unit.part.buffer;
   if (unit.slice === undefined) return stepCost(unit.step);
   const { layout, tensor } = unit.slice;
-  const codes = Math.ceil((layout.numel * QDTYPE_INFO[tensor.step.spec.qdtype].bits) / 8);
-  return tensor.bufferBytes + codes + 8 * layout.channels;
+  return (
+    tensor.bufferBytes + quantizedByteLength(tensor.step.spec.qdtype, layout.numel) + 8 * layout.channels
+  );
 }
 
 /**
