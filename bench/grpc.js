@@ -1,8 +1,11 @@
 #!/usr/bin/env node
-// npm run bench:grpc — 64 MiB float32 → int8 per_channel through QuantizeStream, against a raw
-// gRPC echo stream of the same bytes (same process, same grpc-js settings), in one run on
-// 127.0.0.1. Target: ≥ 60 % of echo. GB/s counts the float32 input.
+// npm run bench:grpc — in one run on 127.0.0.1, the same process and grpc-js settings:
+//  (a) 64 MiB float32 → int8 per_channel through QuantizeStream, against a raw gRPC echo stream
+//      of the same bytes (target ≥ 60 % of echo; GB/s counts the float32 input);
+//  (b) 4 KiB tensors through the unary Quantize under concurrency, against a unary call that
+//      answers at once (target ≥ 50 % of its rate), from a load generator in another thread.
 import { once } from 'node:events';
+import { Worker } from 'node:worker_threads';
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -15,6 +18,8 @@ const { values } = parseArgs({
     mib: { type: 'string', default: '64' },
     reps: { type: 'string', default: '5' },
     chunk: { type: 'string', default: '4' },
+    seconds: { type: 'string', default: '5' },
+    concurrency: { type: 'string', default: '16' },
   },
 });
 const mib = Number(values.mib);
@@ -45,6 +50,7 @@ echoServer.addService(echoDef.bench.Echo.service, {
     call.on('data', (piece) => call.write(piece));
     call.on('end', () => call.end());
   },
+  Unary: (_call, callback) => callback(null, {}),
 });
 const echoPort = await new Promise((resolve, reject) =>
   echoServer.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (e, p) =>
@@ -114,6 +120,30 @@ async function best(fn) {
 
 const echoS = await best(runEcho);
 const quantS = await best(runQuantize);
+
+// (b) small requests under concurrency
+function load(port, service, method, request) {
+  return new Promise((resolve, reject) => {
+    const worker = new Worker(new URL('./grpc-load-worker.js', import.meta.url), {
+      workerData: {
+        target: `127.0.0.1:${port}`,
+        service,
+        method,
+        request,
+        seconds: Number(values.seconds),
+        concurrency: Number(values.concurrency),
+        warmupSeconds: 1,
+      },
+    });
+    worker.once('message', resolve);
+    worker.once('error', reject);
+  });
+}
+const trivialLoad = await load(echoPort, 'echo', 'Unary', {});
+const smallLoad = await load(server.grpcPort, 'quantd', 'Quantize', {
+  spec: { qdtype: 'int8' },
+  tensor: { name: 'tensor', dtype: 'F32', shape: [1024], data: new Uint8Array(randomFloats(1024).buffer) },
+});
 echo.close();
 quantizer.close();
 echoServer.forceShutdown();
@@ -130,4 +160,13 @@ console.log('|---|---:|---:|');
 console.log(`| echo ${mib} MiB (baseline) | ${echoGbs.toFixed(2)} | |`);
 console.log(
   `| QuantizeStream f32 → int8 per_channel | ${quantGbs.toFixed(2)} | ${((quantGbs / echoGbs) * 100).toFixed(0)} % |`,
+);
+console.log('');
+console.log(`| unary calls, concurrency ${values.concurrency} | calls/s | p50 ms | p99 ms | vs trivial |`);
+console.log('|---|---:|---:|---:|---:|');
+const row = (label, l, ratio) =>
+  `| ${label} | ${l.rps.toFixed(0)} | ${l.p50.toFixed(2)} | ${l.p99.toFixed(2)} | ${ratio} |`;
+console.log(row('trivial unary call (baseline)', trivialLoad, ''));
+console.log(
+  row('Quantize 4 KiB tensor → int8', smallLoad, `${((smallLoad.rps / trivialLoad.rps) * 100).toFixed(0)} %`),
 );

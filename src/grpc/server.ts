@@ -23,7 +23,7 @@ import {
 } from '../errors/index.js';
 import type { JobManager } from '../jobs/manager.js';
 import type { ComputeHandle } from '../pool/index.js';
-import { errorsForClients, type Admission } from '../service/index.js';
+import { PlanCache, errorsForClients, type Admission } from '../service/index.js';
 import { errorForGrpc, type GrpcError } from './errors.js';
 import { GuardedServer } from './guard.js';
 import { earlyAdmission } from './early-admission.js';
@@ -127,6 +127,7 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
   const admit = early.admit;
 
   const implementation: grpc.UntypedServiceImplementation = {};
+  const plans = new PlanCache();
   for (const [rpc, op] of Object.entries(UNARY)) {
     implementation[rpc] = (
       call: grpc.ServerUnaryCall<UnaryRequest, UnaryResponse>,
@@ -137,7 +138,7 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
       return Promise.resolve()
         .then(() => {
           release = admit(call.metadata);
-          return runUnary(op, call.request, handle.compute, signal, limit);
+          return runUnary(op, call.request, handle.compute, signal, plans, limit);
         })
         .then(
           (response) => callback(null, response),

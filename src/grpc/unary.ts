@@ -4,13 +4,15 @@
  */
 import { SPEC_OPTION_NAMES, ST_DTYPE_SIZE, type SpecOptionRow, type StDType } from '../core/index.js';
 import { QuantdError, shapeText } from '../errors/index.js';
-import { encodeHeader, parseSafetensors } from '../format/index.js';
+import { parseSafetensors } from '../format/index.js';
 import {
   SELECTION_OPTION_ROWS,
   floatStDType,
   operationRequest,
-  runBufferOperation,
+  planOperation,
+  runBufferPlan,
   singleTensorFile,
+  type PlanCache,
   type Compute,
   type InMemoryFile,
   type Operation,
@@ -148,15 +150,31 @@ export function tensorFile(tensor: TensorMessage, data: Uint8Array, source: stri
   return singleTensorFile(name, dtype, shape, data, source);
 }
 
+/**
+ * What a one-tensor request's plan is made from (PlanCache): the operation, its options, and the
+ * tensor's name, dtype and shape. A safetensors input has no key: its header is in its bytes.
+ */
+function planKey(op: Operation, params: RequestParams, request: UnaryRequest): string | undefined {
+  const tensor = request.input === 'tensor' ? request.tensor : undefined;
+  if (!tensor) return undefined;
+  return `${op}\n${JSON.stringify(params)}\n${JSON.stringify([tensor.name, tensor.dtype, tensor.shape])}`;
+}
+
 export async function runUnary(
   op: Operation,
   request: UnaryRequest,
   compute: Compute,
   signal: AbortSignal,
+  /** The server's plans of recent requests. */
+  plans: PlanCache,
   /** The largest message the server sends (grpc.max_send_message_length). */
   maxMessage: number = Number.MAX_SAFE_INTEGER,
 ): Promise<UnaryResponse> {
-  const opRequest = operationRequest(op, paramsOf(op, request.spec, request.dtype));
+  const params = paramsOf(op, request.spec, request.dtype);
+  const key = planKey(op, params, request);
+  const cached = plans.find(key);
+  // options are checked before the input (a bad option is reported first), unless known good
+  const opRequest = cached ? undefined : operationRequest(op, params);
   const file =
     request.input === 'tensor' && request.tensor
       ? tensorFile(request.tensor, toUint8(request.tensor.data), 'request tensor')
@@ -166,7 +184,8 @@ export async function runUnary(
   if (!file) {
     throw new QuantdError('USAGE', { detail: 'OperationRequest needs `safetensors` or `tensor`' });
   }
-  const result = await runBufferOperation(file, 'request', opRequest, compute, signal);
+  const prepared = cached ?? plans.prepare(key, planOperation(file.header, opRequest!, 'request'));
+  const result = await runBufferPlan(prepared.plan, file, compute, signal);
   try {
     if (request.form === 'TENSORS') {
       const tensors = result.plan.tensors.map((t, i) => ({
@@ -179,7 +198,7 @@ export async function runUnary(
       checkResultSize(tensorsResponseSize(tensors, metadata), maxMessage);
       return { tensors: tensors.map((t) => ({ ...t, data: Buffer.from(t.data) })), metadata };
     }
-    const header = encodeHeader(result.plan.tensors, result.plan.metadata).bytes;
+    const header = prepared.header;
     const length = result.outputs.reduce((n, o) => n + o.byteLength, header.byteLength);
     checkResultSize(bytesFieldSize(length), maxMessage);
     return { safetensors: Buffer.concat([header, ...result.outputs], length) };

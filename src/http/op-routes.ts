@@ -9,14 +9,16 @@
 import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { QuantdError } from '../errors/index.js';
-import { encodeHeader, parseSafetensors } from '../format/index.js';
+import { parseSafetensors } from '../format/index.js';
 import {
   OPERATIONS,
   floatStDType,
   singleTensorFile,
   type InMemoryFile,
   operationRequest,
-  runBufferOperation,
+  planOperation,
+  runBufferPlan,
+  PlanCache,
   type BufferResult,
   type Compute,
   type Operation,
@@ -56,10 +58,24 @@ function needsSignal(body: Uint8Array, inlineLimit: number): boolean {
   return body.byteLength * MAX_ELEMENTS_PER_BYTE >= inlineLimit;
 }
 
+const mediaType = (request: FastifyRequest): string =>
+  (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+
+/**
+ * What a one-raw-tensor request's plan is made from (PlanCache): the URL (operation and
+ * options) and the tensor's dtype and shape headers. A safetensors body has no key: its header
+ * is parsed from the body.
+ */
+function planKey(request: FastifyRequest): string | undefined {
+  if (mediaType(request) === SAFETENSORS_TYPE) return undefined;
+  const { 'x-tensor-dtype': dtype, 'x-tensor-shape': shape } = request.headers;
+  if (typeof dtype !== 'string' || typeof shape !== 'string') return undefined;
+  return `${request.url}\n${dtype}\n${shape}`;
+}
+
 /** The body as the file it stands for: a safetensors file, or one raw tensor named "tensor". */
 function bodyFile(request: FastifyRequest, body: Uint8Array): InMemoryFile {
-  const type = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
-  if (type === SAFETENSORS_TYPE) return parseSafetensors(body, 'request body');
+  if (mediaType(request) === SAFETENSORS_TYPE) return parseSafetensors(body, 'request body');
   const dtypeHeader = String(request.headers['x-tensor-dtype'] ?? '');
   const dtype = floatStDType(dtypeHeader);
   if (!dtype) {
@@ -121,6 +137,7 @@ export function requestSignal(reply: FastifyReply, timeoutMs: number): AbortSign
 async function handle(
   op: Operation,
   deps: OpRouteDeps,
+  plans: PlanCache,
   request: FastifyRequest,
   reply: FastifyReply,
 ): Promise<FastifyReply> {
@@ -128,20 +145,18 @@ async function handle(
   if (!(request.body instanceof Uint8Array)) {
     throw new QuantdError('UNSUPPORTED_MEDIA_TYPE', { type: request.headers['content-type'] ?? '(none)' });
   }
-  const params = request.query as RequestParams;
-  const opRequest = operationRequest(op, params);
+  const key = planKey(request);
+  const cached = plans.find(key);
+  // options are checked before the body (a bad option is reported first), unless known good
+  const opRequest = cached ? undefined : operationRequest(op, request.query as RequestParams);
+  const file = bodyFile(request, request.body);
+  const prepared = cached ?? plans.prepare(key, planOperation(file.header, opRequest!, 'request body'));
   // Every request whose work can reach the pool can be cancelled (client gone) and timed out,
   // however small its body (QUANTD_INLINE_LIMIT).
   const signal = needsSignal(request.body, deps.inlineLimit)
     ? requestSignal(reply, deps.requestTimeoutMs)
     : undefined;
-  const result = await runBufferOperation(
-    bodyFile(request, request.body),
-    'request body',
-    opRequest,
-    deps.compute,
-    signal,
-  );
+  const result = await runBufferPlan(prepared.plan, file, deps.compute, signal);
   const release = (): void => result.outputs.forEach((o) => deps.compute.release?.(o));
   reply.raw.once('close', release);
   if (format === 'json') {
@@ -153,7 +168,7 @@ async function handle(
     }
     return reply.type('application/json').send(asJson(result));
   }
-  const header = encodeHeader(result.plan.tensors, result.plan.metadata).bytes;
+  const header = prepared.header;
   const length = result.outputs.reduce((n, o) => n + o.byteLength, header.byteLength);
   reply.header('Content-Length', String(length)).type(SAFETENSORS_TYPE);
   const parts = [asBuffer(header), ...result.outputs.map(asBuffer)];
@@ -170,12 +185,13 @@ async function handle(
  * Routes registered outside this scope (/v1/jobs, which takes JSON too) keep their own parsers.
  */
 export function registerOpRoutes(app: FastifyInstance, deps: OpRouteDeps): PromiseLike<unknown> {
+  const plans = new PlanCache();
   return app.register(async (scope) => {
     scope.removeAllContentTypeParsers();
     scope.addContentTypeParser([SAFETENSORS_TYPE, OCTET_TYPE], binaryBodyParser(deps.bodyLimit));
     for (const op of OPERATIONS) {
       scope.post(`/v1/${op}`, { schema: opRouteSchema(op) }, (request, reply) =>
-        handle(op, deps, request, reply),
+        handle(op, deps, plans, request, reply),
       );
     }
   });

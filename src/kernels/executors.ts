@@ -1,5 +1,6 @@
 /** Running kernel tasks in this thread: for small tensors, the CLI, and as the pool's reference. */
 import type { KernelModule } from './module.js';
+import { slabArrays } from './small-arrays.js';
 import { runKernelTask, type KernelTask, type TaskResult } from './tasks.js';
 import type { Executor } from './tensor-ops.js';
 
@@ -10,6 +11,6 @@ export class InlineExecutor implements Executor {
   constructor(private readonly module: KernelModule) {}
 
   async run(tasks: readonly KernelTask[]): Promise<TaskResult[]> {
-    return tasks.map((task) => runKernelTask(this.module, task));
+    return tasks.map((task) => runKernelTask(this.module, task, slabArrays));
   }
 }

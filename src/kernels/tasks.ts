@@ -12,6 +12,7 @@
  * and take tensor indices, so chunked calls compute what one call over the range computes.
  */
 import { addLinearStats } from '../core/linear-stats.js';
+import { freshArrays, type ArrayMaker } from './small-arrays.js';
 import { CODES, type ChooseArgs, type KernelModule, type LayoutArgs, type QuantArgs } from './module.js';
 
 /** A task's input: float32 values, or float16 / bfloat16 bits with `half` their CONVERT kind. */
@@ -180,23 +181,35 @@ function overInput(
   return 0;
 }
 
-export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
+/**
+ * Runs one task; its result arrays come from `arrays` (small-arrays.ts: this thread's slab when
+ * the result stays in it).
+ */
+export function runKernelTask(
+  k: KernelModule,
+  task: KernelTask,
+  arrays: ArrayMaker = freshArrays,
+): TaskResult {
   const done = (status: number): TaskResult => (status === 0 ? ok : { status, bad: k.lastBad() });
+  // results are built field by field: a spread of done() is a slow path of V8's (a small tensor's
+  // op runs several tasks, and this is a measurable part of it)
+  const bad = (status: number): number => (status === 0 ? -1 : k.lastBad());
   switch (task.op) {
     case 'convert':
       k.convert(task.kind, task.input, task.out);
       return ok;
     case 'minmax': {
-      const mins = new Float32Array(task.layout.channels).fill(Infinity);
-      const maxs = new Float32Array(task.layout.channels).fill(-Infinity);
+      const mins = arrays(Float32Array, task.layout.channels).fill(Infinity);
+      const maxs = arrays(Float32Array, task.layout.channels).fill(-Infinity);
       const status = overInput(k, task.x, task.half, HALF_CHUNK, (x, at) =>
         k.minmax(x, task.start + at, task.layout, mins, maxs),
       );
-      return { ...done(status), mins, maxs };
+      return { status, bad: bad(status), mins, maxs };
     }
     case 'histc': {
       const hist = new Float32Array(task.bins);
-      return { ...done(k.histc(task.x, task.left, task.right, hist)), hist };
+      const status = k.histc(task.x, task.left, task.right, hist);
+      return { status, bad: bad(status), hist };
     }
     case 'linearStats': {
       const hessian = task.hessian.slice();
@@ -211,13 +224,13 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
       return { ...ok, hessian, absSum };
     }
     case 'determine': {
-      const scale = new Float32Array(task.mins.length);
-      const zeroPoint = new Float64Array(task.mins.length);
+      const scale = arrays(Float32Array, task.mins.length);
+      const zeroPoint = arrays(Float64Array, task.mins.length);
       const status = k.determine(task.mins, task.maxs, task.choose, scale, zeroPoint);
-      return { ...done(status), scale, zeroPoint };
+      return { status, bad: bad(status), scale, zeroPoint };
     }
     case 'quantize': {
-      const stats = task.measure ? new Float64Array(5) : undefined;
+      const stats = task.measure ? arrays(Float64Array, 5) : undefined;
       const status = overInput(k, task.x, task.half, HALF_CHUNK, (x, at) =>
         k.quantize(
           x,
@@ -230,7 +243,7 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
           stats,
         ),
       );
-      return stats ? { ...done(status), stats } : done(status);
+      return stats ? { status, bad: bad(status), stats } : done(status);
     }
     case 'dequantize':
       return done(
@@ -263,7 +276,7 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
         ),
       );
     case 'quality': {
-      const stats = new Float64Array(5);
+      const stats = arrays(Float64Array, 5);
       const status = overInput(k, task.x, task.half, HALF_CHUNK, (x, at) =>
         k.quality(
           x,
@@ -276,11 +289,11 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
           stats,
         ),
       );
-      return { ...done(status), stats };
+      return { status, bad: bad(status), stats };
     }
     case 'chooseQuantize': {
       // half precision is widened by the kernel itself, in registers
-      const stats = task.measure ? new Float64Array(5) : undefined;
+      const stats = task.measure ? arrays(Float64Array, 5) : undefined;
       const status = k.chooseQuantize(
         task.x,
         task.first,
@@ -293,7 +306,7 @@ export function runKernelTask(k: KernelModule, task: KernelTask): TaskResult {
         stats,
         task.half,
       );
-      return stats ? { ...done(status), stats } : done(status);
+      return stats ? { status, bad: bad(status), stats } : done(status);
     }
   }
 }

@@ -66,6 +66,13 @@ import { CHOOSE_MODE, CODES, CONVERT, type ChooseArgs, type LayoutArgs, type Qua
 import { BufferArena } from './arena.js';
 import { runReferenceTask, type ReferenceCall, type ReferenceResults } from './reference-task.js';
 import type { KernelTask, TaskResult } from './tasks.js';
+import {
+  SMALL_ARRAY_BYTES,
+  freshArrays,
+  slabArrays,
+  type ArrayConstructor,
+  type ArrayMaker,
+} from './small-arrays.js';
 
 /** Runs kernel tasks: in this thread, or on a worker pool. */
 export interface Executor {
@@ -99,10 +106,6 @@ interface Part {
   readonly end: number;
 }
 
-/** The task fields of a part's input. */
-const inputOf = (p: Part): { x: Float32Array | Uint16Array; half?: number } =>
-  p.half === undefined ? { x: p.x } : { x: p.x, half: p.half };
-
 /**
  * Runs `visit` on consecutive windows of a tensor, each given as the ranges its tasks take and as
  * a whole, until one returns false (a kernel rejected the input). Resolves to whether every
@@ -110,8 +113,9 @@ const inputOf = (p: Part): { x: Float32Array | Uint16Array; half?: number } =>
  */
 type Windows = (visit: (parts: Part[], window: Part) => Promise<boolean>) => Promise<boolean>;
 
-type ViewConstructor<T> = { new (buffer: ArrayBufferLike): T; BYTES_PER_ELEMENT: number };
+type ViewConstructor<T extends ArrayBufferView> = ArrayConstructor<T>;
 
+/** A zeroed array, in shared memory when tasks run in other threads (small ones: small-arrays.ts). */
 function allocate<T extends Float32Array | Uint8Array | Uint16Array | Float64Array>(
   ctor: ViewConstructor<T>,
   length: number,
@@ -119,8 +123,9 @@ function allocate<T extends Float32Array | Uint8Array | Uint16Array | Float64Arr
   arena?: BufferArena,
 ): T {
   const bytes = length * ctor.BYTES_PER_ELEMENT;
-  if (arena) return new ctor(arena.take(bytes, shared));
-  return new ctor(shared ? new SharedArrayBuffer(bytes) : new ArrayBuffer(bytes));
+  if (!shared && bytes <= SMALL_ARRAY_BYTES) return slabArrays(ctor, length);
+  if (arena) return new ctor(arena.take(bytes, shared), 0, length);
+  return new ctor(shared ? new SharedArrayBuffer(bytes) : new ArrayBuffer(bytes), 0, length);
 }
 
 /** [start, end) element ranges: `parallelism` of them at most, aligned, none below minPart. */
@@ -188,9 +193,20 @@ function chooseArgs(spec: QuantSpec): ChooseArgs {
   };
 }
 
+/** A copy of `values` as a `ctor` array made by `arrays`. */
+function copyOf<T extends Float32Array | Int32Array>(
+  arrays: ArrayMaker,
+  ctor: ArrayConstructor<T>,
+  values: ArrayLike<number>,
+): T {
+  const copy = arrays(ctor, values.length);
+  copy.set(values);
+  return copy;
+}
+
 /** Zero points as the qparams carry them (int32, or float32) from the kernels' float64. */
-function zeroPointsOf(spec: QuantSpec, zp: Float64Array): Int32Array | Float32Array {
-  return hasFloatZeroPoint(spec) ? Float32Array.from(zp) : Int32Array.from(zp);
+function zeroPointsOf(spec: QuantSpec, zp: Float64Array, arrays: ArrayMaker): Int32Array | Float32Array {
+  return hasFloatZeroPoint(spec) ? copyOf(arrays, Float32Array, zp) : copyOf(arrays, Int32Array, zp);
 }
 
 /** The statistics a quality or measured task returned ([Σerr², Σx², max|err|, clipped, count]). */
@@ -223,12 +239,15 @@ export class KernelCompute implements Compute {
   private readonly minPart: number;
   private readonly windowElements: number;
   private readonly arena: BufferArena;
+  /** Small arrays: from this thread's slab, unless tasks carry them to other threads. */
+  private readonly arrays: ArrayMaker;
 
   constructor(
     private readonly exec: Executor,
     readonly backend: string,
     options: KernelComputeOptions = {},
   ) {
+    this.arrays = exec.shared ? freshArrays : slabArrays;
     this.minPart = options.minPart ?? MIN_PART;
     this.windowElements = options.windowElements ?? WINDOW_ELEMENTS;
     this.arena = options.arena ?? new BufferArena();
@@ -285,7 +304,7 @@ export class KernelCompute implements Compute {
   private parts(window: Part, align: number): Part[] {
     return this.ranges(window.x.length, align).map(([s, e]) => ({
       x: window.x.subarray(s, e),
-      ...(window.half !== undefined && { half: window.half }),
+      half: window.half,
       start: window.start + s,
       end: window.start + e,
     }));
@@ -362,19 +381,19 @@ export class KernelCompute implements Compute {
     scratch: ArrayBufferView[],
   ): { scale: Float32Array; zeroPoint: Float32Array } {
     return {
-      scale: this.sharable(Float32Array.from(qp.scale), scratch),
-      zeroPoint: this.sharable(Float32Array.from(qp.zeroPoint), scratch),
+      scale: this.sharable(copyOf(this.arrays, Float32Array, qp.scale), scratch),
+      zeroPoint: this.sharable(copyOf(this.arrays, Float32Array, qp.zeroPoint), scratch),
     };
   }
 
   /** min/max per unit over the tensor, combined across ranges with -0 < +0 (Math.min / Math.max). */
   private async minmax(windows: Windows, layout: Layout, tensor: string, signal?: AbortSignal) {
     const l = layoutArgs(layout);
-    const mins = new Float32Array(layout.channels).fill(Infinity);
-    const maxs = new Float32Array(layout.channels).fill(-Infinity);
+    const mins = this.arrays(Float32Array, layout.channels).fill(Infinity);
+    const maxs = this.arrays(Float32Array, layout.channels).fill(-Infinity);
     const ok = await windows(async (parts) => {
       const results = await this.tasks(
-        parts.map((p) => ({ op: 'minmax', ...inputOf(p), start: p.start, layout: l })),
+        parts.map((p) => ({ op: 'minmax', x: p.x, half: p.half, start: p.start, layout: l })),
         tensor,
         signal,
       );
@@ -401,12 +420,12 @@ export class KernelCompute implements Compute {
     const range = await this.minmax(windows, input.layout, input.name, signal);
     if (!range) return null;
     const [r] = await this.tasks(
-      [{ op: 'determine', ...range, choose: chooseArgs(spec) }],
+      [{ op: 'determine', mins: range.mins, maxs: range.maxs, choose: chooseArgs(spec) }],
       input.name,
       signal,
     );
     if (r!.status !== 0) return null;
-    return { scale: r!.scale!, zeroPoint: zeroPointsOf(spec, r!.zeroPoint!) };
+    return { scale: r!.scale!, zeroPoint: zeroPointsOf(spec, r!.zeroPoint!, this.arrays) };
   }
 
   /** The TypeScript reference of an op: on a worker when the executor is a pool. */
@@ -532,7 +551,8 @@ export class KernelCompute implements Compute {
       const results = await this.tasks(
         this.parts(window, ALIGN).map((p) => ({
           op: 'quality',
-          ...inputOf(p),
+          x: p.x,
+          half: p.half,
           codes: codes.subarray(bytes(p.start), bytes(p.end)),
           start: p.start,
           layout: l,
@@ -574,7 +594,8 @@ export class KernelCompute implements Compute {
       const results = await this.tasks(
         parts.map((p) => ({
           op: 'quantize',
-          ...inputOf(p),
+          x: p.x,
+          half: p.half,
           start: p.start,
           layout: l,
           scale,
@@ -616,7 +637,8 @@ export class KernelCompute implements Compute {
       const results = await this.tasks(
         parts.map((p) => ({
           op: 'chooseQuantize',
-          ...inputOf(p),
+          x: p.x,
+          half: p.half,
           first: p.start / inner,
           unitSize: inner,
           choose: chooseArgs(spec),
@@ -634,7 +656,10 @@ export class KernelCompute implements Compute {
       return true;
     });
     if (!ok) return null;
-    const qparams = { scale: Float32Array.from(scale), zeroPoint: zeroPointsOf(spec, zp) };
+    const qparams = {
+      scale: copyOf(this.arrays, Float32Array, scale),
+      zeroPoint: zeroPointsOf(spec, zp, this.arrays),
+    };
     return quality ? { data: out, qparams, quality: total } : { data: out, qparams };
   }
 
@@ -669,7 +694,8 @@ export class KernelCompute implements Compute {
         const results = await this.tasks(
           parts.map((p) => ({
             op: 'fakeQuantize',
-            ...inputOf(p),
+            x: p.x,
+            half: p.half,
             start: p.start,
             layout: l,
             scale,

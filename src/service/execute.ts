@@ -100,7 +100,7 @@ async function runSlice(
   compute: Compute,
   plan: Plan,
   quality: boolean,
-  signal: AbortSignal,
+  signal: AbortSignal | undefined,
 ): Promise<SliceOutput> {
   const { step, bufferBytes } = slice.tensor;
   const allocate = sliceAllocator(compute.allocate?.bind(compute), bufferBytes);
@@ -111,7 +111,7 @@ async function runSlice(
     out = await compute.quantize(tensor, step.spec, undefined, signal, { quality });
   } catch (err) {
     // the input is left to the collector: a cancelled task's thread may still be reading it
-    if (!(err instanceof QuantdError) || signal.aborted) throw err;
+    if (!(err instanceof QuantdError) || signal?.aborted) throw err;
     if (err.code === 'INPUT_NOT_FINITE') {
       const index = Number(err.params['index']) + slice.firstElement;
       throw new QuantdError('INPUT_NOT_FINITE', { ...err.params, index });

@@ -23,7 +23,16 @@ export async function runBufferOperation(
   compute: Compute,
   signal?: AbortSignal,
 ): Promise<BufferResult> {
-  const plan = planOperation(file.header, request, source);
+  return runBufferPlan(planOperation(file.header, request, source), file, compute, signal);
+}
+
+/** runBufferOperation with the plan made already (PlanCache): `plan` must be `file`'s. */
+export async function runBufferPlan(
+  plan: Plan,
+  file: { tensorBytes(entry: TensorEntry): Uint8Array },
+  compute: Compute,
+  signal?: AbortSignal,
+): Promise<BufferResult> {
   const written = new Map<string, Uint8Array>();
   const summary = await executePlan(
     plan,

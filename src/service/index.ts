@@ -4,6 +4,7 @@ export * from './given-qparams.js';
 export * from './plan.js';
 export * from './selection.js';
 export * from './files.js';
+export * from './plan-cache.js';
 export * from './inspect.js';
 export * from './inspect-folder.js';
 export * from './request.js';

@@ -11,8 +11,8 @@ export interface OrderedWork<T> {
   readonly count: number;
   /** Bytes unit `i` holds from its start until it is finished. */
   cost(i: number): number;
-  /** Starts unit `i` (reads its inputs, computes); `signal` aborts it. */
-  run(i: number, signal: AbortSignal): Promise<T>;
+  /** Starts unit `i` (reads its inputs, computes); `signal` aborts it (none: nothing can). */
+  run(i: number, signal: AbortSignal | undefined): Promise<T>;
   /** Finishes unit `i` with its result (writes its outputs), in index order. */
   finish(i: number, result: T): Promise<void>;
 }
@@ -33,15 +33,19 @@ export interface OrderedOptions {
 export async function runInOrder<T>(work: OrderedWork<T>, options: OrderedOptions = {}): Promise<void> {
   const concurrency = Math.max(1, options.concurrency ?? 1);
   const budget = options.memoryBudget ?? Infinity;
-  // one signal for the units: the caller's abort, or ours on the first failure (a listener
-  // rather than AbortSignal.any, which costs a measurable share of a small request)
-  const stop = new AbortController();
-  const signal = stop.signal;
-  // every kernel task of every unit in flight listens to it: more than Node's default of 10
-  setMaxListeners(0, signal);
-  const forward = (): void => stop.abort(options.signal?.reason);
-  if (options.signal?.aborted) forward();
-  else options.signal?.addEventListener('abort', forward, { once: true });
+  // One signal for the units: the caller's abort, or ours on the first failure (a listener
+  // rather than AbortSignal.any, which costs a measurable share of a small request). A single
+  // unit has no sibling to stop when it fails: it gets the caller's signal as it is (none, for
+  // a small request computed in this thread, which then allocates no controller at all).
+  const stop = work.count > 1 ? new AbortController() : undefined;
+  const signal = stop ? stop.signal : options.signal;
+  const forward = (): void => stop!.abort(options.signal?.reason);
+  if (stop) {
+    // every kernel task of every unit in flight listens to it: more than Node's default of 10
+    setMaxListeners(0, stop.signal);
+    if (options.signal?.aborted) forward();
+    else options.signal?.addEventListener('abort', forward, { once: true });
+  }
   const running: Array<Promise<T> | undefined> = new Array(work.count);
   let started = 0;
   let held = 0;
@@ -86,10 +90,10 @@ export async function runInOrder<T>(work: OrderedWork<T>, options: OrderedOption
     }
   } catch (err) {
     failed = true;
-    stop.abort(err);
+    stop?.abort(err);
     await Promise.allSettled(running.filter((r) => r !== undefined));
     throw err;
   } finally {
-    options.signal?.removeEventListener('abort', forward);
+    if (stop) options.signal?.removeEventListener('abort', forward);
   }
 }

@@ -258,3 +258,30 @@ describe.concurrent('unary RPCs equal the CLI and HTTP byte for byte', () => {
     expect(JSON.parse(reply.body.toString()).code).toBe('NOT_A_QTENSOR');
   });
 });
+
+describe('repeated one-tensor calls reuse their plan, never its answer', () => {
+  const spec: SpecMessage = { qdtype: 'int4', scheme: 'per_group', group_size: 16 };
+  const shape = [4, 32];
+
+  it('the same spec and tensor header with other data give the CLI bytes for that data', async () => {
+    for (const seed of [21, 22]) {
+      const data = tensorBytes('float32', 128, seed);
+      const input = join(dir, `cache-${seed}.safetensors`);
+      writeFileSync(input, serializeSafetensors([{ name: 'tensor', dtype: 'F32', shape, data }], null));
+      const want = await cliOutput('quantize', input, join(dir, `cache-${seed}-out`), cliArgs(spec));
+      for (const round of [1, 2]) {
+        const got = await unary(client, 'Quantize', { spec, tensor: { dtype: 'float32', shape, data } });
+        expectSameBytes(got.safetensors, want, `seed ${seed}, round ${round}`);
+      }
+    }
+  });
+
+  it('a planned call whose data does not fit its shape is still refused', async () => {
+    const data = tensorBytes('float32', 128, 23);
+    await unary(client, 'Quantize', { spec, tensor: { dtype: 'float32', shape, data } });
+    const err = await rejection(
+      unary(client, 'Quantize', { spec, tensor: { dtype: 'float32', shape, data: data.subarray(4) } }),
+    );
+    expectGrpcError(err, 'SAFETENSORS_SIZE_MISMATCH');
+  });
+});

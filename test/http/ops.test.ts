@@ -459,3 +459,51 @@ describe('1-D tensors of a file of several tensors pass through unless named (RE
     expect([...readTensors(r.body).names]).toEqual(['w', 'norm', 'norm.scale', 'norm.zero_point']);
   });
 });
+
+describe('repeated one-tensor requests reuse their plan (PlanCache), never its answer', () => {
+  const options: Options = [
+    ['qdtype', 'int4'],
+    ['scheme', 'per_group'],
+    ['group_size', '16'],
+  ];
+  const path = `/v1/quantize${queryOf(options)}`;
+  const quantize = (o: Octet): Promise<Reply> =>
+    send(t.port, path, { headers: octetHeaders(o.dtype, o.shape), body: o.data });
+
+  it('the same URL and tensor headers with other data, or another shape, give the CLI bytes', async () => {
+    const bodies = [
+      octet('float32', [4, 32], 11),
+      octet('float32', [4, 32], 12),
+      octet('float32', [2, 64], 13),
+    ];
+    for (const [i, o] of bodies.entries()) {
+      const cli = await cliOutput(
+        'quantize',
+        fileOf(o, `cache-${i}.safetensors`),
+        join(dir, `cache-${i}-out`),
+        [...cliArgs(options)],
+      );
+      // twice each: the first may plan, the second finds the plan
+      for (const round of [1, 2])
+        expectCliResult(await quantize(o), cli, undefined, `body ${i}, round ${round}`);
+    }
+  });
+
+  it('a planned request whose body does not fit its shape is still refused', async () => {
+    const o = octet('float32', [4, 32], 14);
+    expect((await quantize(o)).status).toBe(200);
+    const short = await send(t.port, path, {
+      headers: octetHeaders('float32', [4, 32]),
+      body: o.data.subarray(4),
+    });
+    expectProblem(short, 'SAFETENSORS_SIZE_MISMATCH');
+  });
+
+  it('a bad option is reported before bad tensor headers, as without the cache', async () => {
+    const reply = await send(t.port, '/v1/quantize?qdtpye=int4', {
+      headers: octetHeaders('float64', [4, 32]),
+      body: new Uint8Array(1024),
+    });
+    expectProblem(reply, 'OPTION_INVALID');
+  });
+});

@@ -248,7 +248,10 @@ export async function runEncodeJobs<E>(
   const budget = Math.min(DEFAULT_LAYOUT_BUDGET, Math.max(MIN_LAYOUT_BUDGET, concurrency * largest));
 
   /** Runs a whole job: reads its inputs, encodes them (in parts on the pool), returns its outputs. */
-  const runJob = async (job: EncodeJob<E>, signal: AbortSignal): Promise<readonly Uint8Array[]> => {
+  const runJob = async (
+    job: EncodeJob<E>,
+    signal: AbortSignal | undefined,
+  ): Promise<readonly Uint8Array[]> => {
     const encoded = job.call !== undefined || job.prepare !== undefined;
     const shared = encoded && encoding.shared;
     const inputs: Uint8Array[] = [];
@@ -270,7 +273,11 @@ export async function runEncodeJobs<E>(
    * any other refusal (a block whose float16 scale overflows) is taken from the whole weight,
    * which reports a non-finite value anywhere before an overflow anywhere, as llama.cpp does.
    */
-  const runSlice = async (job: EncodeJob<E>, slice: JobSlice, signal: AbortSignal): Promise<UnitDone> => {
+  const runSlice = async (
+    job: EncodeJob<E>,
+    slice: JobSlice,
+    signal: AbortSignal | undefined,
+  ): Promise<UnitDone> => {
     const shared = encoding.shared;
     const input = await readPart(job, slice.inputBegin, slice.inputEnd, shared, slice.inputBuffer);
     const output = sized(slice.outputBuffer)(slice.outputBytes, shared);
@@ -282,7 +289,7 @@ export async function runEncodeJobs<E>(
       );
     } catch (err) {
       // its buffers are left to the collector: a cancelled task's thread may still be using them
-      if (!isQuantdError(err) || signal.aborted || err.code === 'INPUT_NOT_FINITE') throw err;
+      if (!isQuantdError(err) || signal?.aborted || err.code === 'INPUT_NOT_FINITE') throw err;
       await runJob({ ...job, onNotes: undefined, onQuality: undefined }, signal); // throws the weight's own error
       throw err;
     }
