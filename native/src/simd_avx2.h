@@ -110,6 +110,13 @@ QD_V vi vi_load_nibbles(const void *p, int is_signed) {
   return is_signed ? _mm256_sub_epi32(_mm256_xor_si256(v, _mm256_set1_epi32(8)), _mm256_set1_epi32(8)) : v;
 }
 QD_V vf vf_gather(const float *table, vi idx) { return _mm256_i32gather_ps(table, idx, 4); }
+/* A 16-entry byte table made ready for vi_lut16 (in both halves, as pshufb looks up within its
+ * own 128 bits), and its lookup: lanes idx (each 0…15) to t[idx]; 0x80 in a lane's three upper
+ * index bytes makes pshufb zero them. */
+QD_V vi vi_lut16_load(const uint8_t *t) { return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)t)); }
+QD_V vi vi_lut16(vi table, vi idx) {
+  return _mm256_shuffle_epi8(table, _mm256_or_si256(idx, _mm256_set1_epi32((int32_t)0x80808000u)));
+}
 
 /* ---- codes out: 4·VL int32 lanes (already within the code range) ---- */
 QD_V __m256i pack4_bytes(vi a, vi b, vi c, vi d, int is_unsigned) {

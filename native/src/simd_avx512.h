@@ -94,6 +94,9 @@ QD_V vi vi_load_nibbles(const void *p, int is_signed) {
   return is_signed ? _mm512_sub_epi32(_mm512_xor_si512(v, _mm512_set1_epi32(8)), _mm512_set1_epi32(8)) : v;
 }
 QD_V vf vf_gather(const float *table, vi idx) { return _mm512_i32gather_ps(idx, table, 4); }
+/* A 16-entry byte table made ready for vi_lut16, and its lookup: lanes idx (each 0…15) to t[idx]. */
+QD_V vi vi_lut16_load(const uint8_t *t) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)t)); }
+QD_V vi vi_lut16(vi table, vi idx) { return _mm512_permutexvar_epi32(idx, table); }
 
 /* ---- codes out ---- */
 QD_V void store4_i8(void *out, vi a, vi b, vi c, vi d) {

@@ -14,6 +14,13 @@
  *   r = RN(1/b) and y = RN(a · r), |y − RN(a / b)| ≤ |y| · 2^-22 (three roundings of 2^-24
  *   each), so where y is farther than |y| · 2^-21 from every half-integer both round to the same
  *   integer. A vector with any lane nearer (or not finite) is computed again with divisions.
+ *   For x / scale, |y| ≤ maxq + 1 (every x of a group lies within xmax − xmin = maxq · scale of
+ *   0), so one bound serves every lane: |y − rint(y)| < 0.5 − (maxq + 1) · 2^-21.
+ * - Codes (2 and 4 bits). After q (an integer 0…maxq) the rest of the reference's work on a
+ *   weight (the fake-quantized value, rounded to the layer's dtype, its code re-derived by the
+ *   float16 scale and clamped) depends on q and the group's parameters only: it is done once per
+ *   group for each q (gptq_table, the same operations) and looked up per weight (vi_lut16). So a
+ *   float16 or bfloat16 layer costs what a float32 one does.
  *
  * Any weight the vector path refuses (a value not finite, a scale float16 cannot hold) and group
  * sizes it does not take run the reference driver from the start, which gives its error and index.
@@ -24,7 +31,31 @@
 /* One group's parameters as the code loop uses them (reciprocals included). */
 typedef struct {
   float scale, zero, half_scale, scale_zero, inv_scale, inv_half_scale;
+  uint8_t code[16], clamp[16]; /* for q = 0…15 (bits ≤ 4): its code, and 1 where it was clamped */
+  int clamps;                  /* whether any q ≤ maxq is clamped */
 } QD_NAME(gptq_lane);
+
+/* The lane's code table (bits ≤ 4): qd_gptq_code's operations after q, VL values of q at once. */
+QD_TARGET static void QD_NAME(gptq_table)(QD_NAME(gptq_lane) *p, uint32_t bits, int32_t store) {
+  static const float iota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const vf s = vf_set(p->scale), z = vf_set(p->zero), sz = vf_set(p->scale_zero), floor0 = vf_set(0.0f);
+  const vf top = vf_set((float)((1u << bits) - 1u));
+  vm clamps = vm_none();
+  for (int q0 = 0; q0 < 16; q0 += VL) {
+    const vf q = vf_load(iota + q0);
+    vf fake = vf_mul(s, vf_sub(q, z));
+    if (store == 1) fake = vf_f16_round(fake);
+    if (store == 2) fake = vi_bits(vi_sll(QD_NAME(bf16_bits)(fake), 16));
+    const vf code = vf_round(vf_div(vf_add(fake, sz), vf_set(p->half_scale)));
+    const vm inside = vm_and(vf_ge(code, floor0), vf_le(code, top)); /* NaN: outside, to 0 */
+    vi_store_u8(p->code + q0, vf_to_vi_trunc(vf_select(vf_gt(code, top), top, vf_select(inside, code, floor0))));
+    vi_store_u8(p->clamp + q0, vi_select(inside, vi_set(0), vi_set(1)));
+    /* the q a weight can have (q ≤ maxq) that clamp: 0 ≤ code ≤ maxq fails, NaN included */
+    const vm outside = vm_or(vf_unord(code), vm_or(vf_lt(code, floor0), vf_gt(code, top)));
+    clamps = vm_or(clamps, vm_and(outside, vf_le(q, top)));
+  }
+  p->clamps = vm_any(clamps);
+}
 
 /* qd_gptq_params for VL rows' groups at once from their minima and maxima: each lane's parameters
  * into `lanes` and float16 scale into `half`, and whether that lane's group can be written (bit j). */
@@ -55,10 +86,20 @@ QD_TARGET static uint32_t QD_NAME(gptq_params)(const float *lo, const float *hi,
   vf_store(is, vf_div(one, scale));
   vf_store(ihs, vf_div(one, half_scale));
   vm_store_bytes(good, ok);
+#if QD_HAS_F16C
+  vf_store_f16(half, scale);
+#endif
   uint32_t mask = 0;
-  for (int j = 0; j < VL; j++) {
-    lanes[j] = (QD_NAME(gptq_lane)){s[j], z[j], hs[j], sz[j], is[j], ihs[j]};
+  for (int j = 0; j < VL; j++) { /* the code tables are gptq_table's */
+    lanes[j].scale = s[j];
+    lanes[j].zero = z[j];
+    lanes[j].half_scale = hs[j];
+    lanes[j].scale_zero = sz[j];
+    lanes[j].inv_scale = is[j];
+    lanes[j].inv_half_scale = ihs[j];
+#if !QD_HAS_F16C
     half[j] = qd_f32_to_f16(s[j]);
+#endif
     mask |= (uint32_t)(good[j] != 0) << j;
   }
   return mask;
@@ -69,6 +110,23 @@ QD_TARGET static uint32_t QD_NAME(gptq_params)(const float *lo, const float *hi,
 QD_V vm QD_NAME(gptq_rint_safe)(vf y, vf rounded) {
   const vf gap = vf_sub(vf_set(0.5f), vf_abs(vf_sub(y, rounded)));
   return vf_gt(gap, vf_mul(vf_abs(y), vf_set(0x1p-21f)));
+}
+
+/* rint(x[0…VL) / scale) + zero clamped to 0…top, as the reference; `near` is
+ * 0.5 − (maxq + 1) · 2^-21 (see the top). */
+QD_V vf QD_NAME(gptq_q)(const float *x, const QD_NAME(gptq_lane) *p, vf top, vf near) {
+  const vf v = vf_load(x);
+  const vf y = vf_mul(v, vf_set(p->inv_scale));
+  vf k = vf_round(y);
+  if (!vm_all(vf_lt(vf_abs(vf_sub(y, k)), near))) k = vf_round(vf_div(v, vf_set(p->scale))); /* NaN too */
+  return vf_min(vf_max(vf_add(k, vf_set(p->zero)), vf_set(0.0f)), top);
+}
+
+/* The codes of x[0…VL) of a group by the lane's table (bits ≤ 4), clamped ones counted. */
+QD_V vi QD_NAME(gptq_lut_codes)(const float *x, const QD_NAME(gptq_lane) *p, vf top, vf near, uint64_t *clamped) {
+  const vi q = vf_to_vi_trunc(QD_NAME(gptq_q)(x, p, top, near));
+  if (p->clamps) *clamped += (uint64_t)vm_count(vi_gt(vi_lut16(vi_lut16_load(p->clamp), q), vi_set(0)));
+  return vi_lut16(vi_lut16_load(p->code), q);
 }
 
 /* The codes of x[0…VL) of a group, clamped ones counted: the reference's operations. */
@@ -120,10 +178,19 @@ QD_V uint32_t QD_NAME(gptq_word)(const uint8_t *c, uint32_t bits) {
 QD_TARGET static void QD_NAME(gptq_words)(const float *x, uint64_t n, uint32_t bits, int32_t store,
                                           const QD_NAME(gptq_lane) *p, uint32_t *words, uint64_t *clamped) {
   const float maxq = (float)((1u << bits) - 1u);
-  const vf top = vf_set(maxq);
+  const vf top = vf_set(maxq), near = vf_set(0.5f - (maxq + 1.0f) * 0x1p-21f);
   uint8_t codes[4 * VL];
   uint64_t k = 0;
-  if (bits != 2) {
+  if (bits == 4) {
+    for (; k + 4 * VL <= n; k += 4 * VL) {
+      const vi a = QD_NAME(gptq_lut_codes)(x + k, p, top, near, clamped);
+      const vi b = QD_NAME(gptq_lut_codes)(x + k + VL, p, top, near, clamped);
+      const vi c = QD_NAME(gptq_lut_codes)(x + k + 2 * VL, p, top, near, clamped);
+      const vi d = QD_NAME(gptq_lut_codes)(x + k + 3 * VL, p, top, near, clamped);
+      store4_nibbles(words + (k * bits >> 5), a, b, c, d); /* 2 · VL bytes: the words, read back one by one */
+    }
+  }
+  if (bits == 8) {
     for (; k + 4 * VL <= n; k += 4 * VL) {
       const vi a = QD_NAME(gptq_codes)(x + k, p, top, store, clamped);
       const vi b = QD_NAME(gptq_codes)(x + k + VL, p, top, store, clamped);
@@ -141,7 +208,9 @@ QD_TARGET static void QD_NAME(gptq_words)(const float *x, uint64_t n, uint32_t b
   while (k < n) { /* codes as bytes, then words (m is a multiple of per_word) */
     const uint64_t m = n - k < 4 * VL ? n - k : 4 * VL;
     uint64_t j = 0;
-    for (; j + VL <= m; j += VL) vi_store_u8(codes + j, QD_NAME(gptq_codes)(x + k + j, p, top, store, clamped));
+    for (; j + VL <= m; j += VL)
+      vi_store_u8(codes + j, bits == 8 ? QD_NAME(gptq_codes)(x + k + j, p, top, store, clamped)
+                                       : QD_NAME(gptq_lut_codes)(x + k + j, p, top, near, clamped));
     for (; j < m; j++) codes[j] = (uint8_t)qd_gptq_code(x[k + j], &ref, store, clamped);
     for (uint64_t w = 0; w < (m * bits >> 5); w++)
       words[(k * bits >> 5) + w] = QD_NAME(gptq_word)(codes + w * per_word, bits);
@@ -167,15 +236,25 @@ QD_TARGET static qd_status QD_NAME(gptq_quantize)(const float *w, uint64_t out, 
       float lo[ROWS], hi[ROWS];
       QD_NAME(gptq_lane) lanes[ROWS];
       uint16_t half[ROWS];
-      const uint64_t ahead = in - begin - n < group_size ? in - begin - n : group_size; /* the next group */
+      /* The group two after this one (in the next tile past the row's end) is asked into the
+       * cache row by row as the codes are made, a few lines per vector of work: 16 rows are more
+       * streams than the hardware prefetchers follow. One group ahead, or all of a group's lines
+       * issued at once before its range pass, was measurably slower on AVX2, no faster on AVX-512. */
+      uint64_t ga = g + 2, ra = r0;
+      if (ga >= groups) ga -= groups, ra += ROWS;
+      const int has = ga < groups && ra < out;
+      const float *ahead = has ? w + ra * in + ga * group_size : x;
+      const uint64_t ahead_n = !has ? 0 : in - ga * group_size < group_size ? in - ga * group_size : group_size;
       uint32_t ok = 0;
       for (int j = 0; j < ROWS; j++)
-        if (!group_range(x + (uint64_t)j * in, n, x + (uint64_t)j * in + n, ahead, &lo[j], &hi[j]))
+        if (!group_range(x + (uint64_t)j * in, n, &lo[j], &hi[j]))
           return qd_gptq_quantize_ref(w, out, in, bits, group_size, sym, store, qweight, qzeros, scales, counts, bad);
       for (int j = 0; j < ROWS; j += VL)
         ok |= QD_NAME(gptq_params)(lo + j, hi + j, bits, sym, lanes + j, half + j) << j;
       if (ok != (1u << ROWS) - 1)
         return qd_gptq_quantize_ref(w, out, in, bits, group_size, sym, store, qweight, qzeros, scales, counts, bad);
+      if (bits <= 4)
+        for (int j = 0; j < ROWS; j++) QD_NAME(gptq_table)(&lanes[j], bits, store);
       for (int j = 0; j < ROWS; j++) {
         const uint32_t zero = (uint32_t)lanes[j].zero;
         if (zero == 0) zero_groups++;
@@ -186,8 +265,11 @@ QD_TARGET static qd_status QD_NAME(gptq_quantize)(const float *w, uint64_t out, 
       for (uint64_t c0 = 0; c0 < n; c0 += CHUNK) { /* each row's words, then whole lines of qweight */
         const uint64_t m = n - c0 < CHUNK ? n - c0 : CHUNK, words = m * bits >> 5;
         uint32_t tile[ROWS][CHUNK / 4];
-        for (int j = 0; j < ROWS; j++)
+        for (int j = 0; j < ROWS; j++) {
+          if (c0 == 0)
+            for (uint64_t i = 0; i < ahead_n; i += 16) __builtin_prefetch(ahead + (uint64_t)j * in + i);
           QD_NAME(gptq_words)(x + (uint64_t)j * in + c0, m, bits, store, &lanes[j], tile[j], &clamped);
+        }
         uint32_t *dst = qweight + ((begin + c0) * bits >> 5) * out + r0;
         for (uint64_t k = 0; k < words; k++, dst += out)
           for (int j = 0; j < ROWS; j++) dst[j] = tile[j][k];

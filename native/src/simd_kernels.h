@@ -56,11 +56,8 @@ QD_TARGET static int run_minmax(const float *x, uint64_t n, int32_t *lo, int32_t
 }
 
 /* The minimum and maximum of one group x[0…n) (the sign of a zero aside); 0 if a value is not
- * finite. ahead[0…ahead_n), the row's next group, is asked into the cache first: AWQ's and GPTQ's
- * tiles read many rows a group at a time, more streams than the hardware's prefetchers follow. */
-QD_TARGET static int group_range(const float *x, uint64_t n, const float *ahead, uint64_t ahead_n, float *lo,
-                                 float *hi) {
-  for (uint64_t i = 0; i < ahead_n; i += 16) __builtin_prefetch(ahead + i);
+ * finite. (AWQ's and GPTQ's tiles ask their next groups into the cache themselves.) */
+QD_TARGET static int group_range(const float *x, uint64_t n, float *lo, float *hi) {
   int32_t l = qd_key(__builtin_inff()), h = qd_key(-__builtin_inff());
   if (!run_minmax(x, n, &l, &h)) return 0;
   *lo = qd_unkey(l);

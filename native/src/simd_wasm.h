@@ -109,6 +109,10 @@ QD_V vf vf_gather(const float *table, vi idx) {
   return wasm_f32x4_make(table[wasm_i32x4_extract_lane(idx, 0)], table[wasm_i32x4_extract_lane(idx, 1)],
                          table[wasm_i32x4_extract_lane(idx, 2)], table[wasm_i32x4_extract_lane(idx, 3)]);
 }
+/* A 16-entry byte table made ready for vi_lut16, and its lookup: lanes idx (each 0…15) to t[idx];
+ * swizzle gives 0 for the index bytes 0x80 put in each lane's upper three bytes. */
+QD_V vi vi_lut16_load(const uint8_t *t) { return wasm_v128_load(t); }
+QD_V vi vi_lut16(vi table, vi idx) { return wasm_i8x16_swizzle(table, wasm_v128_or(idx, wasm_i32x4_splat((int32_t)0x80808000u))); }
 
 /* ---- codes out ---- */
 QD_V void store4_i8(void *out, vi a, vi b, vi c, vi d) {
