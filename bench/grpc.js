@@ -5,12 +5,12 @@
 //  (b) 4 KiB tensors through the unary Quantize under concurrency, against a unary call that
 //      answers at once (target ≥ 50 % of its rate), from a load generator in another thread.
 import { once } from 'node:events';
-import { Worker } from 'node:worker_threads';
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { startServer } from '../dist/src/server/serve.js';
 import { LOADER_OPTIONS, PROTO_FILE } from '../dist/src/grpc/server.js';
+import { loadInWorker } from './load.js';
 import { randomFloats } from './ops.js';
 
 const { values } = parseArgs({
@@ -122,23 +122,16 @@ const echoS = await best(runEcho);
 const quantS = await best(runQuantize);
 
 // (b) small requests under concurrency
-function load(port, service, method, request) {
-  return new Promise((resolve, reject) => {
-    const worker = new Worker(new URL('./grpc-load-worker.js', import.meta.url), {
-      workerData: {
-        target: `127.0.0.1:${port}`,
-        service,
-        method,
-        request,
-        seconds: Number(values.seconds),
-        concurrency: Number(values.concurrency),
-        warmupSeconds: 1,
-      },
-    });
-    worker.once('message', resolve);
-    worker.once('error', reject);
+const load = (port, service, method, request) =>
+  loadInWorker(new URL('./grpc-load-worker.js', import.meta.url), {
+    target: `127.0.0.1:${port}`,
+    service,
+    method,
+    request,
+    seconds: Number(values.seconds),
+    concurrency: Number(values.concurrency),
+    warmupSeconds: 1,
   });
-}
 const trivialLoad = await load(echoPort, 'echo', 'Unary', {});
 const smallLoad = await load(server.grpcPort, 'quantd', 'Quantize', {
   spec: { qdtype: 'int8' },

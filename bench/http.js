@@ -6,11 +6,11 @@
 //      latency (target ≥ 50 %).
 // The echo and JSON routes are added to the real app here, for the benchmark only.
 import http from 'node:http';
-import { Worker } from 'node:worker_threads';
 import { parseArgs } from 'node:util';
 import { loadConfig } from '../dist/src/config.js';
 import { buildApp } from '../dist/src/http/app.js';
 import { createCompute } from '../dist/src/pool/index.js';
+import { loadInWorker } from './load.js';
 import { randomFloats } from './ops.js';
 
 const { values } = parseArgs({
@@ -100,24 +100,17 @@ large.ratio = large.quantize_gbs / large.echo_gbs;
 
 // (b) small requests under concurrency, from a load generator in another thread
 const small = Buffer.from(randomFloats(1024).buffer);
-function load(method, path, headers, body) {
-  return new Promise((resolve, reject) => {
-    const worker = new Worker(new URL('./load-worker.js', import.meta.url), {
-      workerData: {
-        port,
-        method,
-        path,
-        headers,
-        body,
-        seconds: Number(values.seconds),
-        concurrency: Number(values.concurrency),
-        warmupSeconds: 1,
-      },
-    });
-    worker.once('message', resolve);
-    worker.once('error', reject);
+const load = (method, path, headers, body) =>
+  loadInWorker(new URL('./load-worker.js', import.meta.url), {
+    port,
+    method,
+    path,
+    headers,
+    body,
+    seconds: Number(values.seconds),
+    concurrency: Number(values.concurrency),
+    warmupSeconds: 1,
   });
-}
 const jsonLoad = await load('GET', '/bench/json', {});
 const quantLoad = await load('POST', '/v1/quantize?qdtype=int8', octet('1024'), small);
 const result = {

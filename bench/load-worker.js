@@ -1,10 +1,9 @@
-// A load generator in its own thread (own event loop, own core), so that client work does not
-// share the server's thread: `concurrency` keep-alive connections issue one request after
-// another for `seconds`, after a warm-up; reports requests/s and latency quantiles.
+// bench/http.js's load generator (bench/load.js): `concurrency` keep-alive connections.
 import http from 'node:http';
 import { parentPort, workerData } from 'node:worker_threads';
+import { runLoad } from './load.js';
 
-const { port, method, path, headers, body, seconds, concurrency, warmupSeconds } = workerData;
+const { port, method, path, headers, body, concurrency } = workerData;
 const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
 const payload = body ? Buffer.from(body) : undefined;
 
@@ -21,24 +20,6 @@ function once() {
   });
 }
 
-async function run(durationMs, latencies) {
-  const until = Date.now() + durationMs;
-  const loop = async () => {
-    while (Date.now() < until) {
-      const t0 = process.hrtime.bigint();
-      await once();
-      latencies?.push(Number(process.hrtime.bigint() - t0) / 1e6);
-    }
-  };
-  await Promise.all(Array.from({ length: concurrency }, loop));
-}
-
-await run(warmupSeconds * 1000);
-const latencies = [];
-const t0 = Date.now();
-await run(seconds * 1000, latencies);
-const elapsed = (Date.now() - t0) / 1000;
-latencies.sort((a, b) => a - b);
-const q = (p) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))];
+const report = await runLoad(once, workerData);
 agent.destroy();
-parentPort.postMessage({ rps: latencies.length / elapsed, p50: q(0.5), p99: q(0.99) });
+parentPort.postMessage(report);
