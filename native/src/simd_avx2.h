@@ -18,6 +18,10 @@
 #define VL 8
 #define QD_HAS_GATHER 1
 #define QD_HAS_F16C 1
+/* store4_i8 / _u8 narrow with saturation: the lanes must be the codes themselves */
+#define QD_STORES_TRUNCATE 0
+/* choose_quantize_from runs float32 without statistics through simd_choose.h's loop */
+#define QD_FUSE_PLAIN 1
 
 typedef __m256 vf;
 typedef __m256i vi;
@@ -75,6 +79,13 @@ QD_V vm vf_lt(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_
 QD_V vm vi_eq(vi a, vi b) { return _mm256_cmpeq_epi32(a, b); }
 QD_V vm vi_gt(vi a, vi b) { return _mm256_cmpgt_epi32(a, b); }
 QD_V vm vf_gt(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ)); }
+QD_V vm vf_ne(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_NEQ_OQ)); }
+/* acc plus one in the lanes of m: a set lane is -1 */
+QD_V vi vi_count(vi acc, vm m) { return _mm256_sub_epi32(acc, m); }
+/* max(|a|, b) for b ≥ +0, neither NaN */
+QD_V vf vf_absmax(vf a, vf b) {
+  return _mm256_max_ps(_mm256_and_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))), b);
+}
 QD_V vi vi_select(vm m, vi yes, vi no) { return _mm256_blendv_epi8(no, yes, m); }
 QD_V vf vf_select(vm m, vf yes, vf no) { return _mm256_blendv_ps(no, yes, _mm256_castsi256_ps(m)); }
 /* The 0/1 bytes of a lane mask, for fake-quantize's mask output (VL bytes). */

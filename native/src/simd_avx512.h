@@ -17,6 +17,10 @@
 #define VL 16
 #define QD_HAS_GATHER 1
 #define QD_HAS_F16C 1
+/* store4_i8 / _u8 / _i16 / _nibbles keep the low bits of each lane (vpmov truncates) */
+#define QD_STORES_TRUNCATE 1
+/* choose_quantize_from runs float32 without statistics through simd_choose.h's loop */
+#define QD_FUSE_PLAIN 1
 
 typedef __m512 vf;
 typedef __m512i vi;
@@ -73,6 +77,13 @@ QD_V vm vf_lt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 QD_V vm vf_gt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
 QD_V vm vi_eq(vi a, vi b) { return _mm512_cmpeq_epi32_mask(a, b); }
 QD_V vm vi_gt(vi a, vi b) { return _mm512_cmpgt_epi32_mask(a, b); }
+QD_V vm vf_ne(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_OQ); }
+/* acc plus one in the lanes of m: the mask as -1 lanes (vpmovm2d), subtracted (a merge-masked
+ * subtraction made the compiler copy the accumulator twice per vector) */
+QD_V vi vi_count(vi acc, vm m) { return _mm512_sub_epi32(acc, _mm512_movm_epi32(m)); }
+/* max(|a|, b) for b ≥ +0, neither NaN: VRANGEPS picks the greater magnitude and clears its sign
+ * (imm 0b1011), one instruction for the and + max */
+QD_V vf vf_absmax(vf a, vf b) { return _mm512_range_ps(a, b, 0x0b); }
 QD_V vi vi_select(vm m, vi yes, vi no) { return _mm512_mask_blend_epi32(m, no, yes); }
 QD_V vf vf_select(vm m, vf yes, vf no) { return _mm512_mask_blend_ps(m, no, yes); }
 QD_V void vm_store_bytes(uint8_t *out, vm m) {
@@ -123,18 +134,18 @@ QD_V void store4_i32(void *out, vi a, vi b, vi c, vi d) {
   vi_store(o + 128, c);
   vi_store(o + 192, d);
 }
-/* 16 codes → 8 bytes of nibbles. */
-QD_V __m128i nibbles16(vi v) {
-  __m128i bytes = _mm512_cvtepi32_epi8(v);
-  __m128i lo = _mm_and_si128(bytes, _mm_set1_epi16(0x000f));
-  __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi16(0x00f0));
-  return _mm_packus_epi16(_mm_or_si128(lo, hi), _mm_setzero_si128());
-}
+/* 64 codes → 32 bytes of nibbles: the low byte of every lane into one register first, so that
+ * the pairing (each 16-bit word's two bytes to its low byte) and the narrowing run once on all 64
+ * rather than once per 16 (vpmov truncates: only each lane's low 4 bits matter). */
 QD_V void store4_nibbles(void *out, vi a, vi b, vi c, vi d) {
-  __m128i ab = _mm_unpacklo_epi64(nibbles16(a), nibbles16(b));
-  __m128i cd = _mm_unpacklo_epi64(nibbles16(c), nibbles16(d));
-  _mm_storeu_si128((__m128i *)out, ab);
-  _mm_storeu_si128((__m128i *)((uint8_t *)out + 16), cd);
+  __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(a)), _mm512_cvtepi32_epi8(b), 1);
+  __m256i cd = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(c)), _mm512_cvtepi32_epi8(d), 1);
+  __m512i bytes = _mm512_inserti64x4(_mm512_castsi256_si512(ab), cd, 1);
+  const __m512i low = _mm512_set1_epi16(0x000f);
+  /* per word: the low byte's low nibble, the high byte's low nibble above it (and bits the
+   * narrowing drops) */
+  __m512i words = _mm512_or_si512(_mm512_and_si512(bytes, low), _mm512_andnot_si512(low, _mm512_srli_epi16(bytes, 4)));
+  _mm256_storeu_si256((__m256i *)out, _mm512_cvtepi16_epi8(words));
 }
 
 /* ---- float16 / bfloat16 ---- */

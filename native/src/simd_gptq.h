@@ -196,11 +196,8 @@ QD_TARGET static void QD_NAME(gptq_words)(const float *x, uint64_t n, uint32_t b
       const vi b = QD_NAME(gptq_codes)(x + k + VL, p, top, store, clamped);
       const vi c = QD_NAME(gptq_codes)(x + k + 2 * VL, p, top, store, clamped);
       const vi d = QD_NAME(gptq_codes)(x + k + 3 * VL, p, top, store, clamped);
-      if (bits == 4)
-        store4_nibbles(codes, a, b, c, d);
-      else
-        store4_u8(codes, a, b, c, d);
-      __builtin_memcpy(words + (k * bits >> 5), codes, 4 * VL * bits / 8);
+      store4_u8(codes, a, b, c, d);
+      __builtin_memcpy(words + (k * bits >> 5), codes, 4 * VL);
     }
   }
   const qd_gptq_group_params ref = {maxq, p->scale, p->zero, p->half_scale, p->scale_zero, 0};

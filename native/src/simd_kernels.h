@@ -26,7 +26,9 @@
 
 /* ---- min / max ---- */
 
-QD_V vi key_of(vi bits) { return vi_xor(bits, vi_srl(vi_sra(bits, 31), 1)); }
+/* The order key of float32 bits: negative values' magnitude bits flipped. The mask is an and
+ * rather than a second shift so that AVX-512 folds the and + xor into one ternary-logic op. */
+QD_V vi key_of(vi bits) { return vi_xor(bits, vi_and(vi_sra(bits, 31), vi_set(0x7fffffff))); }
 QD_V vm nonfinite_bits(vi bits) {
   return vi_eq(vi_and(bits, vi_set(0x7f800000)), vi_set(0x7f800000));
 }

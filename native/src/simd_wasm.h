@@ -19,6 +19,10 @@
 #define VL 4
 #define QD_HAS_GATHER 0
 #define QD_HAS_F16C 0
+/* store4_i8 / _u8 narrow with saturation: the lanes must be the codes themselves */
+#define QD_STORES_TRUNCATE 0
+/* choose_quantize_from runs float32 without statistics through simd_choose.h's loop */
+#define QD_FUSE_PLAIN 0
 
 typedef v128_t vf;
 typedef v128_t vi;
@@ -70,6 +74,11 @@ QD_V vm vf_lt(vf a, vf b) { return wasm_f32x4_lt(a, b); }
 QD_V vm vf_gt(vf a, vf b) { return wasm_f32x4_gt(a, b); }
 QD_V vm vi_eq(vi a, vi b) { return wasm_i32x4_eq(a, b); }
 QD_V vm vi_gt(vi a, vi b) { return wasm_i32x4_gt(a, b); }
+QD_V vm vf_ne(vf a, vf b) { return wasm_f32x4_ne(a, b); }
+/* acc plus one in the lanes of m: a set lane is -1 */
+QD_V vi vi_count(vi acc, vm m) { return wasm_i32x4_sub(acc, m); }
+/* max(|a|, b) for b ≥ +0, neither NaN */
+QD_V vf vf_absmax(vf a, vf b) { return wasm_f32x4_pmax(wasm_v128_and(a, wasm_i32x4_splat(0x7fffffff)), b); }
 QD_V vi vi_select(vm m, vi yes, vi no) { return wasm_v128_bitselect(yes, no, m); }
 QD_V vf vf_select(vm m, vf yes, vf no) { return wasm_v128_bitselect(yes, no, m); }
 QD_V void vm_store_bytes(uint8_t *out, vm m) {

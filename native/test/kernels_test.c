@@ -461,6 +461,58 @@ static void test_choose_quantize_from(const qd_kernels *k) {
   }
 }
 
+/* Long units (a few to a measured chunk, the next batch asked into the cache across the chunk's
+ * end): a NaN or an Infinity in a later unit, or a unit whose scale underflows, gives the
+ * reference's status and bad index, and clean ones its codes and qparams, with and without
+ * statistics, for every input. */
+static void test_choose_long_units(const qd_kernels *k) {
+  static const uint64_t lengths[] = {512, 1088, 4096};
+  for (int iter = 0; iter < 90; iter++) {
+    const uint64_t unit = lengths[iter % 3], units = 2 + next_u32() % 9, n = unit * units;
+    const int32_t input = (int32_t)(iter / 3 % 3), kind = (int32_t[]){QD_CODES_I8, QD_CODES_U4, QD_CODES_I16}[iter % 3];
+    const int measure = iter / 9 % 2, fault = iter / 18 % 5; /* none, NaN, +Inf, -Inf, a unit of 1e-40 */
+    qd_choose c;
+    qd_quant q;
+    random_choice(kind, &c, &q);
+    if (fault == 2) q.reject_infinity = 1;
+    float *wide = malloc(sizeof(float) * n);
+    void *x = malloc(sizeof(float) * n);
+    const uint64_t at = unit * (1 + next_u32() % (units - 1)) + next_u32() % unit; /* not in the first unit */
+    for (uint64_t i = 0; i < n; i++) {
+      float v = tame(100.0f);
+      if (fault == 4 && i / unit == at / unit) v = (i % 2 ? 1e-40f : -1e-40f);
+      if (i == at && fault >= 1 && fault <= 3) v = fault == 1 ? NAN : fault == 2 ? INFINITY : -INFINITY;
+      if (input == QD_INPUT_F32) {
+        ((float *)x)[i] = wide[i] = v;
+      } else if (input == QD_INPUT_BF16) {
+        ((uint16_t *)x)[i] = (uint16_t)(qd_bits(v) >> 16);
+        wide[i] = qd_bf16_to_f32(((uint16_t *)x)[i]);
+      } else {
+        ((uint16_t *)x)[i] = qd_f32_to_f16(v);
+        wide[i] = qd_f16_to_f32(((uint16_t *)x)[i]);
+      }
+    }
+    float *s1 = malloc(4 * units), *s2 = malloc(4 * units);
+    double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
+    float *scratch = malloc(sizeof(float) * qd_measured_chunk_units(unit) * unit);
+    const size_t nb = qd_code_bytes(kind, n);
+    uint8_t *o1 = calloc(nb, 1), *o2 = calloc(nb, 1);
+    uint64_t b1 = 7, b2 = 7;
+    qd_quality got = {0};
+    qd_status r1 = qd_kernels_ref.choose_quantize(wide, 0, units, unit, &c, &q, s1, z1, o1, &b1);
+    qd_status r2 = k->choose_quantize_from(x, input, 0, units, unit, &c, &q, s2, z2, o2, &b2,
+                                           measure ? &got : NULL, scratch);
+    CHECK(r1 == r2 && (r1 == QD_OK || b1 == b2), "%s long units input %d fault %d: status %d/%d bad %llu/%llu",
+          k->isa, input, fault, r1, r2, (unsigned long long)b1, (unsigned long long)b2);
+    if (r1 == QD_OK && r2 == QD_OK)
+      CHECK(!memcmp(s1, s2, 4 * units) && !memcmp(z1, z2, 8 * units) && !memcmp(o1, o2, nb) &&
+                (!measure || got.count == n),
+            "%s long units input %d kind %d unit %llu: codes or qparams differ", k->isa, input, kind,
+            (unsigned long long)unit);
+    free(wide), free(x), free(s1), free(s2), free(z1), free(z2), free(scratch), free(o1), free(o2);
+  }
+}
+
 static void test_conversions(const qd_kernels *k) {
   uint16_t *h = malloc(2 * 65536 + 2);
   float *f1 = malloc(4 * 65536), *f2 = malloc(4 * 65536 + 4);
@@ -875,6 +927,7 @@ int main(int argc, char **argv) {
     test_quality(k);
     test_measured(k);
     test_choose_quantize_from(k);
+    test_choose_long_units(k);
     test_ggml(k);
     test_ggml_weighted(k);
     test_bnb(k);
