@@ -8,10 +8,20 @@
  * block sizes go to the reference, which reports the first offending index.
  */
 
+/* The count of thresholds v exceeds, as a binary search: the thresholds ascend, so v > t[k]
+ * implies v > t[j] for every j < k, and four strict comparisons (each against the threshold the
+ * earlier answers pick, by selects) give the same count as fifteen. NaN exceeds none: 0. */
 QD_V vi bnb_nf4_codes(vf v) {
-  vi c = vi_set(0), one = vi_set(1), zero = vi_set(0);
-  for (int k = 0; k < 15; k++) c = vi_add(c, vi_select(vf_gt(v, vf_set(qd_nf4_thresholds[k])), one, zero));
-  return c;
+  const float *t = qd_nf4_thresholds;
+  const vi zero = vi_set(0);
+  vm m8 = vf_gt(v, vf_set(t[7]));
+  vm m4 = vf_gt(v, vf_select(m8, vf_set(t[11]), vf_set(t[3])));
+  vm m2 = vf_gt(v, vf_select(m8, vf_select(m4, vf_set(t[13]), vf_set(t[9])), vf_select(m4, vf_set(t[5]), vf_set(t[1]))));
+  vf t8 = vf_select(m4, vf_select(m2, vf_set(t[14]), vf_set(t[12])), vf_select(m2, vf_set(t[10]), vf_set(t[8])));
+  vf t0 = vf_select(m4, vf_select(m2, vf_set(t[6]), vf_set(t[4])), vf_select(m2, vf_set(t[2]), vf_set(t[0])));
+  vm m1 = vf_gt(v, vf_select(m8, t8, t0));
+  vi c = vi_or(vi_select(m8, vi_set(8), zero), vi_select(m4, vi_set(4), zero));
+  return vi_or(c, vi_or(vi_select(m2, vi_set(2), zero), vi_select(m1, vi_set(1), zero)));
 }
 
 QD_V vi bnb_fp4_codes(vf v) {
@@ -40,12 +50,28 @@ QD_TARGET static int bnb_block(int32_t type, const float *x, uint64_t blocksize,
   __builtin_memcpy(&m, &m_bits, sizeof m);
   *absmax = m;
   vf inv = vf_set(1.0f / m);
-  int32_t codes[VL];
-  for (uint64_t j = 0; j < blocksize; j += VL) {
-    vf v = vf_mul(vf_load(x + j), inv);
-    vi_store(codes, type == QD_BNB_NF4 ? bnb_nf4_codes(v) : bnb_fp4_codes(v));
-    for (int k = 0; k < VL; k += 2) packed[(j + k) >> 1] = (uint8_t)(codes[k] << 4 | codes[k + 1]);
+#define BNB_CODES(j) (type == QD_BNB_NF4 ? bnb_nf4_codes(vf_mul(vf_load(x + (j)), inv)) : bnb_fp4_codes(vf_mul(vf_load(x + (j)), inv)))
+  if (blocksize % (4 * VL) == 0) {
+    /* store4_nibbles puts the first code of a pair in the low nibble, bitsandbytes in the high:
+     * the nibbles of its 2 · VL bytes swapped, eight bytes at a time */
+    for (uint64_t j = 0; j < blocksize; j += 4 * VL) {
+      uint8_t *o = packed + j / 2;
+      store4_nibbles(o, BNB_CODES(j), BNB_CODES(j + VL), BNB_CODES(j + 2 * VL), BNB_CODES(j + 3 * VL));
+      for (int k = 0; k < 2 * VL; k += 8) {
+        uint64_t w;
+        __builtin_memcpy(&w, o + k, 8);
+        w = (w & 0x0f0f0f0f0f0f0f0full) << 4 | (w >> 4 & 0x0f0f0f0f0f0f0f0full);
+        __builtin_memcpy(o + k, &w, 8);
+      }
+    }
+  } else {
+    int32_t codes[VL];
+    for (uint64_t j = 0; j < blocksize; j += VL) {
+      vi_store(codes, BNB_CODES(j));
+      for (int k = 0; k < VL; k += 2) packed[(j + k) >> 1] = (uint8_t)(codes[k] << 4 | codes[k + 1]);
+    }
   }
+#undef BNB_CODES
   return 1;
 }
 

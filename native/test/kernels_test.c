@@ -696,6 +696,34 @@ static void test_bnb(const qd_kernels *k) {
   free(buf), free(p1), free(p2), free(a1), free(a2);
 }
 
+/* bitsandbytes at its thresholds: blocks whose absmax is 1 (inv = 1, so x·inv = x) holding each
+ * NF4 / FP4 threshold, its float32 neighbours and their negatives, where a search that compared
+ * against the wrong threshold, or with >= for >, would give another code. */
+extern const float qd_nf4_thresholds[15], qd_fp4_thresholds[7];
+static void test_bnb_thresholds(const qd_kernels *k) {
+  enum { N = 64 * 8 };
+  float x[N];
+  uint8_t p1[N / 2], p2[N / 2];
+  float a1[N / 64], a2[N / 64];
+  int at = 0;
+  for (int i = 0; i < 15 + 7; i++) {
+    const float t = i < 15 ? qd_nf4_thresholds[i] : qd_fp4_thresholds[i - 15];
+    const float near[] = {t, nextafterf(t, 2.0f), nextafterf(t, -2.0f)};
+    for (int j = 0; j < 3; j++) x[at++] = near[j], x[at++] = -near[j];
+  }
+  while (at < N) x[at] = (float)(at % 37) / 36.0f - 0.5f, at++;
+  for (int b = 0; b < N / 64; b++) x[b * 64 + 63] = b & 1 ? -1.0f : 1.0f; /* absmax 1 */
+  for (int32_t type = QD_BNB_NF4; type <= QD_BNB_FP4; type++) {
+    for (uint64_t bs = 64; bs <= 128; bs *= 2) {
+      uint64_t bad1 = 0, bad2 = 0;
+      qd_status s1 = qd_kernels_ref.bnb_quantize(type, x, N, bs, p1, a1, &bad1);
+      qd_status s2 = k->bnb_quantize(type, x, N, bs, p2, a2, &bad2);
+      CHECK(s1 == QD_OK && s2 == QD_OK && !memcmp(p1, p2, N / 2) && !memcmp(a1, a2, 4 * (N / bs)),
+            "%s bnb at thresholds, type %d bs %llu", k->isa, type, (unsigned long long)bs);
+    }
+  }
+}
+
 /* MatMulNBits: the SIMD variant against the reference, every block size, both schemes and scale
  * types, K with partial last blocks and odd, zero extremes, subnormal ranges (QD_RANGE_OVERFLOW),
  * NaN / ±Infinity (status and first index). */
@@ -735,6 +763,43 @@ static void test_nbits(const qd_kernels *k) {
   CHECK(k->nbits_quantize(w, 1, 32, 24, 0, 0, b2, s2, z2, &(uint64_t){0}) == QD_BAD_ARGUMENT, "%s nbits: block size",
         k->isa);
   free(w), free(b1), free(b2), free(z1), free(z2), free(s1), free(s2);
+}
+
+/* MatMulNBits over many whole blocks per row (more than one vector's worth, not a multiple of any
+ * VL), where the vector path computes the scales and zero points of several blocks side by side:
+ * mixed magnitudes per block, a zero block, a zero-minimum block and an overflowing range among
+ * them. */
+static void test_nbits_many(const qd_kernels *k) {
+  enum { ROWS = 2, BLOCKS = 37, MAXK = 32 * BLOCKS };
+  static float w[ROWS * MAXK], s1[ROWS * BLOCKS], s2[ROWS * BLOCKS];
+  static uint8_t b1[ROWS * MAXK / 2], b2[ROWS * MAXK / 2], z1[ROWS * BLOCKS], z2[ROWS * BLOCKS];
+  for (int iter = 0; iter < 24; iter++) {
+    const uint64_t bs = iter & 1 ? 32 : 16, kl = bs * BLOCKS, kb = BLOCKS, zps = ROWS * ((kb + 1) / 2);
+    for (uint64_t i = 0; i < ROWS * kl; i++) {
+      const uint64_t blk = i / bs;
+      w[i] = interesting(blk % 3 == 0 ? 1.0f : blk % 3 == 1 ? 1e-3f : 40.0f, iter % 8 == 7, 0);
+    }
+    for (uint64_t i = 0; i < bs; i++) w[5 * bs + i] = 0.0f;                               /* zero block */
+    for (uint64_t i = 0; i < bs; i++) w[9 * bs + i] = __builtin_fabsf(w[9 * bs + i]);     /* min > 0 */
+    for (uint64_t i = 0; i < bs; i++) w[20 * bs + i] = -__builtin_fabsf(w[20 * bs + i]);  /* max < 0 */
+    if (iter % 6 == 4)
+      for (uint64_t i = 0; i < bs; i++) w[kl + 30 * bs + i] = i & 1 ? 1e-44f : -1e-44f; /* overflowing 1/scale */
+    for (int32_t sym = 0; sym <= 1; sym++) {
+      for (int32_t f16 = 0; f16 <= 1; f16++) {
+        uint64_t bad1 = 7, bad2 = 9;
+        memset(b1, 0xa5, sizeof b1), memset(b2, 0x5a, sizeof b2), memset(z1, 0xa5, zps), memset(z2, 0x5a, zps);
+        qd_status r1 = qd_kernels_ref.nbits_quantize(w, ROWS, kl, bs, sym, f16, b1, s1, z1, &bad1);
+        qd_status r2 = k->nbits_quantize(w, ROWS, kl, bs, sym, f16, b2, s2, z2, &bad2);
+        CHECK(r1 == r2, "%s nbits many status %d vs %d", k->isa, r2, r1);
+        if (r1 == QD_OK && r2 == QD_OK)
+          CHECK(!memcmp(b1, b2, ROWS * kl / 2) && !memcmp(s1, s2, 4 * ROWS * kb) && (sym || !memcmp(z1, z2, zps)),
+                "%s nbits many bs %llu sym %d f16 %d", k->isa, (unsigned long long)bs, sym, f16);
+        else
+          CHECK(bad1 == bad2, "%s nbits many index %llu vs %llu", k->isa, (unsigned long long)bad2,
+                (unsigned long long)bad1);
+      }
+    }
+  }
 }
 
 /* Values of about `scale` that every float16 group scale holds (AWQ's and GPTQ's vector paths take
@@ -931,7 +996,9 @@ int main(int argc, char **argv) {
     test_ggml(k);
     test_ggml_weighted(k);
     test_bnb(k);
+    test_bnb_thresholds(k);
     test_nbits(k);
+    test_nbits_many(k);
     test_awq(k);
     test_gptq(k);
     printf("%s: ok\n", k->isa);

@@ -58,24 +58,25 @@ function needsSignal(body: Uint8Array, inlineLimit: number): boolean {
   return body.byteLength * MAX_ELEMENTS_PER_BYTE >= inlineLimit;
 }
 
-const mediaType = (request: FastifyRequest): string =>
-  (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+/** Whether the body is a safetensors file (else one raw tensor). */
+const isSafetensors = (request: FastifyRequest): boolean =>
+  (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase() === SAFETENSORS_TYPE;
 
 /**
  * What a one-raw-tensor request's plan is made from (PlanCache): the URL (operation and
  * options) and the tensor's dtype and shape headers. A safetensors body has no key: its header
  * is parsed from the body.
  */
-function planKey(request: FastifyRequest): string | undefined {
-  if (mediaType(request) === SAFETENSORS_TYPE) return undefined;
+function planKey(request: FastifyRequest, safetensors: boolean): string | undefined {
+  if (safetensors) return undefined;
   const { 'x-tensor-dtype': dtype, 'x-tensor-shape': shape } = request.headers;
   if (typeof dtype !== 'string' || typeof shape !== 'string') return undefined;
   return `${request.url}\n${dtype}\n${shape}`;
 }
 
 /** The body as the file it stands for: a safetensors file, or one raw tensor named "tensor". */
-function bodyFile(request: FastifyRequest, body: Uint8Array): InMemoryFile {
-  if (mediaType(request) === SAFETENSORS_TYPE) return parseSafetensors(body, 'request body');
+function bodyFile(request: FastifyRequest, body: Uint8Array, safetensors: boolean): InMemoryFile {
+  if (safetensors) return parseSafetensors(body, 'request body');
   const dtypeHeader = String(request.headers['x-tensor-dtype'] ?? '');
   const dtype = floatStDType(dtypeHeader);
   if (!dtype) {
@@ -145,11 +146,12 @@ async function handle(
   if (!(request.body instanceof Uint8Array)) {
     throw new QuantdError('UNSUPPORTED_MEDIA_TYPE', { type: request.headers['content-type'] ?? '(none)' });
   }
-  const key = planKey(request);
+  const safetensors = isSafetensors(request);
+  const key = planKey(request, safetensors);
   const cached = plans.find(key);
   // options are checked before the body (a bad option is reported first), unless known good
   const opRequest = cached ? undefined : operationRequest(op, request.query as RequestParams);
-  const file = bodyFile(request, request.body);
+  const file = bodyFile(request, request.body, safetensors);
   const prepared = cached ?? plans.prepare(key, planOperation(file.header, opRequest!, 'request body'));
   // Every request whose work can reach the pool can be cancelled (client gone) and timed out,
   // however small its body (QUANTD_INLINE_LIMIT).
