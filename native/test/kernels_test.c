@@ -380,6 +380,20 @@ static void test_measured(const qd_kernels *k) {
   }
 }
 
+/* v as element i of an input of kind `input` (float32, or its bfloat16 / float16 rounding), and
+ * the float32 value the kernels see there as wide[i] */
+static void put_input(void *x, float *wide, uint64_t i, float v, int input) {
+  if (input == QD_INPUT_F32) {
+    ((float *)x)[i] = wide[i] = v;
+  } else if (input == QD_INPUT_BF16) {
+    ((uint16_t *)x)[i] = (uint16_t)(qd_bits(v) >> 16);
+    wide[i] = qd_bf16_to_f32(((uint16_t *)x)[i]);
+  } else {
+    ((uint16_t *)x)[i] = qd_f32_to_f16(v);
+    wide[i] = qd_f16_to_f32(((uint16_t *)x)[i]);
+  }
+}
+
 /* choose_quantize_from (simd_choose.h's one-pass loop, or the chunked kernels): from float32,
  * float16 and bfloat16, with and without statistics, the codes, qparams, status and bad index of
  * the reference's choose_quantize on the widened values, and the statistics of its quality kernel
@@ -406,15 +420,7 @@ static void test_choose_quantize_from(const qd_kernels *k) {
     for (uint64_t i = 0; i < n; i++) {
       float v = wild ? interesting(span, 0, 0) : tame(span * 100);
       if (specials && next_u32() % 200 == 0) v = (next_u32() & 1) ? NAN : (next_u32() & 1) ? INFINITY : -INFINITY;
-      if (input == QD_INPUT_F32) {
-        ((float *)x)[i] = wide[i] = v;
-      } else if (input == QD_INPUT_BF16) {
-        ((uint16_t *)x)[i] = (uint16_t)(qd_bits(v) >> 16);
-        wide[i] = qd_bf16_to_f32(((uint16_t *)x)[i]);
-      } else {
-        ((uint16_t *)x)[i] = qd_f32_to_f16(v);
-        wide[i] = qd_f16_to_f32(((uint16_t *)x)[i]);
-      }
+      put_input(x, wide, i, v, input);
     }
     float *s1 = malloc(4 * units), *s2 = malloc(4 * units), *zf = malloc(4 * units);
     double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
@@ -482,15 +488,7 @@ static void test_choose_long_units(const qd_kernels *k) {
       float v = tame(100.0f);
       if (fault == 4 && i / unit == at / unit) v = (i % 2 ? 1e-40f : -1e-40f);
       if (i == at && fault >= 1 && fault <= 3) v = fault == 1 ? NAN : fault == 2 ? INFINITY : -INFINITY;
-      if (input == QD_INPUT_F32) {
-        ((float *)x)[i] = wide[i] = v;
-      } else if (input == QD_INPUT_BF16) {
-        ((uint16_t *)x)[i] = (uint16_t)(qd_bits(v) >> 16);
-        wide[i] = qd_bf16_to_f32(((uint16_t *)x)[i]);
-      } else {
-        ((uint16_t *)x)[i] = qd_f32_to_f16(v);
-        wide[i] = qd_f16_to_f32(((uint16_t *)x)[i]);
-      }
+      put_input(x, wide, i, v, input);
     }
     float *s1 = malloc(4 * units), *s2 = malloc(4 * units);
     double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
