@@ -79,7 +79,8 @@ QD_V vm vf_lt(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_
 QD_V vm vi_eq(vi a, vi b) { return _mm256_cmpeq_epi32(a, b); }
 QD_V vm vi_gt(vi a, vi b) { return _mm256_cmpgt_epi32(a, b); }
 QD_V vm vf_gt(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ)); }
-QD_V vm vf_ne(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_NEQ_OQ)); }
+/* a != b as C has it: true where either is NaN (as wasm's f32x4.ne) */
+QD_V vm vf_ne(vf a, vf b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_NEQ_UQ)); }
 /* acc plus one in the lanes of m: a set lane is -1 */
 QD_V vi vi_count(vi acc, vm m) { return _mm256_sub_epi32(acc, m); }
 /* max(|a|, b) for b ≥ +0, neither NaN */

@@ -77,7 +77,8 @@ QD_V vm vf_lt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 QD_V vm vf_gt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
 QD_V vm vi_eq(vi a, vi b) { return _mm512_cmpeq_epi32_mask(a, b); }
 QD_V vm vi_gt(vi a, vi b) { return _mm512_cmpgt_epi32_mask(a, b); }
-QD_V vm vf_ne(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_OQ); }
+/* a != b as C has it: true where either is NaN (as wasm's f32x4.ne) */
+QD_V vm vf_ne(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); }
 /* acc plus one in the lanes of m: the mask as -1 lanes (vpmovm2d), subtracted (a merge-masked
  * subtraction made the compiler copy the accumulator twice per vector) */
 QD_V vi vi_count(vi acc, vm m) { return _mm512_sub_epi32(acc, _mm512_movm_epi32(m)); }

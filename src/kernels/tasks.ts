@@ -190,10 +190,10 @@ export function runKernelTask(
   task: KernelTask,
   arrays: ArrayMaker = freshArrays,
 ): TaskResult {
-  const done = (status: number): TaskResult => (status === 0 ? ok : { status, bad: k.lastBad() });
-  // results are built field by field: a spread of done() is a slow path of V8's (a small tensor's
-  // op runs several tasks, and this is a measurable part of it)
   const bad = (status: number): number => (status === 0 ? -1 : k.lastBad());
+  const done = (status: number): TaskResult => (status === 0 ? ok : { status, bad: bad(status) });
+  // results with arrays are built field by field: a spread of done() is a slow path of V8's (a
+  // small tensor's op runs several tasks, and this is a measurable part of it)
   switch (task.op) {
     case 'convert':
       k.convert(task.kind, task.input, task.out);
