@@ -2,8 +2,9 @@
 // npm run bench:http — the HTTP service against itself, in one run on 127.0.0.1:
 //  (a) 64 MiB float32 → int8 per_channel through POST /v1/quantize vs an echo route returning the
 //      same payload, in GB/s of request body (target ≥ 60 % of echo);
-//  (b) 4 KiB tensors: requests/s through /v1/quantize vs a trivial JSON route, with p50 / p99
-//      latency (target ≥ 50 %).
+//  (b) 4 KiB tensors: requests/s through /v1/quantize, and through the Open Inference Protocol's
+//      POST /v2/models/quantize/infer (binary data in and out), vs a trivial JSON route, with p50 /
+//      p99 latency (target ≥ 50 %).
 // The echo and JSON routes are added to the real app here, for the benchmark only.
 import http from 'node:http';
 import { parseArgs } from 'node:util';
@@ -113,6 +114,21 @@ const load = (method, path, headers, body) =>
   });
 const jsonLoad = await load('GET', '/bench/json', {});
 const quantLoad = await load('POST', '/v1/quantize?qdtype=int8', octet('1024'), small);
+// the same tensor as an OIP request: a JSON header, then the tensor's bytes
+const inferHead = Buffer.from(
+  JSON.stringify({
+    inputs: [
+      { name: 'input', datatype: 'FP32', shape: [1024], parameters: { binary_data_size: small.length } },
+    ],
+    parameters: { binary_data_output: true },
+  }),
+);
+const oipLoad = await load(
+  'POST',
+  '/v2/models/quantize/infer',
+  { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(inferHead.length) },
+  Buffer.concat([inferHead, small]),
+);
 const result = {
   mib,
   backend: `${handle.kernels.backend} ${handle.kernels.isa}`,
@@ -120,6 +136,8 @@ const result = {
   json: jsonLoad,
   quantize_4k: quantLoad,
   small_ratio: quantLoad.rps / jsonLoad.rps,
+  oip_infer_4k: oipLoad,
+  oip_ratio: oipLoad.rps / jsonLoad.rps,
 };
 
 await app.close();
@@ -142,5 +160,8 @@ if (values.json) {
   );
   console.log(
     `| quantize 4 KiB tensor | ${quantLoad.rps.toFixed(0)} req/s, p50 ${quantLoad.p50.toFixed(2)} ms, p99 ${quantLoad.p99.toFixed(2)} ms | ${(result.small_ratio * 100).toFixed(0)} % |`,
+  );
+  console.log(
+    `| OIP infer 4 KiB tensor (binary) | ${oipLoad.rps.toFixed(0)} req/s, p50 ${oipLoad.p50.toFixed(2)} ms, p99 ${oipLoad.p99.toFixed(2)} ms | ${(result.oip_ratio * 100).toFixed(0)} % |`,
   );
 }

@@ -28,7 +28,7 @@ import {
   type Params,
   type TensorData,
 } from '../oip/index.js';
-import type { Compute } from '../service/index.js';
+import { PlanCache, type Compute } from '../service/index.js';
 import type { GrpcError } from './errors.js';
 
 export const OIP_PROTO_FILE = 'inference/grpc_service.proto';
@@ -45,6 +45,8 @@ export interface OipServiceDeps {
   /** Whether the compute can take work now (the pool is up). */
   readonly isWarm: () => boolean;
   readonly requestTimeoutMs: number;
+  /** Tensors under this many elements are computed in the call's thread (QUANTD_INLINE_LIMIT). */
+  readonly inlineLimit: number;
   /** The gRPC error for a failure (logged). */
   readonly report: (err: unknown, rpc: string) => GrpcError;
 }
@@ -242,19 +244,19 @@ interface ModelRequestMessage {
 async function modelInfer(
   deps: OipServiceDeps,
   call: grpc.ServerUnaryCall<ModelInferRequestMessage, ModelInferResponseMessage>,
+  plans: PlanCache,
 ): Promise<ModelInferResponseMessage> {
-  const controller = new AbortController();
-  call.on('cancelled', () =>
-    controller.abort(new QuantdError('CANCELLED', { detail: ': the client cancelled the call' })),
-  );
   const release = deps.admit(call.metadata);
   try {
     const { request, typed } = inferRequestOf(call.request);
     const prepared = prepareInfer(request);
-    const timing = inferSignal(prepared, deps.requestTimeoutMs, controller.signal);
+    const timing = inferSignal(prepared, deps.requestTimeoutMs, deps.inlineLimit);
+    call.on('cancelled', () =>
+      timing.cancel(new QuantdError('CANCELLED', { detail: ': the client cancelled the call' })),
+    );
     let result: InferResult;
     try {
-      result = await runInfer(prepared, deps.compute, timing.signal);
+      result = await runInfer(prepared, deps.compute, timing.signal, plans);
     } finally {
       timing.dispose();
     }
@@ -279,6 +281,7 @@ export function addOipService(
   if (!service)
     throw new QuantdError('INTERNAL', { detail: `${OIP_PROTO_FILE} does not define ${OIP_SERVICE_NAME}` });
   const ready = (): boolean => deps.isReady() && deps.isWarm();
+  const plans = new PlanCache();
   const implementation: grpc.UntypedServiceImplementation = {
     ServerLive: unary('ServerLive', deps, () => ({ live: true })),
     ServerReady: unary('ServerReady', deps, () => ({ ready: ready() })),
@@ -298,7 +301,7 @@ export function addOipService(
       'ModelInfer',
       deps,
       (call: grpc.ServerUnaryCall<ModelInferRequestMessage, ModelInferResponseMessage>) =>
-        modelInfer(deps, call),
+        modelInfer(deps, call, plans),
     ),
   };
   server.addService(service, implementation);

@@ -184,6 +184,7 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     isReady: options.isReady,
     isWarm: () => handle.pool === null || handle.pool.started,
     requestTimeoutMs: config.requestTimeoutMs,
+    inlineLimit: config.inlineLimit,
     report: (err, rpc) => report(err, rpc),
   });
 

@@ -250,6 +250,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     version: options.version,
     bodyLimit: config.bodyLimit,
     requestTimeoutMs: config.requestTimeoutMs,
+    inlineLimit: config.inlineLimit,
   });
   return app;
 }

@@ -30,7 +30,7 @@ import {
   serverMetadata,
   type InferResult,
 } from '../oip/index.js';
-import type { Admission, Compute } from '../service/index.js';
+import { PlanCache, type Admission, type Compute } from '../service/index.js';
 import { declaredLength, readBody } from './body.js';
 import { asQuantdError, problemHeaders } from './problem.js';
 import { admitRequest } from '../service/envelope.js';
@@ -49,6 +49,8 @@ export interface OipRouteDeps {
   readonly version: string;
   readonly bodyLimit: number;
   readonly requestTimeoutMs: number;
+  /** Tensors under this many elements are computed in the request's thread (QUANTD_INLINE_LIMIT). */
+  readonly inlineLimit: number;
 }
 
 /** Routes answered without the bearer token: health probes. */
@@ -163,22 +165,22 @@ interface ModelParams {
 
 async function infer(
   deps: OipRouteDeps,
+  plans: PlanCache,
   request: FastifyRequest,
   reply: FastifyReply,
 ): Promise<FastifyReply> {
   const { model, version } = request.params as ModelParams;
   const body = request.body instanceof Uint8Array ? request.body : undefined;
   const prepared = prepareInfer(parseRestInfer(body, request.headers[HEADER_LENGTH_HEADER], model, version));
-  const cancel = new AbortController();
+  const timing = inferSignal(prepared, deps.requestTimeoutMs, deps.inlineLimit);
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) {
-      cancel.abort(new QuantdError('CANCELLED', { detail: ': the client closed the connection' }));
+      timing.cancel(new QuantdError('CANCELLED', { detail: ': the client closed the connection' }));
     }
   });
-  const timing = inferSignal(prepared, deps.requestTimeoutMs, cancel.signal);
   let result: InferResult;
   try {
-    result = await runInfer(prepared, deps.compute, timing.signal);
+    result = await runInfer(prepared, deps.compute, timing.signal, plans);
   } finally {
     timing.dispose();
   }
@@ -203,6 +205,7 @@ const schema = (summary: string): { schema: Record<string, unknown> } => ({
 
 /** /v2, in a scope of its own: its own body parser, error format and not-found answer. */
 export function registerOipRoutes(app: FastifyInstance, deps: OipRouteDeps): PromiseLike<unknown> {
+  const plans = new PlanCache();
   return app.register(
     async (scope) => {
       scope.removeAllContentTypeParsers();
@@ -250,7 +253,9 @@ export function registerOipRoutes(app: FastifyInstance, deps: OipRouteDeps): Pro
           const ready = deps.isReady() && deps.isWarm();
           return reply.code(ready ? 200 : 503).send({ name: found.name, ready });
         });
-        scope.post(`${base}/infer`, schema('Inference'), (request, reply) => infer(deps, request, reply));
+        scope.post(`${base}/infer`, schema('Inference'), (request, reply) =>
+          infer(deps, plans, request, reply),
+        );
       }
     },
     { prefix: OIP_PREFIX },

@@ -1,8 +1,8 @@
 /**
  * One Open Inference Protocol inference, whichever transport it came by: the request (inputs as
  * bytes, REST `data` or gRPC typed contents; parameters) checked against the model and turned into
- * the OperationRequest and in-memory file the service layer runs (runBufferOperation, the same
- * path as POST /v1/<op>), and the result turned into named, typed outputs.
+ * the OperationRequest and in-memory file the service layer runs (runBufferPlan, the same path
+ * as POST /v1/<op>), and the result turned into named, typed outputs.
  *
  * Conventions (docs/oip.md):
  *  - the float input is `input` (FP32 / FP16 / BF16); quantize and fake_quantize also take
@@ -38,8 +38,10 @@ import {
 import {
   MASK_SUFFIX,
   operationRequest,
-  runBufferOperation,
+  planOperation,
+  runBufferPlan,
   type Compute,
+  type PlanCache,
   type InMemoryFile,
   type OperationRequest,
   type RequestParams,
@@ -100,6 +102,8 @@ export interface PreparedInfer {
   readonly outputs: readonly { readonly name: string; readonly binary: boolean }[];
   /** The request's `timeout` parameter (microseconds in the protocol) in milliseconds, if set. */
   readonly timeoutMs: number | undefined;
+  /** What the plan is made from, as a PlanCache key (the model, its options, the inputs' headers). */
+  readonly planKey: string;
 }
 
 export interface InferOutput {
@@ -294,7 +298,8 @@ interface FileTensor {
 /** Tensors held in memory as the file they stand for (one entry each, in order). */
 function memoryFile(tensors: readonly FileTensor[], metadata: Record<string, string> | null): InMemoryFile {
   const entries: TensorEntry[] = [];
-  const bytes = new Map<TensorEntry, Uint8Array>();
+  // by name, not by entry: a remembered plan holds an earlier request's entries (same names)
+  const bytes = new Map<string, Uint8Array>();
   let offset = 0;
   for (const t of tensors) {
     const entry: TensorEntry = {
@@ -306,13 +311,13 @@ function memoryFile(tensors: readonly FileTensor[], metadata: Record<string, str
     };
     offset = entry.end;
     entries.push(entry);
-    bytes.set(entry, t.data);
+    bytes.set(t.name, t.data);
   }
   const header: SafetensorsHeader = { entries, metadata, dataOffset: 0, dataLength: offset };
   return {
     header,
     tensorBytes: (entry) => {
-      const data = bytes.get(entry);
+      const data = bytes.get(entry.name);
       if (!data) throw new QuantdError('INTERNAL', { detail: `no tensor ${entry.name} in the request` });
       return data;
     },
@@ -459,7 +464,26 @@ export function prepareInfer(infer: InferRequest): PreparedInfer {
     request = operationRequest(model.op, options);
     file = transformFile(checkInputs(model, infer.inputs));
   }
-  return { model, id: infer.id, request, file, outputs, timeoutMs };
+  return { model, id: infer.id, request, file, outputs, timeoutMs, planKey: planKey(model, options, infer) };
+}
+
+/**
+ * Everything a request's plan is made from: the model, its options, and each input's name,
+ * datatype, shape and logical_shape (the in-memory file's header and, for dequantize, its metadata
+ * follow from these). Never the data.
+ */
+function planKey(
+  model: ModelDefinition,
+  options: Record<string, string | number>,
+  infer: InferRequest,
+): string {
+  const inputs = infer.inputs.map((i) => [
+    i.name,
+    i.datatype,
+    i.shape,
+    i.parameters['logical_shape'] ?? null,
+  ]);
+  return `${model.name}\n${JSON.stringify(options)}\n${JSON.stringify(inputs)}`;
 }
 
 /** The output of the model that a planned tensor stands for. */
@@ -475,14 +499,21 @@ function outputName(model: ModelDefinition, tensor: string): string | undefined 
 /** The spec keys of a qtensor metadata entry, as response parameters. */
 const SPEC_PARAMETERS = CODE_SPEC_OPTION_NAMES;
 
-/** Runs a prepared request on the service layer; outputs in the requested order. */
+/**
+ * Runs a prepared request on the service layer; outputs in the requested order. With `plans`, the
+ * plan of an earlier request with the same key is used instead of planning again.
+ */
 export async function runInfer(
   prepared: PreparedInfer,
   compute: Compute,
   signal?: AbortSignal,
+  plans?: PlanCache,
 ): Promise<InferResult> {
-  const { model } = prepared;
-  const result = await runBufferOperation(prepared.file, 'request', prepared.request, compute, signal);
+  const { model, planKey } = prepared;
+  const cached = plans?.find(planKey);
+  const plan = cached?.plan ?? planOperation(prepared.file.header, prepared.request, 'request');
+  if (!cached) plans?.prepare(planKey, plan);
+  const result = await runBufferPlan(plan, prepared.file, compute, signal);
   const release = (): void => result.outputs.forEach((o) => compute.release?.(o));
   try {
     const meta = result.plan.metadata[INPUT];
@@ -534,34 +565,47 @@ export async function runInfer(
 }
 
 export interface InferSignal {
-  readonly signal: AbortSignal;
+  /** Aborts the work (none: the work is too small to leave this thread, nothing could stop it). */
+  readonly signal: AbortSignal | undefined;
+  /** Aborts the work with `reason` (the client went away). */
+  cancel(reason: unknown): void;
   /** Stops the timer (call once the request is answered). */
   dispose(): void;
   /** Throws the timeout if it has passed, even where the work finished first (a small tensor). */
   check(): void;
 }
 
+/** Elements a byte of input can hold at most (2-bit codes). */
+const MAX_ELEMENTS_PER_BYTE = 4;
+
 /**
  * Aborts at the earlier of the request's `timeout` parameter and the server's own limit
- * (REQUEST_TIMEOUT), or when `cancel` aborts (client gone).
+ * (REQUEST_TIMEOUT), or on `cancel` (client gone). Inputs too small to hold a tensor of
+ * `inlineLimit` elements are computed in this thread at once, where no timer or cancellation
+ * can interrupt them: they get no signal (an AbortController and a timer were a tenth of a small
+ * request's CPU), and `check` still answers a deadline that passed.
  */
 export function inferSignal(
   prepared: PreparedInfer,
   serverTimeoutMs: number,
-  cancel?: AbortSignal,
+  inlineLimit: number,
 ): InferSignal {
   const ms = Math.min(prepared.timeoutMs ?? Infinity, serverTimeoutMs);
-  const controller = new AbortController();
   const deadline = performance.now() + ms;
   const timeout = (): QuantdError => new QuantdError('REQUEST_TIMEOUT', { ms });
+  const check = (): void => {
+    if (performance.now() > deadline) throw timeout();
+  };
+  if (prepared.file.header.dataLength * MAX_ELEMENTS_PER_BYTE < inlineLimit) {
+    return { signal: undefined, cancel: () => {}, dispose: () => {}, check };
+  }
+  const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(timeout()), ms);
   timer.unref();
-  const signal = cancel ? AbortSignal.any([controller.signal, cancel]) : controller.signal;
   return {
-    signal,
+    signal: controller.signal,
+    cancel: (reason) => controller.abort(reason),
     dispose: () => clearTimeout(timer),
-    check: () => {
-      if (performance.now() > deadline) throw timeout();
-    },
+    check,
   };
 }

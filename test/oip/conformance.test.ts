@@ -366,3 +366,54 @@ describe('outputs requested', () => {
     expect([...outputs.keys()]).toEqual(['scale', 'codes']);
   });
 });
+
+describe('a repeated request (the plan remembered) with other data', () => {
+  const params = { qdtype: 'int4', scheme: 'per_group', group_size: 4 };
+
+  it.each(TRANSPORTS)(
+    'quantize and dequantize give the /v1 bytes each time, another shape between (%s)',
+    async (transport) => {
+      const shapes = [
+        [2, 8],
+        [2, 8],
+        [4, 8],
+        [2, 8],
+      ] as const;
+      for (const [i, shape] of shapes.entries()) {
+        const input: InputTensor = {
+          name: 'input',
+          datatype: 'FP32',
+          shape,
+          bytes: floatBytes(floats(shape[0] * shape[1], 101 + i), 'FP32'),
+        };
+        const label = `request ${i} (${shape.join('x')})`;
+        const native = await v1(t.base, 'quantize', params, { tensor: input });
+        const q = await infer(transport, 'quantize', [input], params);
+        expectSame(q.outputs.get('codes'), native.get('tensor'), `${label}: codes`);
+        expectSame(q.outputs.get('scale'), native.get('tensor.scale'), `${label}: scale`);
+        expectSame(q.outputs.get('zero_point'), native.get('tensor.zero_point'), `${label}: zero_point`);
+
+        const nativeDq = await v1(
+          t.base,
+          'dequantize',
+          {},
+          { safetensors: await v1Container(input, params) },
+        );
+        const as = (name: string, out: OutputTensor): InputTensor => ({
+          name,
+          datatype: out.datatype,
+          shape: out.shape,
+          bytes: out.bytes!,
+          ...(name === 'codes' && { parameters: { logical_shape: shape.join(',') } }),
+        });
+        const dq = await infer(
+          transport,
+          'dequantize',
+          ['codes', 'scale', 'zero_point'].map((name) => as(name, q.outputs.get(name)!)),
+          q.parameters,
+        );
+        expectSame(dq.outputs.get('output'), nativeDq.get('tensor'), `${label}: dequantize output`);
+      }
+    },
+  );
+});

@@ -235,6 +235,22 @@ function post(
 const infer = (inputs: unknown[], extra: Record<string, unknown> = {}): string =>
   JSON.stringify({ inputs, ...extra });
 
+describe('the timeout parameter on a tensor computed at once (no timer, the deadline checked after)', () => {
+  it('a 1 µs timeout: 504 REQUEST_TIMEOUT over REST, DEADLINE_EXCEEDED over gRPC', async () => {
+    const reply = await restInfer(t.base, 'quantize', [input], { parameters: { timeout: 1 } });
+    expect(reply.status).toBe(504);
+    expectError(reply, 'REQUEST_TIMEOUT');
+    const err = await grpcError(grpcInfer(client, 'quantize', [input], { parameters: { timeout: 1 } }));
+    expectGrpcError(err, 'REQUEST_TIMEOUT');
+    expect(err.code).toBe(grpc.status.DEADLINE_EXCEEDED);
+  });
+
+  it('a timeout of a minute: answered', async () => {
+    const reply = await restInfer(t.base, 'quantize', [input], { parameters: { timeout: 60_000_000 } });
+    expect(reply.status, reply.body.toString()).toBe(200);
+  });
+});
+
 describe('HTTP: errors are 400 {"error"}', () => {
   it('wrong datatype: INT64 to quantize (INPUT_DTYPE_UNSUPPORTED), an unknown datatype', async () => {
     expectError(
