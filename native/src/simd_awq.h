@@ -8,6 +8,12 @@
  * `out / 8` words from the last: a read-modify-write per weight, and on a power-of-two `out` every
  * word of a row in the same cache set. Here a tile of 128 rows (a cache line of words) by a group's
  * inputs (up to 128) is packed in registers, eight rows at a time, and written as whole lines, once.
+ * Where qweight's rows are whole lines apart, the tiles are placed so that their lines are the
+ * cache's (the first tile cut short where qweight does not start a line), and on x86 a large
+ * qweight's lines are streamed past the caches (no read for ownership, the 8 MiB of a 64 MiB input
+ * otherwise read once more). Groups of up to 128 inputs go eight rows (AVX-512: sixteen) at a time,
+ * range, parameters and codes, while those rows' inputs are in the nearest cache, the rows two
+ * steps later asked into the cache a line or a few at a time as the codes are made.
  *
  * The group's range is taken on the float32 values and rounded to float16 once: rounding is
  * monotonic, so that is the minimum and maximum of the rounded values. It may differ from the
@@ -51,7 +57,7 @@ typedef struct {
 QD_TARGET static void QD_NAME(awq_table)(QD_NAME(awq_lane) *p) {
   static const float iota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const vf s = vf_set(p->scale), z = vf_set(p->zero), sz = vf_set(p->scale_zero), top = vf_set(15.0f);
-  vm bad = vm_none();
+  int fine = 1;
   for (int q0 = 0; q0 < 16; q0 += VL) {
     const vf fake = vf_f16_round(vf_mul(vf_sub(vf_load(iota + q0), z), s));
     const vf a = vf_f16_round(vf_add(fake, sz)), u = vf_mul(a, vf_set(p->inv_scale));
@@ -59,10 +65,10 @@ QD_TARGET static void QD_NAME(awq_table)(QD_NAME(awq_lane) *p) {
     if (vm_any(QD_NAME(awq_near_midpoint)(u))) c = vf_f16_round(vf_div(a, s));
     const vf code = vf_round(c);
     const vm inside = vm_and(vf_ge(code, vf_set(0.0f)), vf_le(code, top)); /* NaN: outside */
-    bad = vm_or(bad, vm_or(vf_unord(code), vm_or(vf_lt(code, vf_set(0.0f)), vf_gt(code, top))));
+    fine &= vm_all(inside);
     vi_store_u8(p->code + q0, vi_select(inside, vf_to_vi_trunc(vf_select(inside, code, top)), vi_set(16)));
   }
-  p->bad = vm_any(bad);
+  p->bad = !fine;
 }
 
 /* qd_awq_params for VL rows at once from their float32 minima and maxima; 0 if a scale is not
@@ -131,9 +137,19 @@ QD_V vi QD_NAME(awq_codes)(const float *x, const QD_NAME(awq_lane) *p) {
 /* Eight rows (`in` apart) of m inputs into m words, each row's codes at its nibble; 0 if a code
  * cannot be re-derived (looked for only where a row's table has a 16: `check`, constant). */
 QD_V int QD_NAME(awq_words_as)(const float *x, uint64_t in, uint64_t m, const QD_NAME(awq_lane) *p, uint32_t *words,
-                               int check) {
+                               int check, const float *ahead, uint64_t ahead_rows) {
   uint64_t k = 0;
   for (; k + VL <= m; k += VL) { /* row j's nibble is 4 · qd_awq_slot[j]: 0, 16, 4, 20, 8, 24, 12, 28 */
+    /* ahead's cache lines (16 floats of each row) asked for one row or a few at a time, spread over
+     * the loop: in a burst they fill the line-fill buffers and the prefetches wait */
+#if VL >= 16
+    for (uint64_t j = 0; j < ahead_rows; j++) __builtin_prefetch(ahead + j * in + k);
+#else
+    if (k % 16 == 0)
+      for (uint64_t j = 0; j < ahead_rows && j < 4; j++) __builtin_prefetch(ahead + j * in + k);
+    else
+      for (uint64_t j = 4; j < ahead_rows; j++) __builtin_prefetch(ahead + j * in + (k & ~(uint64_t)15));
+#endif
     const vi c0 = QD_NAME(awq_codes)(x + k, p), c1 = QD_NAME(awq_codes)(x + in + k, p + 1);
     const vi c2 = QD_NAME(awq_codes)(x + 2 * in + k, p + 2), c3 = QD_NAME(awq_codes)(x + 3 * in + k, p + 3);
     const vi c4 = QD_NAME(awq_codes)(x + 4 * in + k, p + 4), c5 = QD_NAME(awq_codes)(x + 5 * in + k, p + 5);
@@ -158,38 +174,152 @@ QD_V int QD_NAME(awq_words_as)(const float *x, uint64_t in, uint64_t m, const QD
   return 1;
 }
 
+/* ahead: ahead_rows (0…8) rows of the part of a later group to ask into the cache meanwhile. */
 QD_TARGET static int QD_NAME(awq_words)(const float *x, uint64_t in, uint64_t m, const QD_NAME(awq_lane) *p,
-                                        uint32_t *words) {
+                                        uint32_t *words, const float *ahead, uint64_t ahead_rows) {
   if (p[0].bad | p[1].bad | p[2].bad | p[3].bad | p[4].bad | p[5].bad | p[6].bad | p[7].bad)
-    return QD_NAME(awq_words_as)(x, in, m, p, words, 1);
-  return QD_NAME(awq_words_as)(x, in, m, p, words, 0);
+    return QD_NAME(awq_words_as)(x, in, m, p, words, 1, ahead, ahead_rows);
+  return QD_NAME(awq_words_as)(x, in, m, p, words, 0, ahead, ahead_rows);
 }
 
-QD_TARGET static qd_status QD_NAME(awq_quantize)(const float *w, uint64_t out, uint64_t in, uint64_t group_size,
+/* group_range (run_minmax from ±Infinity's keys), inlined: the same order keys, one vector at a
+ * time, the tail one by one. */
+QD_V int QD_NAME(awq_range)(const float *x, uint64_t n, float *lo, float *hi) {
+  vi lv = vi_set(qd_key(__builtin_inff())), hv = vi_set(qd_key(-__builtin_inff()));
+  uint64_t i = 0;
+  for (; i + VL <= n; i += VL) {
+    const vi k = key_of(vi_load(x + i));
+    lv = vi_min(lv, k);
+    hv = vi_max(hv, k);
+  }
+  int32_t l = vi_hmin(lv), h = vi_hmax(hv);
+  for (; i < n; i++) {
+    const int32_t k = qd_key(x[i]);
+    l = k < l ? k : l;
+    h = k > h ? k : h;
+  }
+  *lo = qd_unkey(l);
+  *hi = qd_unkey(h);
+  return l > qd_key(-__builtin_inff()) && h < qd_key(__builtin_inff());
+}
+
+#ifndef AWQ_SPAN
+#define AWQ_SPAN 1024
+#endif
+/* The tile's words of m inputs (tile[b][k]: block b, input k) into qweight from dst on. */
+QD_V void QD_NAME(awq_store_tile)(const uint32_t *tile0, uint64_t stride, uint64_t blocks, uint64_t m, uint32_t *dst,
+                                  uint64_t words, int stream) {
+#define tile(b, k) tile0[(b) * stride + (k)]
+  (void)stream;
+#if defined(QUANTD_SIMD_AVX2_H) || defined(QUANTD_SIMD_AVX512_H)
+  if (stream && blocks == 16 && ((uintptr_t)dst & 63) == 0 && words % 16 == 0) {
+    /* whole lines: stored past the caches, with no read for ownership (awq_quantize fences) */
+    for (uint64_t k = 0; k < m; k++, dst += words) {
+      _mm256_stream_si256((__m256i *)dst, _mm256_setr_epi32((int)tile(0, k), (int)tile(1, k), (int)tile(2, k),
+                          (int)tile(3, k), (int)tile(4, k), (int)tile(5, k), (int)tile(6, k), (int)tile(7, k)));
+      _mm256_stream_si256((__m256i *)(dst + 8), _mm256_setr_epi32((int)tile(8, k), (int)tile(9, k), (int)tile(10, k),
+                          (int)tile(11, k), (int)tile(12, k), (int)tile(13, k), (int)tile(14, k), (int)tile(15, k)));
+    }
+    return;
+  }
+#endif
+  if (blocks == 16) /* a whole line: a count the compiler knows */
+    for (uint64_t k = 0; k < m; k++, dst += words)
+      for (uint64_t b = 0; b < 16; b++) dst[b] = tile(b, k);
+  else
+    for (uint64_t k = 0; k < m; k++, dst += words)
+      for (uint64_t b = 0; b < blocks; b++) dst[b] = tile(b, k);
+#undef tile
+}
+
+QD_TARGET static qd_status QD_NAME(awq_tiles)(const float *w, uint64_t out, uint64_t in, uint64_t group_size,
                                                  uint32_t *qweight, uint32_t *qzeros, uint16_t *scales,
                                                  uint64_t *bad) {
   enum { ROWS = 128, CHUNK = 128 }; /* a tile: 128 rows (a cache line of words) by 128 inputs */
+  enum { UNIT = VL > 8 ? VL : 8 };  /* rows whose parameters are made together */
+#if defined(QUANTD_SIMD_AVX2_H) || defined(QUANTD_SIMD_AVX512_H)
+  enum { SPAN = AWQ_SPAN }; /* inputs of a band's tile (64 KiB at 1024: the stack has room) */
+#else
+  enum { SPAN = 128 }; /* WebAssembly's stack is 64 KiB */
+#endif
   if (out == 0 || in == 0 || out % 8 != 0 || group_size == 0 || in % group_size != 0)
     return qd_awq_quantize_ref(w, out, in, group_size, qweight, qzeros, scales, bad);
   const uint64_t words = out / 8, groups = in / group_size;
-  for (uint64_t r0 = 0; r0 < out; r0 += ROWS) {
-    const uint64_t rows = out - r0 < ROWS ? out - r0 : ROWS, blocks = rows / 8;
+  /* Where qweight's rows of words are whole cache lines apart (words a multiple of 16), the first
+   * tile is cut short so that every later tile's 16 words are one line: a line that two tiles share
+   * is fetched, evicted and fetched again between them. */
+  const uint64_t first = words % 16 == 0 ? ((64 - ((uintptr_t)qweight & 63)) & 63) / 4 * 8 : 0;
+  const int stream = in * words >= (1u << 16); /* qweight of 256 KiB or more: past the caches (x86) */
+  for (uint64_t r0 = 0, rows; r0 < out; r0 += rows) {
+    rows = r0 == 0 && first && first < out ? first : out - r0 < ROWS ? out - r0 : ROWS;
+    const uint64_t blocks = rows / 8;
+    if (group_size <= CHUNK) {
+      /* Groups of up to 128 inputs: the band's rows UNIT at a time, along SPAN inputs (whole
+       * groups) of them: a few streams the hardware prefetchers follow, and the next UNIT rows
+       * asked into the cache a line or a few at a time as the codes are made. Group by group:
+       * range, parameters and codes while the group's inputs are in the nearest cache. */
+      const uint64_t span_max = SPAN / group_size * group_size;
+      uint32_t tile[ROWS / 8][SPAN];
+      for (uint64_t c0 = 0; c0 < in; c0 += span_max) {
+        const uint64_t span = in - c0 < span_max ? in - c0 : span_max;
+        for (uint64_t u0 = 0; u0 < rows; u0 += UNIT) {
+          const uint64_t n = rows - u0 < UNIT ? rows - u0 : UNIT;
+          uint64_t ua = u0 + UNIT, ca = c0, ra = r0, rows_a = rows;
+          if (ua >= rows) {
+            ua = 0, ca += span_max;
+            if (ca >= in) ca = 0, ra += rows, rows_a = ra >= out ? 0 : out - ra < ROWS ? out - ra : ROWS;
+          }
+          const uint64_t ahead_rows = ua >= rows_a ? 0 : rows_a - ua < UNIT ? rows_a - ua : UNIT;
+          const uint64_t span_a = in - ca < span_max ? in - ca : span_max;
+          for (uint64_t c = 0; c < span; c += group_size) {
+            const uint64_t g = (c0 + c) / group_size;
+            const float *x = w + (r0 + u0) * in + c0 + c;
+            float lo[UNIT], hi[UNIT];
+            QD_NAME(awq_lane) lanes[UNIT];
+            uint16_t half[UNIT];
+            for (uint64_t j = 0; j < UNIT; j++) {
+              lo[j] = hi[j] = 0.0f; /* rows past the end: any finite range */
+              if (j < n && !QD_NAME(awq_range)(x + j * in, group_size, &lo[j], &hi[j]))
+                return qd_awq_quantize_ref(w, out, in, group_size, qweight, qzeros, scales, bad);
+            }
+            for (uint64_t j = 0; j < n; j += VL)
+              if (!QD_NAME(awq_params)(lo + j, hi + j, lanes + j, half + j))
+                return qd_awq_quantize_ref(w, out, in, group_size, qweight, qzeros, scales, bad);
+            for (uint64_t j = 0; j < n; j++) scales[g * out + r0 + u0 + j] = half[j];
+            for (uint64_t off = 0; off < n; off += 8) {
+              const uint64_t b = (u0 + off) / 8;
+              uint32_t zeros = 0;
+              for (int j = 0; j < 8; j++) zeros |= (uint32_t)lanes[off + (uint64_t)j].zero << (4u * qd_awq_slot[j]);
+              qzeros[g * words + r0 / 8 + b] = zeros;
+              const uint64_t ahead_here =
+                  c >= span_a || ahead_rows <= off ? 0 : ahead_rows - off < 8 ? ahead_rows - off : 8;
+              if (!QD_NAME(awq_words)(x + off * in, in, group_size, lanes + off, tile[b] + c,
+                                      ahead_here ? w + (ra + ua + off) * in + ca + c : x, ahead_here))
+                return qd_awq_quantize_ref(w, out, in, group_size, qweight, qzeros, scales, bad);
+            }
+          }
+        }
+        QD_NAME(awq_store_tile)(tile[0], SPAN, blocks, span, qweight + c0 * words + r0 / 8, words, stream);
+      }
+      continue;
+    }
     for (uint64_t g = 0; g < groups; g++) {
       const float *x = w + r0 * in + g * group_size;
       float lo[ROWS], hi[ROWS];
       QD_NAME(awq_lane) lanes[ROWS];
       uint16_t half[ROWS];
-      /* The group two after this one (in the next tile past the rows' end) is asked into the cache
-       * block by block as the codes are made (as in simd_gptq.h): 128 rows are far more streams
-       * than the hardware prefetchers follow. */
+      uint32_t tile[ROWS / 8][CHUNK];
+      /* Longer groups: the range of all the tile's rows first, then their codes CHUNK inputs at a
+       * time, the group two after this one (in the next tile past the rows' end) asked into the
+       * cache meanwhile. */
       uint64_t ga = g + 2, ra = r0;
-      if (ga >= groups) ga -= groups, ra += ROWS;
+      if (ga >= groups) ga -= groups, ra += rows;
       const int has = ga < groups && ra < out;
       const float *ahead = has ? w + ra * in + ga * group_size : x;
       const uint64_t ahead_rows = !has ? 0 : out - ra < ROWS ? out - ra : ROWS;
       for (uint64_t j = 0; j < ROWS; j++) {
         lo[j] = hi[j] = 0.0f;
-        if (j < rows && !group_range(x + j * in, group_size, &lo[j], &hi[j]))
+        if (j < rows && !QD_NAME(awq_range)(x + j * in, group_size, &lo[j], &hi[j]))
           return qd_awq_quantize_ref(w, out, in, group_size, qweight, qzeros, scales, bad);
       }
       for (uint64_t j = 0; j < rows; j += VL)
@@ -203,23 +333,25 @@ QD_TARGET static qd_status QD_NAME(awq_quantize)(const float *w, uint64_t out, u
       for (uint64_t j = 0; j < rows; j++) scales[g * out + r0 + j] = half[j];
       for (uint64_t c0 = 0; c0 < group_size; c0 += CHUNK) {
         const uint64_t m = group_size - c0 < CHUNK ? group_size - c0 : CHUNK;
-        uint32_t tile[ROWS / 8][CHUNK];
         for (uint64_t b = 0; b < blocks; b++) {
-          if (c0 == 0)
-            for (uint64_t j = 8 * b; j < 8 * b + 8 && j < ahead_rows; j++)
-              for (uint64_t i = 0; i < group_size; i += 16) __builtin_prefetch(ahead + j * in + i);
-          if (!QD_NAME(awq_words)(x + 8 * b * in + c0, in, m, lanes + 8 * b, tile[b]))
+          const uint64_t ahead_here = ahead_rows <= 8 * b ? 0 : ahead_rows - 8 * b < 8 ? ahead_rows - 8 * b : 8;
+          if (!QD_NAME(awq_words)(x + 8 * b * in + c0, in, m, lanes + 8 * b, tile[b],
+                                  ahead_here ? ahead + 8 * b * in + c0 : x, ahead_here))
             return qd_awq_quantize_ref(w, out, in, group_size, qweight, qzeros, scales, bad);
         }
-        uint32_t *dst = qweight + (g * group_size + c0) * words + r0 / 8;
-        if (blocks == ROWS / 8) /* a whole line: a count the compiler knows */
-          for (uint64_t k = 0; k < m; k++, dst += words)
-            for (uint64_t b = 0; b < ROWS / 8; b++) dst[b] = tile[b][k];
-        else
-          for (uint64_t k = 0; k < m; k++, dst += words)
-            for (uint64_t b = 0; b < blocks; b++) dst[b] = tile[b][k];
+        QD_NAME(awq_store_tile)(tile[0], CHUNK, blocks, m, qweight + (g * group_size + c0) * words + r0 / 8, words, stream);
       }
     }
   }
   return QD_OK;
+}
+
+QD_TARGET static qd_status QD_NAME(awq_quantize)(const float *w, uint64_t out, uint64_t in, uint64_t group_size,
+                                                 uint32_t *qweight, uint32_t *qzeros, uint16_t *scales,
+                                                 uint64_t *bad) {
+  const qd_status s = QD_NAME(awq_tiles)(w, out, in, group_size, qweight, qzeros, scales, bad);
+#if defined(QUANTD_SIMD_AVX2_H) || defined(QUANTD_SIMD_AVX512_H)
+  _mm_sfence(); /* the tiles' streaming stores ordered before whatever follows */
+#endif
+  return s;
 }

@@ -3,7 +3,9 @@
  * float32, float16 or bfloat16 (included by simd_kernels.h, whose primitives it uses).
  *
  * Units go in batches as in choose_quantize: every unit's range (read from memory), every unit's
- * qparams, then the codes, read again from L1. The quality statistics come from the codes' own
+ * qparams, then the codes, read again from L1. The ranges' lanes of VL units are reduced together
+ * and their qparams computed in vector lanes (unit_params; units of 128 spent a fifth of their
+ * time on two reductions, a call and two divisions each). The quality statistics come from the codes' own
  * float lanes in the same loop, instead of a second pass that unpacks the codes and rounds every
  * value again. Half-precision values are widened in registers as they are read: no float32 copy.
  *
@@ -47,9 +49,9 @@ QD_V float input_value(const void *x, uint64_t i, const int input) {
   return ((const float *)x)[i];
 }
 
-/* The order keys of the extremes of elements [from, from + n) (n a multiple of VL); 0 if a value
- * is not finite (run_minmax's test). */
-QD_V int unit_range(const void *x, uint64_t from, uint64_t n, const int input, int32_t *lo, int32_t *hi) {
+/* The order keys of the extremes of elements [from, from + n) (n a multiple of VL), lane by lane:
+ * the caller reduces VL units' lanes at once (vi_hmin_each). */
+QD_V void unit_range(const void *x, uint64_t from, uint64_t n, const int input, vi *lo, vi *hi) {
   vi lo0 = vi_set(qd_key(__builtin_inff())), hi0 = vi_set(qd_key(-__builtin_inff())), lo1 = lo0, hi1 = hi0;
   uint64_t i = 0;
   for (; i + 2 * VL <= n; i += 2 * VL) {
@@ -74,9 +76,64 @@ QD_V int unit_range(const void *x, uint64_t from, uint64_t n, const int input, i
     lo0 = vi_min(lo0, k);
     hi0 = vi_max(hi0, k);
   }
-  *lo = vi_hmin(vi_min(lo0, lo1));
-  *hi = vi_hmax(vi_max(hi0, hi1));
-  return *lo > qd_key(-__builtin_inff()) && *hi < qd_key(__builtin_inff());
+  *lo = vi_min(lo0, lo1);
+  *hi = vi_max(hi0, hi1);
+}
+
+/* -v as C negates: the sign flipped (0 - v would turn -0 into +0). */
+QD_V vf vf_negated(vf v) { return vi_bits(vi_xor(vf_bits(v), vi_set(INT32_MIN))); }
+
+/* The qparams of VL units from the keys of their (finite) extremes, and the reciprocals and
+ * float32 zero points the codes use: qd_determine_unit's operations lane by lane, in its order
+ * and precision. Where it rounds a zero point in float64 (affine) the value is an integer under
+ * 2^24 or one that the clamp replaces, with bounds exact in float32: float32 gives the same.
+ * Returns 0, storing nothing, for a mode left to qd_determine_unit (per-token affine, affine with
+ * bounds beyond 2^22), or where a unit would be refused or its reciprocal not finite: the caller
+ * then takes these units one by one, to stop where the scalar path stops. */
+QD_V int unit_params(vi klo, vi khi, const qd_choose *c, float *scale, double *zero_point, float *inv, float *zpf) {
+  const vf lo = vi_bits(key_of(klo)), hi = vi_bits(key_of(khi)), zero = vf_set(0.0f), eps = vf_set(c->eps);
+  const double qmin = c->qmin, qmax = c->qmax;
+  const vf min_neg = vf_select(vf_le(lo, zero), lo, zero), max_pos = vf_select(vf_gt(hi, zero), hi, zero);
+  vf s, zp = zero;
+  int zp_fixed = 1; /* the zero point is the same in every lane: fixed */
+  double fixed = 0;
+  if (c->mode == QD_SYMMETRIC) {
+    const vf a = vf_negated(min_neg);
+    s = vf_div(vf_select(vf_gt(a, max_pos), a, max_pos), vf_set((float)((qmax - qmin) / 2)));
+    s = vf_select(vf_lt(s, eps), eps, s);
+    fixed = c->symmetric_zero_point;
+  } else if (c->mode == QD_AFFINE && c->qmin >= -(1 << 22) && c->qmin <= 1 << 22 && c->qmax >= -(1 << 22) &&
+             c->qmax <= 1 << 22) {
+    const vf fmin = vf_set((float)qmin), fmax = vf_set((float)qmax);
+    s = vf_div(vf_sub(max_pos, min_neg), vf_set((float)(qmax - qmin)));
+    s = vf_select(vf_lt(s, eps), eps, s);
+    zp = vf_sub(fmin, vf_round(vf_div(min_neg, s)));
+    zp = vf_select(vf_lt(zp, fmin), fmin, vf_select(vf_gt(zp, fmax), fmax, zp));
+    zp_fixed = 0;
+  } else if (c->mode == QD_FLOAT_QPARAMS) {
+    s = vf_div(vf_sub(hi, lo), vf_set((float)(qmax - qmin)));
+    s = vf_select(vf_gt(s, eps), s, vf_set(1.0f));
+    zp = vf_div(vf_negated(lo), s);
+    zp_fixed = 0;
+  } else if (c->mode == QD_TOKEN_SYMMETRIC) {
+    const vf a = vi_bits(vi_and(vf_bits(lo), vi_set(0x7fffffff))), b = vi_bits(vi_and(vf_bits(hi), vi_set(0x7fffffff)));
+    const vf amax = vf_select(vf_gt(a, b), a, b), floor_ = vf_set(1e-5f);
+    s = vf_div(vf_select(vf_gt(amax, floor_), amax, floor_), vf_set((float)c->qmax));
+  } else {
+    return 0;
+  }
+  const vf r = vf_div(vf_set(1.0f), s);
+  /* x - x is NaN where x is not finite */
+  if (vm_any(vm_or(vm_or(vf_unord(vf_sub(s, s)), vf_unord(vf_sub(r, r))), vf_unord(vf_sub(zp, zp))))) return 0;
+  float z[VL];
+  vf_store(scale, s);
+  vf_store(inv, r);
+  vf_store(z, zp);
+  for (int k = 0; k < VL; k++) {
+    zero_point[k] = zp_fixed ? fixed : (double)z[k];
+    zpf[k] = (float)zero_point[k];
+  }
+  return 1;
 }
 
 /* Per-lane float32 statistics of the vectors since the last flush. */
@@ -93,13 +150,16 @@ QD_V lane_sums lane_sums_zero(void) {
 
 /* Clamped codes of VL finite values, as floats; their errors added to `acc` when measuring (the
  * quality kernel's terms: the value less its code's value, its square, its magnitude, the value's
- * square). */
-QD_V vf unit_codes(vf v, vf inv, vf s, vf zp, bounds b, lane_sums *acc, const int add_first, const int measure) {
+ * square). With a zero point of +0 (no_zp) its two operations are left out: c - (+0) is c to the
+ * bit, and leaving -0 codes as they are changes no code and, in the errors, only the sign of a
+ * zero (a zero value's), which none of the terms keeps. */
+QD_V vf unit_codes(vf v, vf inv, vf s, vf zp, bounds b, lane_sums *acc, const int add_first, const int measure,
+                   const int no_zp) {
   vf t = vf_mul(v, inv); /* never NaN: v and inv are finite */
-  vf u = add_first ? vf_round(vf_add(t, zp)) : vf_add(vf_round(t), zp);
+  vf u = no_zp ? vf_round(t) : add_first ? vf_round(vf_add(t, zp)) : vf_add(vf_round(t), zp);
   vf c = vf_min(vf_max(u, b.qmin_f), b.qmax_f);
   if (measure) {
-    vf err = vf_sub(v, vf_mul(vf_sub(c, zp), s));
+    vf err = vf_sub(v, vf_mul(no_zp ? c : vf_sub(c, zp), s));
     acc->err_sq = vf_add(acc->err_sq, vf_mul(err, err));
     acc->val_sq = vf_add(acc->val_sq, vf_mul(v, v));
     acc->err_max = vf_absmax(err, acc->err_max); /* neither is NaN: max is quality's select */
@@ -107,45 +167,66 @@ QD_V vf unit_codes(vf v, vf inv, vf s, vf zp, bounds b, lane_sums *acc, const in
      * magnitude of the or) */
     acc->val_bits = vi_or(acc->val_bits, vf_bits(v));
     /* u (never NaN) lies outside [qmin, qmax] exactly when clamping changed it */
-    acc->clipped = vi_count(acc->clipped, vf_ne(c, u));
+    acc->clipped = vi_count_merged(acc->clipped, vf_ne(c, u));
   }
   return c;
 }
 
-/* Integer codes of clamped float codes (codes_int's conversion). Where the stores keep only a
- * lane's low 8 or 16 bits, the subtraction of 0x4b400000 (whose low 16 bits are 0) changes none of
- * them and is left out. */
-QD_V vi code_bits(vf c, const int kind) {
-  vi biased = vf_bits(vf_add(c, vf_set(12582912.0f)));
+/* Integer codes of clamped float codes (codes_int's conversion: c + 1.5·2^23 rounds c to the
+ * nearest, c not being integral where a float zero point was added after rounding). Where the
+ * stores keep only a lane's low 8 or 16 bits, that sum's bits are enough; else, for bounds within
+ * ±2^22 (not `wide`), the conversion to the nearest integer, the same there and on x86 one
+ * instruction for the addition and the bias's subtraction. */
+QD_V vi code_bits(vf c, const int kind, const int wide) {
+  const vi biased = vf_bits(vf_add(c, vf_set(12582912.0f)));
   if (QD_STORES_TRUNCATE && (kind == QD_CODES_I8 || kind == QD_CODES_U8 || kind == QD_CODES_I16 ||
                              kind == QD_CODES_I4 || kind == QD_CODES_U4))
     return biased;
-  return vi_sub(biased, vi_set(0x4b400000));
+  return wide ? vi_sub(biased, vi_set(0x4b400000)) : vf_small_to_vi(c);
+}
+
+/* A chunk's elements [from, to) one by one into the totals: the flush's rare slow path, out of the
+ * loop. */
+QD_TARGET __attribute__((noinline)) static void QD_NAME(units_one_by_one)(const void *x, const int32_t input,
+                                                                          const void *codes, uint64_t from,
+                                                                          uint64_t to, uint64_t unit_size,
+                                                                          const float *scale,
+                                                                          const double *zero_point,
+                                                                          const qd_quant *q, qd_quality *stats) {
+  for (uint64_t k = from; k < to; k++) {
+    const uint64_t unit = k / unit_size;
+    const float s = scale[unit];
+    qd_quality_one(input_value(x, k, input), qd_load_code(codes, q->codes, k), s, 1.0f / s,
+                   (float)zero_point[unit], q, stats);
+  }
 }
 
 /* The sums of a chunk's elements [from, to) go to the float64 totals, or, when their float32 sums
- * do not hold, those elements one by one (quality_flush's rule). */
-QD_TARGET static void QD_NAME(units_flush)(lane_sums a, lane_sums b, const void *x, const int32_t input,
-                                           const void *codes, uint64_t from, uint64_t to, uint64_t unit_size,
-                                           const float *scale, const double *zero_point, const qd_quant *q,
-                                           qd_quality *stats) {
+ * do not hold, those elements one by one (quality_flush's rule: float32_sums_hold's tests, here
+ * on all lanes at once). */
+QD_V void units_flush(lane_sums a, lane_sums b, const void *x, const int32_t input, const void *codes, uint64_t from,
+                      uint64_t to, uint64_t unit_size, const float *scale, const double *zero_point,
+                      const qd_quant *q, qd_quality *stats) {
   if (from == to) return;
-  float sums[3][VL];
-  int32_t bits[VL], clipped[VL];
-  vf_store(sums[0], vf_add(a.err_sq, b.err_sq));
-  vf_store(sums[1], vf_add(a.val_sq, b.val_sq));
-  vf_store(sums[2], vf_select(vf_gt(b.err_max, a.err_max), b.err_max, a.err_max));
-  vi_store(bits, vi_and(vi_or(a.val_bits, b.val_bits), vi_set(0x7fffffff)));
-  vi_store(clipped, vi_add(a.clipped, b.clipped));
-  if (!QD_NAME(float32_sums_hold)(sums[0], sums[1], sums[2], bits)) {
-    for (uint64_t k = from; k < to; k++) {
-      const uint64_t unit = k / unit_size;
-      const float s = scale[unit];
-      qd_quality_one(input_value(x, k, input), qd_load_code(codes, q->codes, k), s, 1.0f / s,
-                     (float)zero_point[unit], q, stats);
-    }
+  const vf err_sq = vf_add(a.err_sq, b.err_sq), val_sq = vf_add(a.val_sq, b.val_sq);
+  const vf err_max = vf_select(vf_gt(b.err_max, a.err_max), b.err_max, a.err_max);
+  const vi bits = vi_and(vi_or(a.val_bits, b.val_bits), vi_set(0x7fffffff));
+  /* a square overflowed (or NaN: x - x is NaN where x is not finite), or nonzero squares summed
+   * among subnormals (err_max ≥ 0 and bits ≥ 0: > 0 is nonzero) */
+  const vf tiny = vf_set(0x1p-100f);
+  const vm bad = vm_or(vm_or(vf_unord(vf_sub(err_sq, err_sq)), vf_unord(vf_sub(val_sq, val_sq))),
+                       vm_or(vm_and(vf_gt(err_max, vf_set(0.0f)), vf_lt(err_sq, tiny)),
+                             vm_and(vi_gt(bits, vi_set(0)), vf_lt(val_sq, tiny))));
+  if (vm_any(bad)) {
+    QD_NAME(units_one_by_one)(x, input, codes, from, to, unit_size, scale, zero_point, q, stats);
     return;
   }
+  float sums[3][VL];
+  int32_t clipped[VL];
+  vf_store(sums[0], err_sq);
+  vf_store(sums[1], val_sq);
+  vf_store(sums[2], err_max);
+  vi_store(clipped, vi_add(a.clipped, b.clipped));
   for (int k = 0; k < VL; k++) {
     stats->sum_sq_error += (double)sums[0][k];
     stats->sum_sq_value += (double)sums[1][k];
@@ -157,6 +238,34 @@ QD_TARGET static void QD_NAME(units_flush)(lane_sums a, lane_sums b, const void 
 /* Vectors summed in float32 before a flush: each lane of the two sets sums 64. */
 #define QD_FLUSH_VECTORS 128
 
+/* The codes of one unit from element `at`, its statistics into acc0 / acc1 (flushed to the totals
+ * every QD_FLUSH_VECTORS vectors since element *flushed). */
+QD_V void code_unit(const void *x, uint64_t at, uint64_t unit_size, vf vinv, vf s, vf zp, bounds b, lane_sums *acc0,
+                    lane_sums *acc1, uint64_t *flushed, const int prefetch, void *out, const float *scale,
+                    const double *zero_point, const qd_quant *q, qd_quality *stats, const int input,
+                    const int add_first, const int measure, const int kind, const int no_zp,
+                    const int wide) {
+  const uint64_t width = input == QD_INPUT_F32 ? 4 : 2;
+  for (uint64_t i = at; i < at + unit_size; i += QD_BLOCK) {
+    /* the hardware's prefetchers stop at a page's end */
+    if (prefetch) {
+      const char *ahead = (const char *)x + (i + QD_BATCH * unit_size) * width;
+      for (uint64_t line = 0; line < QD_BLOCK * width; line += 64) __builtin_prefetch(ahead + line);
+    }
+    vf c0 = unit_codes(input_values(x, i, input), vinv, s, zp, b, acc0, add_first, measure, no_zp);
+    vf c1 = unit_codes(input_values(x, i + VL, input), vinv, s, zp, b, acc1, add_first, measure, no_zp);
+    vf c2 = unit_codes(input_values(x, i + 2 * VL, input), vinv, s, zp, b, acc0, add_first, measure, no_zp);
+    vf c3 = unit_codes(input_values(x, i + 3 * VL, input), vinv, s, zp, b, acc1, add_first, measure, no_zp);
+    store_block(out, i, kind, code_bits(c0, kind, wide), code_bits(c1, kind, wide), code_bits(c2, kind, wide),
+                code_bits(c3, kind, wide));
+    if (measure && i + QD_BLOCK - *flushed >= QD_FLUSH_VECTORS * VL) {
+      units_flush(*acc0, *acc1, x, input, out, *flushed, i + QD_BLOCK, unit_size, scale, zero_point, q, stats);
+      *acc0 = *acc1 = lane_sums_zero();
+      *flushed = i + QD_BLOCK;
+    }
+  }
+}
+
 /* One measured chunk of units (at most 256), units of whole blocks, of an input that goes on to
  * element `readable` (the next batch may lie beyond the chunk). Returns 0 when an input the op
  * rejects was met (the caller then runs the plain kernels, which find it). */
@@ -164,50 +273,69 @@ QD_V int choose_units(const void *x, uint64_t readable, uint64_t units, uint64_t
                       const qd_quant *q, float *scale, double *zero_point, void *out, qd_quality *stats,
                       const int input, const int add_first, const int measure, const int kind) {
   const bounds b = bounds_of(q);
-  const uint64_t width = input == QD_INPUT_F32 ? 4 : 2;
+  /* code bounds beyond ±2^22 (none of these kinds has them): code_bits as codes_int */
+  const int wide = q->qmin < -(1 << 22) || q->qmax > (1 << 22);
   lane_sums acc0 = lane_sums_zero(), acc1 = acc0;
   uint64_t flushed = 0;
+  vi klo[QD_BATCH], khi[QD_BATCH];
   int32_t lo[QD_BATCH], hi[QD_BATCH];
+  float inv[QD_BATCH], zpf[QD_BATCH];
+  const vi key_ninf = vi_set(qd_key(-__builtin_inff())), key_inf = vi_set(qd_key(__builtin_inff()));
   for (uint64_t u0 = 0; u0 < units; u0 += QD_BATCH) {
     const uint64_t m = units - u0 < QD_BATCH ? units - u0 : QD_BATCH;
     /* the next batch into the cache while this one is coded, long units too (their range pass
      * alone waited on memory: int8 rows of 4096, 16 → 19 GB/s without statistics, 12 → 20 with),
      * across the chunk's end as long as the input goes on */
     const int prefetch = (u0 + 2 * QD_BATCH) * unit_size <= readable;
+    for (uint64_t j = 0; j < m; j++) unit_range(x, (u0 + j) * unit_size, unit_size, input, &klo[j], &khi[j]);
+    /* every extreme finite (run_minmax's test) before any qparams, as the scalar path */
     int ok = 1;
-    for (uint64_t j = 0; j < m; j++)
-      ok &= unit_range(x, (u0 + j) * unit_size, unit_size, input, &lo[j], &hi[j]);
-    for (uint64_t j = 0; j < m && ok; j++)
-      ok = qd_determine_unit(qd_unkey(lo[j]), qd_unkey(hi[j]), c, &scale[u0 + j], &zero_point[u0 + j]) == QD_OK;
+    uint64_t j = 0;
+    for (; j + VL <= m; j += VL) {
+      const vi l = vi_hmin_each(klo + j), h = vi_hmax_each(khi + j);
+      vi_store(lo + j, l);
+      vi_store(hi + j, h);
+      ok &= vm_all(vm_and(vi_gt(l, key_ninf), vi_gt(key_inf, h)));
+    }
+    for (; j < m; j++) {
+      lo[j] = vi_hmin(klo[j]);
+      hi[j] = vi_hmax(khi[j]);
+      ok &= lo[j] > qd_key(-__builtin_inff()) && hi[j] < qd_key(__builtin_inff());
+    }
     if (!ok) return 0;
-    for (uint64_t j = 0; j < m; j++) {
-      const uint64_t u = u0 + j, at = u * unit_size;
-      const float sc = scale[u], r = 1.0f / sc;
-      if (!qd_is_finite(r)) return 0; /* a scale under 2^-128 (the codes would see NaN at 0) */
-      const vf inv = vf_set(r), s = vf_set(sc), zp = vf_set((float)zero_point[u]);
-      for (uint64_t i = at; i < at + unit_size; i += QD_BLOCK) {
-        /* the hardware's prefetchers stop at a page's end */
-        if (prefetch) {
-          const char *ahead = (const char *)x + (i + QD_BATCH * unit_size) * width;
-          for (uint64_t line = 0; line < QD_BLOCK * width; line += 64) __builtin_prefetch(ahead + line);
-        }
-        vf c0 = unit_codes(input_values(x, i, input), inv, s, zp, b, &acc0, add_first, measure);
-        vf c1 = unit_codes(input_values(x, i + VL, input), inv, s, zp, b, &acc1, add_first, measure);
-        vf c2 = unit_codes(input_values(x, i + 2 * VL, input), inv, s, zp, b, &acc0, add_first, measure);
-        vf c3 = unit_codes(input_values(x, i + 3 * VL, input), inv, s, zp, b, &acc1, add_first, measure);
-        store_block(out, i, kind, code_bits(c0, kind), code_bits(c1, kind), code_bits(c2, kind), code_bits(c3, kind));
-        if (measure && i + QD_BLOCK - flushed >= QD_FLUSH_VECTORS * VL) {
-          QD_NAME(units_flush)(acc0, acc1, x, input, out, flushed, i + QD_BLOCK, unit_size, scale, zero_point, q,
-                               stats);
-          acc0 = acc1 = lane_sums_zero();
-          flushed = i + QD_BLOCK;
-        }
+    for (j = 0; j < m;) {
+      if (j + VL <= m &&
+          unit_params(vi_load(lo + j), vi_load(hi + j), c, scale + u0 + j, zero_point + u0 + j, inv + j, zpf + j)) {
+        j += VL;
+        continue;
       }
+      for (const uint64_t end = j + VL <= m ? j + VL : m; j < end; j++) {
+        if (qd_determine_unit(qd_unkey(lo[j]), qd_unkey(hi[j]), c, &scale[u0 + j], &zero_point[u0 + j]) != QD_OK)
+          return 0;
+        inv[j] = 1.0f / scale[u0 + j];
+        zpf[j] = (float)zero_point[u0 + j];
+      }
+    }
+    for (j = 0; j < m; j++) {
+      const uint64_t u = u0 + j, at = u * unit_size;
+      const float sc = scale[u], r = inv[j];
+      if (!qd_is_finite(r)) return 0; /* a scale under 2^-128 (the codes would see NaN at 0) */
+      const vf vinv = vf_set(r), s = vf_set(sc), zp = vf_set(zpf[j]);
+      /* symmetric qparams' usual zero point +0: a loop without it (2 of about 24 operations a
+       * vector when measuring) */
+      if (wide)
+        code_unit(x, at, unit_size, vinv, s, zp, b, &acc0, &acc1, &flushed, prefetch, out, scale, zero_point, q, stats,
+                  input, add_first, measure, kind, 0, 1);
+      else if (qd_bits(zpf[j]) == 0)
+        code_unit(x, at, unit_size, vinv, s, zp, b, &acc0, &acc1, &flushed, prefetch, out, scale, zero_point, q, stats,
+                  input, add_first, measure, kind, 1, 0);
+      else
+        code_unit(x, at, unit_size, vinv, s, zp, b, &acc0, &acc1, &flushed, prefetch, out, scale, zero_point, q, stats,
+                  input, add_first, measure, kind, 0, 0);
     }
   }
   if (measure) {
-    QD_NAME(units_flush)(acc0, acc1, x, input, out, flushed, units * unit_size, unit_size, scale, zero_point, q,
-                         stats);
+    units_flush(acc0, acc1, x, input, out, flushed, units * unit_size, unit_size, scale, zero_point, q, stats);
     stats->count += units * unit_size;
   }
   return 1;

@@ -43,6 +43,11 @@ QD_V vf vf_max(vf a, vf b) { return wasm_f32x4_pmax(a, b); }
 
 /* Truncating conversion; NaN gives 0 and out-of-range lanes saturate (unlike x86). */
 QD_V vi vf_to_vi_trunc(vf v) { return wasm_i32x4_trunc_sat_f32x4(v); }
+/* Nearest (half to even) integers of lanes within ±2^22: v + 1.5·2^23 has them in its low bits
+ * (engines make trunc_sat several instructions). */
+QD_V vi vf_small_to_vi(vf v) {
+  return wasm_i32x4_sub(wasm_f32x4_add(v, wasm_f32x4_splat(12582912.0f)), wasm_i32x4_splat(0x4b400000));
+}
 QD_V vi vi_load(const void *p) { return wasm_v128_load(p); }
 QD_V void vi_store(void *p, vi v) { wasm_v128_store(p, v); }
 QD_V vi vi_set(int32_t x) { return wasm_i32x4_splat(x); }
@@ -77,6 +82,7 @@ QD_V vm vi_gt(vi a, vi b) { return wasm_i32x4_gt(a, b); }
 QD_V vm vf_ne(vf a, vf b) { return wasm_f32x4_ne(a, b); }
 /* acc plus one in the lanes of m: a set lane is -1 */
 QD_V vi vi_count(vi acc, vm m) { return wasm_i32x4_sub(acc, m); }
+QD_V vi vi_count_merged(vi acc, vm m) { return vi_count(acc, m); } /* (AVX-512 merges) */
 /* max(|a|, b) for b ≥ +0, neither NaN */
 QD_V vf vf_absmax(vf a, vf b) { return wasm_f32x4_pmax(wasm_v128_and(a, wasm_i32x4_splat(0x7fffffff)), b); }
 QD_V vi vi_select(vm m, vi yes, vi no) { return wasm_v128_bitselect(yes, no, m); }
@@ -96,6 +102,17 @@ QD_V int32_t vi_hmax(vi v) {
   v = wasm_i32x4_max(v, wasm_i32x4_shuffle(v, v, 1, 0, 3, 2));
   return wasm_i32x4_extract_lane(v, 0);
 }
+/* Lane j: the minimum (or maximum) of v[j]'s lanes, for VL vectors at once: pairs of vectors
+ * halved twice (vector 2p's part in the low lanes, 2p + 1's in the high ones). */
+QD_V vi vi_hreduce_each(const vi *v, const int max) {
+#define QD_RED(a, b) (max ? wasm_i32x4_max((a), (b)) : wasm_i32x4_min((a), (b)))
+  vi h0 = QD_RED(wasm_i32x4_shuffle(v[0], v[1], 0, 1, 4, 5), wasm_i32x4_shuffle(v[0], v[1], 2, 3, 6, 7));
+  vi h1 = QD_RED(wasm_i32x4_shuffle(v[2], v[3], 0, 1, 4, 5), wasm_i32x4_shuffle(v[2], v[3], 2, 3, 6, 7));
+  return QD_RED(wasm_i32x4_shuffle(h0, h1, 0, 2, 4, 6), wasm_i32x4_shuffle(h0, h1, 1, 3, 5, 7));
+#undef QD_RED
+}
+QD_V vi vi_hmin_each(const vi *v) { return vi_hreduce_each(v, 0); }
+QD_V vi vi_hmax_each(const vi *v) { return vi_hreduce_each(v, 1); }
 
 /* ---- codes in ---- */
 QD_V vi vi_load_i8(const void *p) {

@@ -511,6 +511,75 @@ static void test_choose_long_units(const qd_kernels *k) {
   }
 }
 
+/* Units of 128 and 64 in batches whose qparams are computed VL units at a time (simd_choose.h
+ * unit_params), each batch mixing plain units with one of a kind the vector path must refuse or get
+ * right at its edge: zero, ±0 and all-equal ranges, huge ranges whose scale overflows, tiny ones
+ * whose scale's reciprocal does not, NaN / ±Infinity; every mode, eps 0 and large, bounds beyond
+ * 2^22, every input, with and without statistics: the reference's status, bad index, qparams and
+ * codes. */
+static void test_choose_unit_batches(const qd_kernels *k) {
+  static const int32_t kinds[] = {QD_CODES_I4, QD_CODES_U4, QD_CODES_I8, QD_CODES_U8, QD_CODES_I16, QD_CODES_I2, QD_CODES_U2};
+  for (int iter = 0; iter < 1200; iter++) {
+    const int32_t kind = kinds[next_u32() % 7], input = (int32_t)(next_u32() % 3);
+    const int measure = next_u32() & 1;
+    qd_choose c;
+    qd_quant q;
+    random_choice(kind, &c, &q);
+    c.mode = (int32_t)(next_u32() % 5);
+    /* float zero points are added before rounding (as random_choice pairs them); else, and with
+     * code bounds beyond ±2^22, the oracle is the kernels' own choose_quantize (codes not integral
+     * before their conversion, which the reference rounds otherwise) */
+    const int against_simd = next_u32() % 4 == 0;
+    q.add_zero_point_first = c.mode != QD_AFFINE && c.mode != QD_SYMMETRIC && !against_simd ? 1 : (int32_t)(next_u32() & 1);
+    if (against_simd && next_u32() % 2) q.qmin = c.qmin = -(1 << 23) - 1, q.qmax = c.qmax = (1 << 23) + 5;
+    const uint32_t e = next_u32() % 6;
+    c.eps = e == 0 ? 0.0f : e == 1 ? 0.75f : e == 2 ? 1e-45f : 1.1920929e-7f;
+    if (next_u32() % 8 == 0) c.qmin = -(1 << 23), c.qmax = (1 << 22) + 1;
+    if (next_u32() % 8 == 0) c.symmetric_zero_point = 16777217;
+    const uint64_t unit = next_u32() % 4 ? 128 : 64, units = 1 + next_u32() % 48, n = unit * units;
+    const uint64_t odd = next_u32() % units; /* the unit of another kind */
+    const uint32_t what = next_u32() % 10;
+    float *wide = malloc(sizeof(float) * n);
+    void *x = malloc(sizeof(float) * n);
+    for (uint64_t i = 0; i < n; i++) {
+      float v = tame(next_u32() % 3 ? 1.0f : 1e4f);
+      if (i / unit == odd) {
+        switch (what) {
+        case 0: v = 0.0f; break;
+        case 1: v = (i & 1) ? 0.0f : -0.0f; break;
+        case 2: v = -0.0f; break;
+        case 3: v = -2.5f; break;
+        case 4: v = (i & 1) ? 3e38f : -3e38f; break;
+        case 5: v = (i & 1) ? 1e-40f : -1e-41f; break;
+        case 6: v = (i & 1) ? 1e-38f : 3e-39f; break;
+        case 7: if (i % unit == 5) v = NAN; break;
+        case 8: if (i % unit == 9) v = (i & 1) ? INFINITY : -INFINITY; break;
+        default: break;
+        }
+      }
+      put_input(x, wide, i, v, input);
+    }
+    float *s1 = malloc(4 * units), *s2 = malloc(4 * units);
+    double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
+    float *scratch = malloc(sizeof(float) * qd_measured_chunk_units(unit) * unit);
+    const size_t nb = qd_code_bytes(kind, n);
+    uint8_t *o1 = calloc(nb, 1), *o2 = calloc(nb, 1);
+    uint64_t b1 = 7, b2 = 7;
+    qd_quality got = {0};
+    qd_status r1 = (against_simd ? k : &qd_kernels_ref)->choose_quantize(wide, 0, units, unit, &c, &q, s1, z1, o1, &b1);
+    qd_status r2 = k->choose_quantize_from(x, input, 0, units, unit, &c, &q, s2, z2, o2, &b2,
+                                           measure ? &got : NULL, scratch);
+    CHECK(r1 == r2 && (r1 == QD_OK || b1 == b2), "%s unit batches mode %d what %u input %d: status %d/%d bad %llu/%llu",
+          k->isa, c.mode, what, input, r1, r2, (unsigned long long)b1, (unsigned long long)b2);
+    if (r1 == QD_OK && r2 == QD_OK)
+      CHECK(!memcmp(s1, s2, 4 * units) && !memcmp(z1, z2, 8 * units) && !memcmp(o1, o2, nb) &&
+                (!measure || got.count == n),
+            "%s unit batches mode %d what %u input %d kind %d: codes or qparams differ", k->isa, c.mode, what, input,
+            kind);
+    free(wide), free(x), free(s1), free(s2), free(z1), free(z2), free(scratch), free(o1), free(o2);
+  }
+}
+
 static void test_conversions(const qd_kernels *k) {
   uint16_t *h = malloc(2 * 65536 + 2);
   float *f1 = malloc(4 * 65536), *f2 = malloc(4 * 65536 + 4);
@@ -843,6 +912,32 @@ static void test_awq(const qd_kernels *k) {
   free(w), free(q1), free(q2), free(z1), free(z2), free(s1), free(s2);
 }
 
+/* AWQ where qweight's rows are whole cache lines apart (out a multiple of 128) and large enough to
+ * be stored past the caches, with qweight at every word offset from a line: the first tile cut
+ * short (simd_awq.h) and the tiles' streamed lines. */
+static void test_awq_lines(const qd_kernels *k) {
+  enum { OUT = 256, IN = 2048 };
+  float *w = malloc(4 * OUT * IN);
+  uint32_t *q1 = malloc(4 * IN * OUT / 8), *q2 = malloc(4 * IN * OUT / 8 + 64), *z1 = malloc(4 * IN * OUT / 8),
+           *z2 = malloc(4 * IN * OUT / 8);
+  uint16_t *s1 = malloc(2 * IN * OUT), *s2 = malloc(2 * IN * OUT);
+  static const uint64_t sizes[] = {128, 64, 256};
+  for (int iter = 0; iter < 6; iter++) {
+    const uint64_t gs = sizes[iter % 3], groups = IN / gs, off = (uint64_t)(iter * 5 + 1) % 16;
+    for (uint64_t i = 0; i < (uint64_t)OUT * IN; i++) w[i] = tame(iter % 2 ? 30.0f : 1e-3f);
+    uint32_t *q = q2 + off;
+    uint64_t bad1 = 7, bad2 = 9;
+    memset(q2, 0x5a, 4 * IN * OUT / 8 + 64);
+    qd_status r1 = qd_kernels_ref.awq_quantize(w, OUT, IN, gs, q1, z1, s1, &bad1);
+    qd_status r2 = k->awq_quantize(w, OUT, IN, gs, q, z2, s2, &bad2);
+    CHECK(r1 == QD_OK && r2 == QD_OK, "%s awq lines status %d vs %d (group %llu)", k->isa, r2, r1,
+          (unsigned long long)gs);
+    CHECK(!memcmp(q1, q, 4 * IN * OUT / 8) && !memcmp(z1, z2, 4 * groups * OUT / 8) && !memcmp(s1, s2, 2 * groups * OUT),
+          "%s awq lines group %llu offset %llu", k->isa, (unsigned long long)gs, (unsigned long long)off);
+  }
+  free(w), free(q1), free(q2), free(z1), free(z2), free(s1), free(s2);
+}
+
 /* GPTQ groups whose values divide by their scale to exact half-integers, give or take one ulp:
  * where the vector path's reciprocal cannot stand for the division (rint's ties). The scale is
  * d = (1 + m / 2^16) · 2^e, exact through the parameters (the range is maxq · d), or one of
@@ -991,6 +1086,7 @@ int main(int argc, char **argv) {
     test_measured(k);
     test_choose_quantize_from(k);
     test_choose_long_units(k);
+    test_choose_unit_batches(k);
     test_ggml(k);
     test_ggml_weighted(k);
     test_bnb(k);
@@ -998,6 +1094,7 @@ int main(int argc, char **argv) {
     test_nbits(k);
     test_nbits_many(k);
     test_awq(k);
+    test_awq_lines(k);
     test_gptq(k);
     printf("%s: ok\n", k->isa);
     tested++;
