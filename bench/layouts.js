@@ -50,18 +50,8 @@ export async function benchLayouts(mib, smallMib, reps) {
         m.ggmlQuantizeWeighted(t.id, x, COLS, qw, out),
       );
   }
-  {
-    const rows = x.length / COLS;
-    const b = new Uint8Array(x.length / 2);
-    const scales = new Float32Array(x.length / 32);
-    const zeroPoints = new Uint8Array(rows * Math.ceil(COLS / 32 / 2));
-    for (const [name, m] of modules)
-      await time('onnx MatMulNBits b32 asym', `${name} ${m.isa}`, x.byteLength, () =>
-        m.nbitsQuantize(x, rows, COLS, 32, false, false, b, scales, zeroPoints),
-      );
-  }
-  // AWQ and GPTQ also on AVX2 where the best ISA is AVX-512: the machines these targets were set
-  // on have AVX2 only.
+  // The layouts for vLLM / transformers / ORT also on AVX2 where the best ISA is AVX-512: the
+  // machines their targets were set on have AVX2 only.
   const packers = [...modules];
   if (modules[0]?.[1].isa === 'avx512') {
     try {
@@ -69,6 +59,16 @@ export async function benchLayouts(mib, smallMib, reps) {
     } catch {
       // no AVX2 twin in this build
     }
+  }
+  {
+    const rows = x.length / COLS;
+    const b = new Uint8Array(x.length / 2);
+    const scales = new Float32Array(x.length / 32);
+    const zeroPoints = new Uint8Array(rows * Math.ceil(COLS / 32 / 2));
+    for (const [name, m] of packers)
+      await time('onnx MatMulNBits b32 asym', `${name} ${m.isa}`, x.byteLength, () =>
+        m.nbitsQuantize(x, rows, COLS, 32, false, false, b, scales, zeroPoints),
+      );
   }
   {
     const qweight = new Int32Array(x.length / 8);
@@ -96,7 +96,7 @@ export async function benchLayouts(mib, smallMib, reps) {
   for (const [type, id] of Object.entries(BNB_KERNEL_TYPES)) {
     const packed = new Uint8Array(x.length / 2);
     const absmax = new Float32Array(x.length / 64);
-    for (const [name, m] of modules)
+    for (const [name, m] of packers)
       await time(`bitsandbytes ${type} b64`, `${name} ${m.isa}`, x.byteLength, () =>
         m.bnbQuantize(id, x, 64, packed, absmax),
       );
