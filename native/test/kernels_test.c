@@ -467,6 +467,32 @@ static void test_choose_quantize_from(const qd_kernels *k) {
   }
 }
 
+/* choose_quantize_from on x (values of `input`) against `oracle`'s choose_quantize on their float32
+ * copy `wide`: the status and bad index, and where both succeed the scales, zero points, codes and
+ * (measured) the count. */
+static void check_choose_from(const qd_kernels *k, const qd_kernels *oracle, const float *wide, const void *x,
+                              int32_t input, uint64_t units, uint64_t unit, const qd_choose *c, const qd_quant *q,
+                              int measure, const char *what) {
+  const uint64_t n = units * unit;
+  float *s1 = malloc(4 * units), *s2 = malloc(4 * units);
+  double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
+  float *scratch = malloc(sizeof(float) * qd_measured_chunk_units(unit) * unit);
+  const size_t nb = qd_code_bytes(q->codes, n);
+  uint8_t *o1 = calloc(nb, 1), *o2 = calloc(nb, 1);
+  uint64_t b1 = 7, b2 = 7;
+  qd_quality got = {0};
+  qd_status r1 = oracle->choose_quantize(wide, 0, units, unit, c, q, s1, z1, o1, &b1);
+  qd_status r2 = k->choose_quantize_from(x, input, 0, units, unit, c, q, s2, z2, o2, &b2, measure ? &got : NULL,
+                                         scratch);
+  CHECK(r1 == r2 && (r1 == QD_OK || b1 == b2), "%s %s: status %d/%d bad %llu/%llu", k->isa, what, r1, r2,
+        (unsigned long long)b1, (unsigned long long)b2);
+  if (r1 == QD_OK && r2 == QD_OK)
+    CHECK(!memcmp(s1, s2, 4 * units) && !memcmp(z1, z2, 8 * units) && !memcmp(o1, o2, nb) &&
+              (!measure || got.count == n),
+          "%s %s: codes or qparams differ", k->isa, what);
+  free(s1), free(s2), free(z1), free(z2), free(scratch), free(o1), free(o2);
+}
+
 /* Long units (a few to a measured chunk, the next batch asked into the cache across the chunk's
  * end): a NaN or an Infinity in a later unit, or a unit whose scale underflows, gives the
  * reference's status and bad index, and clean ones its codes and qparams, with and without
@@ -490,24 +516,11 @@ static void test_choose_long_units(const qd_kernels *k) {
       if (i == at && fault >= 1 && fault <= 3) v = fault == 1 ? NAN : fault == 2 ? INFINITY : -INFINITY;
       put_input(x, wide, i, v, input);
     }
-    float *s1 = malloc(4 * units), *s2 = malloc(4 * units);
-    double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
-    float *scratch = malloc(sizeof(float) * qd_measured_chunk_units(unit) * unit);
-    const size_t nb = qd_code_bytes(kind, n);
-    uint8_t *o1 = calloc(nb, 1), *o2 = calloc(nb, 1);
-    uint64_t b1 = 7, b2 = 7;
-    qd_quality got = {0};
-    qd_status r1 = qd_kernels_ref.choose_quantize(wide, 0, units, unit, &c, &q, s1, z1, o1, &b1);
-    qd_status r2 = k->choose_quantize_from(x, input, 0, units, unit, &c, &q, s2, z2, o2, &b2,
-                                           measure ? &got : NULL, scratch);
-    CHECK(r1 == r2 && (r1 == QD_OK || b1 == b2), "%s long units input %d fault %d: status %d/%d bad %llu/%llu",
-          k->isa, input, fault, r1, r2, (unsigned long long)b1, (unsigned long long)b2);
-    if (r1 == QD_OK && r2 == QD_OK)
-      CHECK(!memcmp(s1, s2, 4 * units) && !memcmp(z1, z2, 8 * units) && !memcmp(o1, o2, nb) &&
-                (!measure || got.count == n),
-            "%s long units input %d kind %d unit %llu: codes or qparams differ", k->isa, input, kind,
-            (unsigned long long)unit);
-    free(wide), free(x), free(s1), free(s2), free(z1), free(z2), free(scratch), free(o1), free(o2);
+    char what[96];
+    snprintf(what, sizeof what, "long units input %d fault %d kind %d unit %llu", input, fault, kind,
+             (unsigned long long)unit);
+    check_choose_from(k, &qd_kernels_ref, wide, x, input, units, unit, &c, &q, measure, what);
+    free(wide), free(x);
   }
 }
 
@@ -559,24 +572,10 @@ static void test_choose_unit_batches(const qd_kernels *k) {
       }
       put_input(x, wide, i, v, input);
     }
-    float *s1 = malloc(4 * units), *s2 = malloc(4 * units);
-    double *z1 = malloc(8 * units), *z2 = malloc(8 * units);
-    float *scratch = malloc(sizeof(float) * qd_measured_chunk_units(unit) * unit);
-    const size_t nb = qd_code_bytes(kind, n);
-    uint8_t *o1 = calloc(nb, 1), *o2 = calloc(nb, 1);
-    uint64_t b1 = 7, b2 = 7;
-    qd_quality got = {0};
-    qd_status r1 = (against_simd ? k : &qd_kernels_ref)->choose_quantize(wide, 0, units, unit, &c, &q, s1, z1, o1, &b1);
-    qd_status r2 = k->choose_quantize_from(x, input, 0, units, unit, &c, &q, s2, z2, o2, &b2,
-                                           measure ? &got : NULL, scratch);
-    CHECK(r1 == r2 && (r1 == QD_OK || b1 == b2), "%s unit batches mode %d what %u input %d: status %d/%d bad %llu/%llu",
-          k->isa, c.mode, what, input, r1, r2, (unsigned long long)b1, (unsigned long long)b2);
-    if (r1 == QD_OK && r2 == QD_OK)
-      CHECK(!memcmp(s1, s2, 4 * units) && !memcmp(z1, z2, 8 * units) && !memcmp(o1, o2, nb) &&
-                (!measure || got.count == n),
-            "%s unit batches mode %d what %u input %d kind %d: codes or qparams differ", k->isa, c.mode, what, input,
-            kind);
-    free(wide), free(x), free(s1), free(s2), free(z1), free(z2), free(scratch), free(o1), free(o2);
+    char label[96];
+    snprintf(label, sizeof label, "unit batches mode %d what %u input %d kind %d", c.mode, what, input, kind);
+    check_choose_from(k, against_simd ? k : &qd_kernels_ref, wide, x, input, units, unit, &c, &q, measure, label);
+    free(wide), free(x);
   }
 }
 
