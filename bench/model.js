@@ -20,6 +20,7 @@ import {
   mkdirSync,
   openSync,
   readSync,
+  readdirSync,
   closeSync,
   rmSync,
   statSync,
@@ -28,7 +29,7 @@ import {
 } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { llamaTensors, writeModelFile } from '../scripts/synthetic-model.js';
 import { startServe } from './serve.js';
@@ -205,6 +206,17 @@ function writeSeconds(bytes) {
   return Number(process.hrtime.bigint() - t0) / 1e9;
 }
 
+/**
+ * Removes a run's output and what it wrote beside it: the recipe run's report
+ * (out.report.json), GPTQ's quantize_config.json and AWQ's quantization_config.json
+ * (out-gptq.quantize_config.json, ...): every file named after the output's stem.
+ */
+function removeOutput(output) {
+  const stem = basename(output).replace(/\.[^.]+$/, '');
+  for (const name of readdirSync(dir))
+    if (name.startsWith(`${stem}.`)) rmSync(join(dir, name), { force: true });
+}
+
 const memcpy = measureMemcpy(256 * 2 ** 20, 5);
 /** Seconds to read `path` from the page cache, once it is there (every run reads it from there). */
 function cachedReadSeconds(path) {
@@ -236,7 +248,7 @@ for (const [how, file, args, input = model] of runs) {
   // a single tensor's bound: 3 × its bytes (the file is little more) + 256 MiB
   const rssBound = input === model ? bound : 3 * inBytes + 256 * 2 ** 20;
   rows.push({ how, ...run, inBytes, outBytes, floor: inRead + writeSeconds(outBytes), rssBound });
-  if (!values.keep) rmSync(output, { force: true });
+  if (!values.keep) removeOutput(output);
 }
 const sequential = await sequentialCalls();
 const sequentialBytes = statSync(join(dir, 'sequential.bin')).size;
