@@ -202,8 +202,7 @@ QD_TARGET __attribute__((noinline)) static void QD_NAME(units_one_by_one)(const 
 }
 
 /* The sums of a chunk's elements [from, to) go to the float64 totals, or, when their float32 sums
- * do not hold, those elements one by one (quality_flush's rule: float32_sums_hold's tests, here
- * on all lanes at once). */
+ * do not hold, those elements one by one (quality_flush's rule, lane_sums_hold). */
 QD_V void units_flush(lane_sums a, lane_sums b, const void *x, const int32_t input, const void *codes, uint64_t from,
                       uint64_t to, uint64_t unit_size, const float *scale, const double *zero_point,
                       const qd_quant *q, qd_quality *stats) {
@@ -211,13 +210,7 @@ QD_V void units_flush(lane_sums a, lane_sums b, const void *x, const int32_t inp
   const vf err_sq = vf_add(a.err_sq, b.err_sq), val_sq = vf_add(a.val_sq, b.val_sq);
   const vf err_max = vf_select(vf_gt(b.err_max, a.err_max), b.err_max, a.err_max);
   const vi bits = vi_and(vi_or(a.val_bits, b.val_bits), vi_set(0x7fffffff));
-  /* a square overflowed (or NaN: x - x is NaN where x is not finite), or nonzero squares summed
-   * among subnormals (err_max ≥ 0 and bits ≥ 0: > 0 is nonzero) */
-  const vf tiny = vf_set(0x1p-100f);
-  const vm bad = vm_or(vm_or(vf_unord(vf_sub(err_sq, err_sq)), vf_unord(vf_sub(val_sq, val_sq))),
-                       vm_or(vm_and(vf_gt(err_max, vf_set(0.0f)), vf_lt(err_sq, tiny)),
-                             vm_and(vi_gt(bits, vi_set(0)), vf_lt(val_sq, tiny))));
-  if (vm_any(bad)) {
+  if (!lane_sums_hold(err_sq, val_sq, err_max, bits)) {
     QD_NAME(units_one_by_one)(x, input, codes, from, to, unit_size, scale, zero_point, q, stats);
     return;
   }

@@ -517,18 +517,18 @@ QD_TARGET static qd_status QD_NAME(fake_quantize)(const float *x, uint64_t start
  * totals (flushing every few vectors made the kernel 5x slower): the statistics agree with the
  * reference to rounding, about 64 float32 ulps at worst (not bit for bit). */
 
-/* Whether a block's float32 sums of squares (per lane, with the lane's largest |error|, and |x| bits)
- * are good to float32 precision: not when a square overflowed (|x| > 1.8e19; or NaN), nor when
- * nonzero squares fell among float32 subnormals (a lane sum under 2^-100). Such blocks are
- * summed again in float64, as the reference does. */
-static int QD_NAME(float32_sums_hold)(const float *err_sq, const float *val_sq, const float *err_max,
-                                      const int32_t *val_bits) {
-  const float tiny = 0x1p-100f;
-  for (int k = 0; k < VL; k++) {
-    if (!qd_is_finite(err_sq[k]) || !qd_is_finite(val_sq[k])) return 0;
-    if ((err_max[k] > 0 && err_sq[k] < tiny) || (val_bits[k] != 0 && val_sq[k] < tiny)) return 0;
-  }
-  return 1;
+/* Whether a block's float32 sums of squares (per lane, with the lane's largest |error|, and the or
+ * of its values' magnitude bits, never negative) are good to float32 precision: not when a square
+ * overflowed (|x| > 1.8e19; or NaN), nor when nonzero squares fell among float32 subnormals (a lane
+ * sum under 2^-100). Such blocks are summed again in float64, as the reference does. Shared by the
+ * quality kernel and choose_quantize_from's statistics (simd_choose.h). */
+QD_V int lane_sums_hold(vf err_sq, vf val_sq, vf err_max, vi val_bits) {
+  const vf tiny = vf_set(0x1p-100f);
+  /* x - x is NaN where x is not finite; err_max and val_bits are never negative: > 0 is nonzero */
+  const vm bad = vm_or(vm_or(vf_unord(vf_sub(err_sq, err_sq)), vf_unord(vf_sub(val_sq, val_sq))),
+                       vm_or(vm_and(vf_gt(err_max, vf_set(0.0f)), vf_lt(err_sq, tiny)),
+                             vm_and(vi_gt(val_bits, vi_set(0)), vf_lt(val_sq, tiny))));
+  return !vm_any(bad);
 }
 
 /* A quality block's vectors: where each starts in the range, so that a block whose float32 sums
@@ -546,13 +546,7 @@ QD_TARGET static void QD_NAME(quality_flush)(QD_NAME(quality_block) * b, vf err_
                                              uint64_t start, const qd_layout *l, const float *scale,
                                              const float *zero_point, const qd_quant *q, qd_quality *stats) {
   if (b->n == 0) return;
-  float sums[3][VL];
-  int32_t bits[VL];
-  vf_store(sums[0], err_sq);
-  vf_store(sums[1], val_sq);
-  vf_store(sums[2], err_max);
-  vi_store(bits, val_bits);
-  if (!QD_NAME(float32_sums_hold)(sums[0], sums[1], sums[2], bits)) {
+  if (!lane_sums_hold(err_sq, val_sq, err_max, val_bits)) {
     for (int v = 0; v < b->n; v++) {
       for (uint64_t k = b->at[v]; k < b->at[v] + VL; k++) {
         const uint64_t unit = ((start + k) / l->inner) % l->channels;
@@ -561,6 +555,10 @@ QD_TARGET static void QD_NAME(quality_flush)(QD_NAME(quality_block) * b, vf err_
       }
     }
   } else {
+    float sums[3][VL];
+    vf_store(sums[0], err_sq);
+    vf_store(sums[1], val_sq);
+    vf_store(sums[2], err_max);
     for (int k = 0; k < VL; k++) {
       stats->sum_sq_error += (double)sums[0][k];
       stats->sum_sq_value += (double)sums[1][k];
