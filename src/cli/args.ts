@@ -65,6 +65,18 @@ export const COMMAND_OPTIONS: Record<string, Record<string, OptionConfig>> = {
     force: { type: 'boolean' },
     quiet: { type: 'boolean', short: 'q' },
   },
+  eval: {
+    reference: { type: 'string' },
+    text: { type: 'string' },
+    'seq-len': { type: 'string' },
+    windows: { type: 'string' },
+    'layer-windows': { type: 'string' },
+    threads: { type: 'string' },
+    report: { type: 'string' },
+    json: { type: 'boolean' },
+    quiet: { type: 'boolean', short: 'q' },
+    'no-progress': { type: 'boolean' },
+  },
   serve: {},
 };
 

@@ -5,36 +5,18 @@
  * folder in a safetensors layout (gptq, awq, nf4, fp4) gives a model folder. The
  * NAME:key=value syntax is parsed in src/service/layouts/parse.ts (shared with the jobs API).
  */
-import { open } from 'node:fs/promises';
 import { isAbsolute, relative, resolve, sep } from 'node:path';
 
 import { QuantdError } from '../errors/index.js';
-import { LAYOUTS, type InteropLayout } from '../service/layouts/index.js';
+import { LAYOUTS } from '../service/layouts/index.js';
+import { detectLayout } from '../service/layouts/detect.js';
 import { parseLayout } from '../service/layouts/parse.js';
 import { layoutReport, type LayoutReport } from '../service/layouts/report.js';
 import type { LayoutHooks } from '../service/layouts/types.js';
 import { writeLayoutOutput } from '../service/layouts/write-folder.js';
 
-export { parseLayout };
+export { detectLayout, parseLayout };
 export type { LayoutReport };
-
-/** The layout that recognizes the file at `path`, or undefined (then it is a qtensor file). */
-export async function detectLayout(path: string): Promise<InteropLayout | undefined> {
-  let head: Uint8Array;
-  try {
-    const fh = await open(path, 'r');
-    try {
-      const buffer = new Uint8Array(1 << 20);
-      const { bytesRead } = await fh.read(buffer, 0, buffer.length, 0);
-      head = buffer.subarray(0, bytesRead);
-    } finally {
-      await fh.close();
-    }
-  } catch {
-    return undefined; // not a readable file: the ordinary path reports it
-  }
-  return [...LAYOUTS.values()].find((l) => l.detect(path, head));
-}
 
 export function layoutHelp(): string {
   return [...LAYOUTS.values()]

@@ -149,7 +149,7 @@ export async function guardCommand(parsed: ParsedCommand, input: string, output:
   }
   const files = sharded ? [] : [output];
   if (report !== undefined) files.push(report);
-  files.push(...(layout?.companions?.(output, folderOut) ?? []));
+  files.push(...(layout?.companions?.(output, folderOut, reads.folder !== undefined) ?? []));
   const names = sharded ? sharded.names : folderOut ? reads.folder : undefined;
   const directory = names && { path: output, names };
   await guardOutputs(reads.files, { files, directory }, values['force'] === true);

@@ -9,6 +9,8 @@ export interface ProgressState {
   readonly tensorsTotal: number;
   readonly bytesDone: number;
   readonly bytesTotal: number;
+  /** What is counted when it is not tensors and bytes ("windows"): counts and ETA only. */
+  readonly unit?: string;
 }
 
 export interface ProgressSink {
@@ -29,6 +31,11 @@ export function formatDuration(seconds: number): string {
 
 /** The numbers of one progress line: "12/245 tensors, 1.2 GiB/4.0 GiB, 850 MiB/s, ETA 3s". */
 export function describeProgress(p: ProgressState, elapsedSeconds: number): string {
+  if (p.unit !== undefined) {
+    const perSecond = elapsedSeconds > 0 ? p.tensorsDone / elapsedSeconds : 0;
+    const left = perSecond > 0 ? (p.tensorsTotal - p.tensorsDone) / perSecond : NaN;
+    return `${p.tensorsDone}/${p.tensorsTotal} ${p.unit}, ETA ${p.tensorsDone === p.tensorsTotal ? '0s' : formatDuration(left)}`;
+  }
   const rate = elapsedSeconds > 0 ? p.bytesDone / elapsedSeconds : 0;
   const eta = rate > 0 ? (p.bytesTotal - p.bytesDone) / rate : NaN;
   return (

@@ -72,6 +72,15 @@ export const catalogue = {
     'eps must be a finite float32 value >= 2^-126 (so that 1/scale stays finite), got {value}',
   ),
   FEATURE_UNSUPPORTED: bad('Not supported', '{detail}'),
+  TEXT_INVALID: bad('Text unusable', '{path}: {detail}'),
+  MODEL_UNRUNNABLE: bad('Model cannot be run', '{engine} refused the model: {detail}'),
+  ENGINE_UNAVAILABLE: {
+    http: 501,
+    grpc: 'UNIMPLEMENTED',
+    title: 'Inference engine not installed',
+    message: '{engine} is needed to {purpose} and cannot be loaded ({detail}); {remedy}',
+    exit: 2,
+  },
 
   // --- tensors -----------------------------------------------------------------------------
   INPUT_DTYPE_UNSUPPORTED: bad(

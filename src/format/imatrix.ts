@@ -15,8 +15,8 @@
 import { open } from 'node:fs/promises';
 
 import { QuantdError } from '../errors/index.js';
-import { GgufFileReader } from './gguf-file.js';
-import { isGguf } from './gguf.js';
+import { GgufFileReader, GgufFileWriter } from './gguf-file.js';
+import { isGguf, type GgufKv } from './gguf.js';
 
 export interface ImportanceMatrix {
   /** Per tensor (GGUF name): the column weights, experts one after another. */
@@ -157,4 +157,58 @@ function fromLegacy(path: string, bytes: Buffer): ImportanceMatrix {
     }
   }
   return { entries, datasets, chunks, format: 'legacy' };
+}
+
+/** One tensor's sums, as llama-imatrix accumulates them (a dense weight: one expert). */
+export interface ImatrixSums {
+  /** GGUF name of the weight (blk.0.attn_q.weight). */
+  readonly name: string;
+  /** Σ over tokens of each input column's squared activation. */
+  readonly sumSquares: Float32Array;
+  /** Tokens accumulated. */
+  readonly count: number;
+}
+
+/**
+ * Writes an importance matrix in llama-imatrix's GGUF format: general.type "imatrix",
+ * imatrix.datasets / chunk_count / chunk_size, and per tensor NAME.in_sum2 F32 [columns, 1] and
+ * NAME.counts F32 [1, 1], atomically.
+ */
+export async function writeImportanceMatrix(
+  path: string,
+  sums: readonly ImatrixSums[],
+  dataset: { readonly names: readonly string[]; readonly chunks: number; readonly chunkSize: number },
+): Promise<void> {
+  const kvs: GgufKv[] = [
+    { key: 'general.type', value: { type: 'string', value: 'imatrix' } },
+    {
+      key: 'imatrix.datasets',
+      value: {
+        type: 'array',
+        itemType: 'string',
+        value: dataset.names.map((value) => ({ type: 'string', value })),
+      },
+    },
+    { key: 'imatrix.chunk_count', value: { type: 'uint32', value: dataset.chunks } },
+    { key: 'imatrix.chunk_size', value: { type: 'uint32', value: dataset.chunkSize } },
+  ];
+  const sorted = [...sums].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const tensors = sorted.flatMap((s) => [
+    { name: `${s.name}.in_sum2`, dims: [s.sumSquares.length, 1], type: 'F32' },
+    { name: `${s.name}.counts`, dims: [1, 1], type: 'F32' },
+  ]);
+  const writer = await GgufFileWriter.create(path, kvs, tensors);
+  try {
+    for (const s of sorted) {
+      await writer.write(
+        `${s.name}.in_sum2`,
+        new Uint8Array(s.sumSquares.buffer, s.sumSquares.byteOffset, s.sumSquares.byteLength),
+      );
+      await writer.write(`${s.name}.counts`, new Uint8Array(new Float32Array([s.count]).buffer));
+    }
+    await writer.commit();
+  } catch (err) {
+    await writer.abort();
+    throw err;
+  }
 }

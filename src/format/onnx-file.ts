@@ -104,6 +104,8 @@ export class OnnxFileWriter {
     path: string,
     model: OnnxModelPlan,
     tensors: readonly OnnxTensorPlan[],
+    /** Small tensors held in the model file itself (constants of a graph). */
+    inline: readonly OnnxInitializer[] = [],
   ): Promise<OnnxFileWriter> {
     const dataPath = onnxDataPath(path);
     const location = basename(dataPath);
@@ -138,7 +140,7 @@ export class OnnxFileWriter {
       dataTemp,
       dataTarget,
       modelTarget,
-      { ...model, initializers },
+      { ...model, initializers: [...inline, ...initializers] },
       tensors,
       offsets,
     );

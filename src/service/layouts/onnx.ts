@@ -63,11 +63,24 @@ import {
 } from './linear-common.js';
 import { runEncodeJobs, sharedIf, type EncodeJob, type LayoutHooks } from './run-jobs.js';
 import type { InteropLayout, LayoutOptions, LayoutWriteResult } from './types.js';
+import { isModelFolder } from './gguf-hf/folder.js';
+import {
+  DECODER_OPTIONS,
+  decoderCompanions,
+  decoderWeightsOption,
+  writeOnnxDecoder,
+  type DecoderParams,
+} from './onnx-decoder.js';
 
-const OPTIONS = {
+const FILE_OPTIONS = {
   block_size: `weights per block along in_features: ${MATMULNBITS_BLOCK_SIZES.join(', ')} (default 32, as ORT's matmul_4bits_quantizer)`,
   sym: 'symmetric blocks, zero point 8 and no zero_points input (default false: per-block min/max zero points)',
   accuracy_level: "MatMulNBits' accuracy_level attribute, 0-4 (default: not written, ORT's default)",
+} as const;
+
+const OPTIONS = {
+  ...FILE_OPTIONS,
+  weights: `(model folders) ${DECODER_OPTIONS.weights}`,
 } as const;
 
 export interface OnnxLayoutParams {
@@ -80,7 +93,7 @@ export const onnxParams = (options: LayoutOptions): OnnxLayoutParams =>
   inLayout('onnx', () => parseParams(options));
 
 function parseParams(options: LayoutOptions): OnnxLayoutParams {
-  const o = checkOptions('onnx', OPTIONS, options);
+  const o = checkOptions('onnx', FILE_OPTIONS, options);
   const blockSize = intOption(
     'block_size',
     o['block_size'],
@@ -117,12 +130,19 @@ function scaleTypeOf(dtype: string): MatMulNBitsScaleType {
   return dtype === 'F16' ? 'float16' : 'float32';
 }
 
+/** The options of a model folder: the file options and `weights`. */
+function decoderParams(options: LayoutOptions): DecoderParams {
+  const { weights, ...rest } = options;
+  return { ...onnxParams(rest), weights: decoderWeightsOption(weights) };
+}
+
 async function write(
   input: string,
   output: string,
   options: LayoutOptions,
   hooks: LayoutHooks = {},
 ): Promise<LayoutWriteResult> {
+  if (await isModelFolder(input)) return writeOnnxDecoder(input, output, decoderParams(options), hooks);
   const params = onnxParams(options);
   return withReader(input, async (reader) => {
     const entries = reader.header.entries;
@@ -411,8 +431,10 @@ export const onnxLayout: InteropLayout = {
     'ONNX model (OUT.onnx + OUT.onnx.data) with com.microsoft.MatMulNBits 4-bit linear weights for ONNX Runtime, byte-exact with its matmul_4bits_quantizer',
   options: OPTIONS,
   extension: '.onnx',
-  companions: (output) => [onnxDataPath(output)],
-  checkOptions: (options) => void onnxParams(options),
+  companions: (output, _folderOut, inputFolder) =>
+    inputFolder === true ? decoderCompanions(output) : [onnxDataPath(output)],
+  checkOptions: (options) => void decoderParams(options),
+  readsFolder: isModelFolder,
   write,
   read,
   detect,

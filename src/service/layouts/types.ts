@@ -119,7 +119,9 @@ export interface InteropLayout {
   /**
    * The files write() creates beside the model itself for `output`: side files named after a
    * file output (`OUT.quantize_config.json`, `OUT.onnx.data`) or inside a folder output. The CLI
-   * refuses to replace them without --force, as it refuses the model file.
+   * refuses to replace them without --force, as it refuses the model file. `folder`: the output
+   * is a folder; `inputFolder`: the input is a model folder (ONNX then writes a whole decoder,
+   * with genai_config.json and the tokenizer beside it).
    */
-  companions?(output: string, folder: boolean): readonly string[];
+  companions?(output: string, folder: boolean, inputFolder?: boolean): readonly string[];
 }

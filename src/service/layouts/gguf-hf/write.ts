@@ -14,7 +14,7 @@ import type { ErrorHistogram } from '../../../core/error-histogram.js';
 import { toFloat32 } from '../../../core/tensor.js';
 import { ggmlTensorBytes, ggmlTypeByName, isQuantType, QUANT_TYPES } from '../../../core/interop/ggml.js';
 import type { GgmlWriteType } from '../../../core/interop/ggml.js';
-import { QuantdError, shapeText } from '../../../errors/index.js';
+import { QuantdError } from '../../../errors/index.js';
 import { sizeLabel } from '../../../core/interop/size-label.js';
 import { GgufOutput } from '../../../format/gguf-split.js';
 import type { GgufKv } from '../../../format/gguf.js';
@@ -27,7 +27,8 @@ import { runEncodeJobs, type EncodeJob, type JobSource, type LayoutHooks } from 
 import type { LayoutOptions, LayoutWriteResult } from '../types.js';
 import { architectureOf, type Architecture } from './architectures.js';
 import { hyperparameters, type GeneratedTensor, type Hyperparameters } from './hyperparameters.js';
-import { hfInvalid, readHfFolder, weightFiles } from './folder.js';
+import { openCheckpoint } from './checkpoint.js';
+import { readHfFolder } from './folder.js';
 import { str, u32 } from './gguf-kv.js';
 import { tokenizerMetadata } from './tokenizer.js';
 
@@ -100,26 +101,6 @@ interface Planned {
   readonly imatrix?: Float32Array;
 }
 
-const LAYER = /^blk\.(\d+)\./;
-
-function checkComplete(
-  names: ReadonlySet<string>,
-  arch: Architecture,
-  h: Hyperparameters,
-  dir: string,
-): void {
-  const required = ['token_embd.weight', 'output_norm.weight'];
-  if (!h.tiedEmbeddings) required.push('output.weight');
-  for (let i = 0; i < h.layers; i++) required.push(...arch.blockTensors.map((t) => `blk.${i}.${t}`));
-  const missing = required.filter((n) => !names.has(n));
-  if (missing.length > 0) {
-    throw hfInvalid(
-      dir,
-      `config.json describes ${h.layers} layers but the weights lack ${missing.slice(0, 3).join(', ')}${missing.length > 3 ? ` and ${missing.length - 3} more` : ''}`,
-    );
-  }
-}
-
 /**
  * Gives each planned tensor its type in llama-quantize's mixture (and its importance weights),
  * says why in the report, and returns the metadata recording the importance matrix.
@@ -171,55 +152,31 @@ export async function writeGgufFromFolder(
   const arch = architectureOf(folder.config, configPath);
   const h = hyperparameters(folder.config, configPath);
   const tokenizer = await tokenizerMetadata(folder, h.vocab);
-  const readers: SafetensorsFileReader[] = [];
+  const checkpoint = await openCheckpoint(dir, arch, h, configPath);
   try {
-    for (const file of await weightFiles(dir)) readers.push(await SafetensorsFileReader.open(file));
     const planned: Planned[] = [];
     const report: Array<LayoutWriteResult['tensors'][number]> = [];
     const names = new Set<string>();
-    for (const reader of readers) {
-      for (const entry of reader.header.entries) {
-        const name = arch.tensorName(entry.name);
-        if (name === null || floatDTypeOfSt(entry.dtype) === undefined) {
-          report.push({ name: entry.name, type: 'skipped', note: 'not a weight llama.cpp reads' });
-          continue;
-        }
-        if (name === undefined) {
-          throw new QuantdError('FEATURE_UNSUPPORTED', {
-            detail: `${reader.path}: tensor ${JSON.stringify(entry.name)} has no llama.cpp name in the ${arch.gguf} architecture`,
-          });
-        }
-        const layer = LAYER.exec(name);
-        const expected = arch.shapeOf(name, h);
-        if (
-          (layer && Number(layer[1]) >= h.layers) ||
-          (expected !== undefined && shapeText(expected) !== shapeText(entry.shape))
-        ) {
-          throw hfInvalid(
-            configPath,
-            layer && Number(layer[1]) >= h.layers
-              ? `num_hidden_layers is ${h.layers} but the weights hold ${entry.name}`
-              : `contradicts the weights: ${entry.name} has shape ${shapeText(entry.shape)}, config.json implies ${shapeText(expected!)}`,
-          );
-        }
-        if (names.has(name)) throw new QuantdError('NAME_COLLISION', { source: dir, tensor: name });
-        names.add(name);
-        const choice = tensorType(name, entry.shape, o.type);
-        planned.push({
-          source: { reader, entry },
-          name,
-          dims: [...entry.shape].reverse(),
-          type: choice.type,
-          permute: arch.permuteHeads(entry.name, h),
-        });
-        report.push({
-          name,
-          type: choice.type,
-          ...('note' in choice && choice.note ? { note: choice.note } : {}),
-        });
+    for (const { reader, entry, ggufName: name } of checkpoint.tensors) {
+      if (name === null) {
+        report.push({ name: entry.name, type: 'skipped', note: 'not a weight llama.cpp reads' });
+        continue;
       }
+      names.add(name);
+      const choice = tensorType(name, entry.shape, o.type);
+      planned.push({
+        source: { reader, entry },
+        name,
+        dims: [...entry.shape].reverse(),
+        type: choice.type,
+        permute: arch.permuteHeads(entry.name, h),
+      });
+      report.push({
+        name,
+        type: choice.type,
+        ...('note' in choice && choice.note ? { note: choice.note } : {}),
+      });
     }
-    checkComplete(names, arch, h, dir);
     const mixtureKvs =
       o.mixture !== undefined ? await applyMixture(planned, report, arch, h, o.mixture, dir) : [];
     for (const [i, p] of planned.entries()) {
@@ -332,6 +289,6 @@ export async function writeGgufFromFolder(
     });
     return { files: writer.files, tensors, size };
   } finally {
-    for (const r of readers) await r.close();
+    await checkpoint.close();
   }
 }
