@@ -11,6 +11,15 @@ export interface Config {
   readonly grpcPort: number;
   /** Largest request body and largest unary gRPC message, in bytes. */
   readonly bodyLimit: number;
+  /**
+   * QUANTD_JSON_LIMIT: largest JSON body (job requests, and any route's but the two below);
+   * JSON is parsed on the event loop, so it is kept small.
+   */
+  readonly jsonLimit: number;
+  /** QUANTD_CALIBRATION_JSON_LIMIT: largest POST /v1/calibrations body (a session's export). */
+  readonly calibrationJsonLimit: number;
+  /** QUANTD_OIP_JSON_LIMIT: largest JSON part of a /v2 inference request (tensors as JSON data). */
+  readonly oipJsonLimit: number;
   /** Largest input of a gRPC QuantizeStream (its chunks together), in bytes. */
   readonly streamLimit: number;
   readonly poolSize: number;
@@ -59,9 +68,16 @@ export interface Config {
 
 type Env = Readonly<Record<string, string | undefined>>;
 
+const MiB = 1024 ** 2;
 const GiB = 1024 ** 3;
 /** The largest byte array V8 allocates (2^32 bytes). */
 const MAX_BUFFER = 4 * GiB;
+/**
+ * The most a JSON limit may be set to: a body is decoded into one string before it is parsed,
+ * and V8's strings end at 2^29 - 24 characters (a larger body made Node throw
+ * ERR_STRING_TOO_LONG); half of that keeps every decoded body well inside.
+ */
+const MAX_JSON = 256 * MiB;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 function integer(env: Env, key: string, fallback: number, min: number, max: number): number {
@@ -89,6 +105,19 @@ function size(env: Env, key: string, fallback: number): number {
       key,
       detail: 'must be a size of at least 1024 bytes (e.g. 2g, 512m)',
       value: raw,
+    });
+  }
+  return value;
+}
+
+/** A size within [1024, max] bytes. */
+function sizeAtMost(env: Env, key: string, fallback: number, max: number): number {
+  const value = size(env, key, fallback);
+  if (value > max) {
+    throw new QuantdError('CONFIG_INVALID', {
+      key,
+      detail: `must be at most ${max} bytes (${max / MiB}m)`,
+      value: env[key] ?? '',
     });
   }
   return value;
@@ -166,6 +195,16 @@ export function loadConfig(env: Env = process.env): Config {
     httpPort: integer(env, 'QUANTD_HTTP_PORT', 8080, 0, 65535),
     grpcPort: integer(env, 'QUANTD_GRPC_PORT', 50051, 0, 65535),
     bodyLimit: size(env, 'QUANTD_BODY_LIMIT', 2 * GiB),
+    // JSON is parsed on the event loop, and its cost is in what it allocates, not its bytes:
+    // JSON.parse took 29 ms for 1 MiB of empty arrays, 363 ms for 4 MiB, 1.25 s for 8 MiB (GC).
+    // A job request or a recipe (at most 256 rules) is a few kilobytes.
+    jsonLimit: sizeAtMost(env, 'QUANTD_JSON_LIMIT', MiB, MAX_JSON),
+    // an export holds about 11 KB per 2048-bin histogram observer: 8 MiB is ~700 of them (a
+    // 70B-parameter model's 560 linear inputs); numbers parse at about 11 ms per MiB
+    calibrationJsonLimit: sizeAtMost(env, 'QUANTD_CALIBRATION_JSON_LIMIT', 8 * MiB, MAX_JSON),
+    // 4 MiB is ~200 000 float32 values as JSON text (62 ms for a whole request); larger tensors
+    // go as binary data (binary_data_size), which every stock client supports
+    oipJsonLimit: sizeAtMost(env, 'QUANTD_OIP_JSON_LIMIT', 4 * MiB, MAX_JSON),
     streamLimit: Math.min(size(env, 'QUANTD_STREAM_LIMIT', 4 * GiB), MAX_BUFFER),
     poolSize: integer(env, 'QUANTD_POOL_SIZE', availableParallelism(), 1, 1024),
     inlineLimit: integer(env, 'QUANTD_INLINE_LIMIT', 1 << 18, 0, Number.MAX_SAFE_INTEGER),
