@@ -2,11 +2,15 @@
  * Server configuration from the environment, validated once at start-up: every variable has a
  * type, a default and a range, and a bad value stops the server with CONFIG_INVALID naming it.
  */
+import { BlockList, isIPv4, isIPv6 } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { QuantdError } from './errors/index.js';
 
 export interface Config {
+  /** QUANTD_HOST: loopback by default; any other address needs API keys or allowUnauthenticated. */
   readonly host: string;
+  /** QUANTD_ALLOW_UNAUTHENTICATED: serve a non-loopback address without API keys, on purpose. */
+  readonly allowUnauthenticated: boolean;
   readonly httpPort: number;
   readonly grpcPort: number;
   /** Largest request body and largest unary gRPC message, in bytes. */
@@ -123,6 +127,58 @@ function sizeAtMost(env: Env, key: string, fallback: number, max: number): numbe
   return value;
 }
 
+/** A switch: 1, true, yes (on) or 0, false, no, empty (off). */
+function flag(env: Env, key: string): boolean {
+  const raw = env[key]?.trim().toLowerCase() ?? '';
+  if (raw === '' || raw === '0' || raw === 'false' || raw === 'no') return false;
+  if (raw === '1' || raw === 'true' || raw === 'yes') return true;
+  throw new QuantdError('CONFIG_INVALID', {
+    key,
+    detail: 'must be 1, true, yes, 0, false or no',
+    value: raw,
+  });
+}
+
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
+
+/**
+ * Whether `host` names this machine's loopback only: 127.0.0.0/8, ::1 (also IPv4-mapped), or
+ * localhost. Anything else — a wildcard (0.0.0.0, ::), an interface's address, a host name that
+ * DNS resolves — may be reached from other machines.
+ */
+export function isLoopbackHost(host: string): boolean {
+  const h = host
+    .trim()
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, '$1');
+  if (h === 'localhost') return true;
+  if (isIPv4(h)) return LOOPBACK.check(h, 'ipv4');
+  return isIPv6(h) && LOOPBACK.check(h, 'ipv6'); // ::1 in any spelling, and ::ffff:127.x.y.z
+}
+
+/** The default of QUANTD_HOST: only this machine can connect until told otherwise. */
+export const DEFAULT_HOST = '127.0.0.1';
+
+/**
+ * QUANTD_HOST, refused when it may be reached from other machines while no key is set, unless
+ * QUANTD_ALLOW_UNAUTHENTICATED says so: with authentication off every client is the one tenant,
+ * who runs jobs, reads and deletes every result and fills the disk.
+ */
+function host(env: Env, keys: number, allowUnauthenticated: boolean): string {
+  const value = env['QUANTD_HOST']?.trim() || DEFAULT_HOST;
+  if (keys === 0 && !allowUnauthenticated && !isLoopbackHost(value)) {
+    throw new QuantdError('CONFIG_INVALID', {
+      key: 'QUANTD_HOST',
+      detail:
+        'is not a loopback address and no API key is set, so anyone who reaches it could run jobs and read every result; set QUANTD_API_KEYS (bearer tokens), or QUANTD_ALLOW_UNAUTHENTICATED=1 to serve it without authentication on purpose',
+      value,
+    });
+  }
+  return value;
+}
+
 function choice<T extends string>(env: Env, key: string, fallback: T, allowed: readonly T[]): T {
   const raw = env[key]?.trim();
   if (!raw) return fallback;
@@ -190,8 +246,10 @@ export function loadConfig(env: Env = process.env): Config {
       value: tlsCert ?? tlsKey ?? '',
     });
   }
+  const allowUnauthenticated = flag(env, 'QUANTD_ALLOW_UNAUTHENTICATED');
   return {
-    host: env['QUANTD_HOST']?.trim() || '0.0.0.0',
+    host: host(env, apiKeys.length + adminKeys.length, allowUnauthenticated),
+    allowUnauthenticated,
     httpPort: integer(env, 'QUANTD_HTTP_PORT', 8080, 0, 65535),
     grpcPort: integer(env, 'QUANTD_GRPC_PORT', 50051, 0, 65535),
     bodyLimit: size(env, 'QUANTD_BODY_LIMIT', 2 * GiB),
@@ -225,7 +283,9 @@ export function loadConfig(env: Env = process.env): Config {
     isa: env['QUANTD_ISA']?.trim() ?? '',
     dataDir: env['QUANTD_DATA_DIR']?.trim() || './data',
     jobConcurrency: integer(env, 'QUANTD_JOB_CONCURRENCY', 1, 1, 1024),
-    uploadLimit: size(env, 'QUANTD_UPLOAD_LIMIT', 1024 * GiB),
+    // a 32B-parameter model in bfloat16 in one body; larger models are better placed in the data
+    // directory and named by a JSON job than sent as one HTTP body
+    uploadLimit: size(env, 'QUANTD_UPLOAD_LIMIT', 64 * GiB),
     tlsCert,
     tlsKey,
     redisUrl: redisUrl(env),
