@@ -4,7 +4,8 @@
  * refusal while draining, early 413 on a declared oversize body and admission (503 + Retry-After
  * when the server is full), all before any body is read — and one error handler that turns
  * everything into problem+json with a catalogue code (client-error.ts does the same for requests
- * Node's parser rejects). JSON bodies have small limits of their own (json-body.ts).
+ * Node's parser rejects). JSON bodies have small limits of their own (json-body.ts), and every
+ * answer carries the security headers (security-headers.ts).
  */
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
@@ -33,6 +34,7 @@ import { asQuantdError, sendProblem } from './problem.js';
 import { admitRequest } from '../service/envelope.js';
 import { continueWhenRead } from './continue.js';
 import { installEarlyShed, routeAdmission } from './shed.js';
+import { installSecurityHeaders } from './security-headers.js';
 
 export interface AppOptions {
   readonly config: Config;
@@ -118,6 +120,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       log: app.log,
     });
   }
+  // after early shedding: its refusals carry the headers too
+  installSecurityHeaders(app.server);
 
   // Binary bodies for every route; the op routes accept nothing else (op-routes.ts). JSON within
   // QUANTD_JSON_LIMIT, never Fastify's own parsers: they read up to the body limit, then decode
