@@ -24,6 +24,9 @@ RUN npm ci --no-audit --no-fund \
  && npm prune --omit=dev
 
 FROM node:24-bookworm-slim AS runtime
+# Every address of the container: reached through the ports it publishes. quantd refuses to
+# listen beyond loopback without bearer keys, so run it with QUANTD_API_KEYS (or, on a machine of
+# your own only, QUANTD_ALLOW_UNAUTHENTICATED=1): with neither it exits naming both.
 ENV NODE_ENV=production \
     QUANTD_HOST=0.0.0.0 \
     QUANTD_HTTP_PORT=8080 \

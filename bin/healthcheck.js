@@ -3,7 +3,7 @@
 // It asks the server where the server listens: QUANTD_HTTP_PORT on QUANTD_HOST (loopback when the
 // server listens on every address, 0.0.0.0 or ::); gives up after 3 s.
 const port = Number(process.env.QUANTD_HTTP_PORT || 8080);
-const configured = (process.env.QUANTD_HOST || '0.0.0.0').trim();
+const configured = (process.env.QUANTD_HOST || '127.0.0.1').trim();
 const host =
   configured === '0.0.0.0' || configured === ''
     ? '127.0.0.1'

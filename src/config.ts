@@ -2,15 +2,28 @@
  * Server configuration from the environment, validated once at start-up: every variable has a
  * type, a default and a range, and a bad value stops the server with CONFIG_INVALID naming it.
  */
+import { BlockList, isIPv4, isIPv6 } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { QuantdError } from './errors/index.js';
 
 export interface Config {
+  /** QUANTD_HOST: loopback by default; any other address needs API keys or allowUnauthenticated. */
   readonly host: string;
+  /** QUANTD_ALLOW_UNAUTHENTICATED: serve a non-loopback address without API keys, on purpose. */
+  readonly allowUnauthenticated: boolean;
   readonly httpPort: number;
   readonly grpcPort: number;
   /** Largest request body and largest unary gRPC message, in bytes. */
   readonly bodyLimit: number;
+  /**
+   * QUANTD_JSON_LIMIT: largest JSON body (job requests, and any route's but the two below);
+   * JSON is parsed on the event loop, so it is kept small.
+   */
+  readonly jsonLimit: number;
+  /** QUANTD_CALIBRATION_JSON_LIMIT: largest POST /v1/calibrations body (a session's export). */
+  readonly calibrationJsonLimit: number;
+  /** QUANTD_OIP_JSON_LIMIT: largest JSON part of a /v2 inference request (tensors as JSON data). */
+  readonly oipJsonLimit: number;
   /** Largest input of a gRPC QuantizeStream (its chunks together), in bytes. */
   readonly streamLimit: number;
   readonly poolSize: number;
@@ -59,9 +72,16 @@ export interface Config {
 
 type Env = Readonly<Record<string, string | undefined>>;
 
+const MiB = 1024 ** 2;
 const GiB = 1024 ** 3;
 /** The largest byte array V8 allocates (2^32 bytes). */
 const MAX_BUFFER = 4 * GiB;
+/**
+ * The most a JSON limit may be set to: a body is decoded into one string before it is parsed,
+ * and V8's strings end at 2^29 - 24 characters (a larger body made Node throw
+ * ERR_STRING_TOO_LONG); half of that keeps every decoded body well inside.
+ */
+const MAX_JSON = 256 * MiB;
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 function integer(env: Env, key: string, fallback: number, min: number, max: number): number {
@@ -89,6 +109,71 @@ function size(env: Env, key: string, fallback: number): number {
       key,
       detail: 'must be a size of at least 1024 bytes (e.g. 2g, 512m)',
       value: raw,
+    });
+  }
+  return value;
+}
+
+/** A size within [1024, max] bytes. */
+function sizeAtMost(env: Env, key: string, fallback: number, max: number): number {
+  const value = size(env, key, fallback);
+  if (value > max) {
+    throw new QuantdError('CONFIG_INVALID', {
+      key,
+      detail: `must be at most ${max} bytes (${max / MiB}m)`,
+      value: env[key] ?? '',
+    });
+  }
+  return value;
+}
+
+/** A switch: 1, true, yes (on) or 0, false, no, empty (off). */
+function flag(env: Env, key: string): boolean {
+  const raw = env[key]?.trim().toLowerCase() ?? '';
+  if (raw === '' || raw === '0' || raw === 'false' || raw === 'no') return false;
+  if (raw === '1' || raw === 'true' || raw === 'yes') return true;
+  throw new QuantdError('CONFIG_INVALID', {
+    key,
+    detail: 'must be 1, true, yes, 0, false or no',
+    value: raw,
+  });
+}
+
+const LOOPBACK = new BlockList();
+LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
+LOOPBACK.addAddress('::1', 'ipv6');
+
+/**
+ * Whether `host` names this machine's loopback only: 127.0.0.0/8, ::1 (also IPv4-mapped), or
+ * localhost. Anything else — a wildcard (0.0.0.0, ::), an interface's address, a host name that
+ * DNS resolves — may be reached from other machines.
+ */
+export function isLoopbackHost(host: string): boolean {
+  const h = host
+    .trim()
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, '$1');
+  if (h === 'localhost') return true;
+  if (isIPv4(h)) return LOOPBACK.check(h, 'ipv4');
+  return isIPv6(h) && LOOPBACK.check(h, 'ipv6'); // ::1 in any spelling, and ::ffff:127.x.y.z
+}
+
+/** The default of QUANTD_HOST: only this machine can connect until told otherwise. */
+export const DEFAULT_HOST = '127.0.0.1';
+
+/**
+ * QUANTD_HOST, refused when it may be reached from other machines while no key is set, unless
+ * QUANTD_ALLOW_UNAUTHENTICATED says so: with authentication off every client is the one tenant,
+ * who runs jobs, reads and deletes every result and fills the disk.
+ */
+function host(env: Env, keys: number, allowUnauthenticated: boolean): string {
+  const value = env['QUANTD_HOST']?.trim() || DEFAULT_HOST;
+  if (keys === 0 && !allowUnauthenticated && !isLoopbackHost(value)) {
+    throw new QuantdError('CONFIG_INVALID', {
+      key: 'QUANTD_HOST',
+      detail:
+        'is not a loopback address and no API key is set, so anyone who reaches it could run jobs and read every result; set QUANTD_API_KEYS (bearer tokens), or QUANTD_ALLOW_UNAUTHENTICATED=1 to serve it without authentication on purpose',
+      value,
     });
   }
   return value;
@@ -161,11 +246,23 @@ export function loadConfig(env: Env = process.env): Config {
       value: tlsCert ?? tlsKey ?? '',
     });
   }
+  const allowUnauthenticated = flag(env, 'QUANTD_ALLOW_UNAUTHENTICATED');
   return {
-    host: env['QUANTD_HOST']?.trim() || '0.0.0.0',
+    host: host(env, apiKeys.length + adminKeys.length, allowUnauthenticated),
+    allowUnauthenticated,
     httpPort: integer(env, 'QUANTD_HTTP_PORT', 8080, 0, 65535),
     grpcPort: integer(env, 'QUANTD_GRPC_PORT', 50051, 0, 65535),
     bodyLimit: size(env, 'QUANTD_BODY_LIMIT', 2 * GiB),
+    // JSON is parsed on the event loop, and its cost is in what it allocates, not its bytes:
+    // JSON.parse took 29 ms for 1 MiB of empty arrays, 363 ms for 4 MiB, 1.25 s for 8 MiB (GC).
+    // A job request or a recipe (at most 256 rules) is a few kilobytes.
+    jsonLimit: sizeAtMost(env, 'QUANTD_JSON_LIMIT', MiB, MAX_JSON),
+    // an export holds about 11 KB per 2048-bin histogram observer: 8 MiB is ~700 of them (a
+    // 70B-parameter model's 560 linear inputs); numbers parse at about 11 ms per MiB
+    calibrationJsonLimit: sizeAtMost(env, 'QUANTD_CALIBRATION_JSON_LIMIT', 8 * MiB, MAX_JSON),
+    // 4 MiB is ~200 000 float32 values as JSON text (62 ms for a whole request); larger tensors
+    // go as binary data (binary_data_size), which every stock client supports
+    oipJsonLimit: sizeAtMost(env, 'QUANTD_OIP_JSON_LIMIT', 4 * MiB, MAX_JSON),
     streamLimit: Math.min(size(env, 'QUANTD_STREAM_LIMIT', 4 * GiB), MAX_BUFFER),
     poolSize: integer(env, 'QUANTD_POOL_SIZE', availableParallelism(), 1, 1024),
     inlineLimit: integer(env, 'QUANTD_INLINE_LIMIT', 1 << 18, 0, Number.MAX_SAFE_INTEGER),
@@ -186,7 +283,9 @@ export function loadConfig(env: Env = process.env): Config {
     isa: env['QUANTD_ISA']?.trim() ?? '',
     dataDir: env['QUANTD_DATA_DIR']?.trim() || './data',
     jobConcurrency: integer(env, 'QUANTD_JOB_CONCURRENCY', 1, 1, 1024),
-    uploadLimit: size(env, 'QUANTD_UPLOAD_LIMIT', 1024 * GiB),
+    // a 32B-parameter model in bfloat16 in one body; larger models are better placed in the data
+    // directory and named by a JSON job than sent as one HTTP body
+    uploadLimit: size(env, 'QUANTD_UPLOAD_LIMIT', 64 * GiB),
     tlsCert,
     tlsKey,
     redisUrl: redisUrl(env),

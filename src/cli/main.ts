@@ -290,12 +290,14 @@ async function inspect(parsed: ParsedCommand, io: Io): Promise<void> {
 
 /** Runs the servers until SIGTERM / SIGINT, then drains and returns. */
 async function serveUntilSignalled(io: Io): Promise<void> {
-  const { startServer } = await import('../server/serve.js');
+  const { startServer, reachNotice } = await import('../server/serve.js');
   const server = await startServer();
   io.stdout(
     `quantd ${packageVersion()} listening: http://${server.config.host}:${server.httpPort} ` +
       `grpc ${server.config.host}:${server.grpcPort} (${describeKernels(server.handle.kernels)})`,
   );
+  const reach = reachNotice(server.config);
+  if (reach !== null) io.stdout(reach);
   await new Promise<void>((resolve) => {
     const stop = (signal: string): void => void server.shutdown(signal).then(resolve);
     process.once('SIGTERM', () => stop('SIGTERM'));

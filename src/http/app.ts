@@ -4,7 +4,8 @@
  * refusal while draining, early 413 on a declared oversize body and admission (503 + Retry-After
  * when the server is full), all before any body is read — and one error handler that turns
  * everything into problem+json with a catalogue code (client-error.ts does the same for requests
- * Node's parser rejects).
+ * Node's parser rejects). JSON bodies have small limits of their own (json-body.ts), and every
+ * answer carries the security headers (security-headers.ts).
  */
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
@@ -15,6 +16,7 @@ import { makeAuthenticator } from '../service/auth.js';
 import { setCaller } from './caller.js';
 import type { ComputeHandle } from '../pool/index.js';
 import { binaryBodyParser, bodyBytesReceived, declaredLength, stopBody } from './body.js';
+import { jsonBodyParser } from './json-body.js';
 import { watchBodyPace } from './pace.js';
 import { answerExpectation, clientErrorHandler } from './client-error.js';
 import { createMetrics, type HttpMetrics } from './metrics.js';
@@ -32,6 +34,7 @@ import { asQuantdError, sendProblem } from './problem.js';
 import { admitRequest } from '../service/envelope.js';
 import { continueWhenRead } from './continue.js';
 import { installEarlyShed, routeAdmission } from './shed.js';
+import { installSecurityHeaders } from './security-headers.js';
 
 export interface AppOptions {
   readonly config: Config;
@@ -117,10 +120,19 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       log: app.log,
     });
   }
+  // after early shedding: its refusals carry the headers too
+  installSecurityHeaders(app.server);
 
-  // Binary bodies for every route; the op routes accept nothing else (op-routes.ts), other routes
-  // keep Fastify's JSON and text parsers too.
+  // Binary bodies for every route; the op routes accept nothing else (op-routes.ts). JSON within
+  // QUANTD_JSON_LIMIT, never Fastify's own parsers: they read up to the body limit, then decode
+  // into one string that V8 cannot hold past 512 MiB (json-body.ts). No text/plain: no route
+  // takes it, so it is 415 before the body is read.
+  app.removeAllContentTypeParsers();
   app.addContentTypeParser([SAFETENSORS_TYPE, OCTET_TYPE], binaryBodyParser(config.bodyLimit));
+  app.addContentTypeParser(
+    'application/json',
+    jsonBodyParser(app, { limit: config.jsonLimit, setting: 'QUANTD_JSON_LIMIT' }),
+  );
 
   app.addHook('onRequest', async (request, reply) => {
     const started = process.hrtime.bigint();
@@ -232,11 +244,18 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await registerLinearErrorRoute(app, { compute: handle.compute, requestTimeoutMs: config.requestTimeoutMs });
   registerInspectRoute(app);
   await registerConsole(app);
-  if (options.jobs) await registerJobRoutes(app, { jobs: options.jobs, uploadLimit: config.uploadLimit });
+  if (options.jobs) {
+    await registerJobRoutes(app, {
+      jobs: options.jobs,
+      uploadLimit: config.uploadLimit,
+      jsonLimit: config.jsonLimit,
+    });
+  }
   if (options.calibrations) {
     await registerCalibrationRoutes(app, {
       calibrations: options.calibrations,
       requestTimeoutMs: config.requestTimeoutMs,
+      importLimit: config.calibrationJsonLimit,
     });
   }
   // Open Inference Protocol (KServe v2 / Triton) under /v2: its own auth, admission and error
@@ -249,6 +268,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     isWarm: () => handle.pool === null || handle.pool.started,
     version: options.version,
     bodyLimit: config.bodyLimit,
+    jsonLimit: config.oipJsonLimit,
     requestTimeoutMs: config.requestTimeoutMs,
     inlineLimit: config.inlineLimit,
   });

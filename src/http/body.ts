@@ -197,10 +197,16 @@ export async function readBody(
   return received === buffer.byteLength ? buffer : buffer.subarray(0, received);
 }
 
-/** The content-type parser of the binary body types: the whole body, as one shared buffer. */
+/**
+ * The content-type parser of the binary body types: the whole body, as one shared buffer. A
+ * request that matched no route is not read (its 404 needs no body; problem.ts closes the
+ * connection when much of it is left).
+ */
 export function binaryBodyParser(
   limit: number,
-): (request: FastifyRequest, payload: IncomingMessage) => Promise<Uint8Array> {
+): (request: FastifyRequest, payload: IncomingMessage) => Promise<Uint8Array | undefined> {
   return async (request, payload) =>
-    readBody(payload, declaredLength(request.headers['content-length'], limit), limit);
+    request.is404
+      ? undefined
+      : readBody(payload, declaredLength(request.headers['content-length'], limit), limit);
 }

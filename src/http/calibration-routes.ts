@@ -11,9 +11,10 @@
  *   GET    /v1/calibrations/ID/state      the export form (quantd.calibration/1), to import elsewhere
  *   DELETE /v1/calibrations/ID            204
  *
- * A batch body is read whole (QUANTD_BODY_LIMIT), like the op routes' tensors; batches into one
- * session are folded one at a time and acknowledged once on disk (src/service/calibration/). A
- * batch whose observers are still at work on the pool when its client leaves, or when
+ * A creation body is JSON within QUANTD_CALIBRATION_JSON_LIMIT (json-body.ts); a batch body is
+ * read whole (QUANTD_BODY_LIMIT), like the op routes' tensors; batches into one session are
+ * folded one at a time and acknowledged once on disk (src/service/calibration/). A batch whose
+ * observers are still at work on the pool when its client leaves, or when
  * QUANTD_REQUEST_TIMEOUT_MS has passed, is abandoned whole (the op routes' request signal).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -26,6 +27,11 @@ export interface CalibrationRouteDeps {
   readonly calibrations: CalibrationStore;
   /** QUANTD_REQUEST_TIMEOUT_MS: a batch not folded by then is abandoned whole (504) */
   readonly requestTimeoutMs: number;
+  /**
+   * QUANTD_CALIBRATION_JSON_LIMIT: the largest creation body. It may carry a session's export
+   * (about 11 KB per histogram observer), more than the other JSON bodies' QUANTD_JSON_LIMIT.
+   */
+  readonly importLimit: number;
 }
 
 const tags = ['calibration'];
@@ -48,6 +54,7 @@ export async function registerCalibrationRoutes(
   app.post(
     '/v1/calibrations',
     {
+      config: { jsonLimit: { limit: deps.importLimit, setting: 'QUANTD_CALIBRATION_JSON_LIMIT' } },
       schema: {
         tags,
         summary: 'Create a calibration session from a recipe, or continue an exported one',

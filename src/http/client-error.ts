@@ -16,6 +16,7 @@ import type { FastifyInstance } from 'fastify';
 import { QuantdError } from '../errors/index.js';
 import { endBodyEarly } from './body.js';
 import { PROBLEM_TYPE, problemDocument, problemHeaders } from './problem.js';
+import { SECURITY_HEADERS } from './security-headers.js';
 
 interface ParserError extends Error {
   code?: string;
@@ -121,6 +122,7 @@ export function clientErrorHandler(this: FastifyInstance, error: Error, socket: 
   const problem = problemDocument(problemError, shown(target), requestId);
   const body = JSON.stringify(problem);
   const head = Object.entries({
+    ...SECURITY_HEADERS,
     'Content-Type': PROBLEM_TYPE,
     'Content-Length': String(Buffer.byteLength(body)),
     ...problemHeaders(problem.status),
@@ -145,7 +147,9 @@ export function answerExpectation(request: IncomingMessage, response: ServerResp
   });
   const requestId = shown(String(request.headers['x-request-id'] ?? '')) || randomUUID();
   const body = JSON.stringify(problemDocument(error, shown(request.url ?? ''), requestId));
+  // 'checkExpectation' comes instead of 'request': the security headers are not set yet
   response.writeHead(417, {
+    ...SECURITY_HEADERS,
     'Content-Type': PROBLEM_TYPE,
     'Content-Length': String(Buffer.byteLength(body)),
     Connection: 'close',

@@ -18,7 +18,7 @@
  * the request stream, which is written to the job's input file as it arrives (store.ts). Before a
  * byte is read, the options are validated (400), the declared length is checked against
  * QUANTD_UPLOAD_LIMIT (413, in app.ts's onRequest hook, by this route's body limit) and against the
- * free space of the data directory (507). The JSON form is read with a small limit of its own.
+ * free space of the data directory (507). The JSON form is read within QUANTD_JSON_LIMIT (json-body.ts).
  */
 import { open, type FileHandle } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
@@ -31,14 +31,8 @@ import { callerOf } from './caller.js';
 import { paramsOf, submissionFromQuery, operationOf } from '../jobs/request.js';
 import { openFolderSink } from '../jobs/folder-upload.js';
 import { receiveUpload, type ResultFile } from '../jobs/store.js';
-import {
-  OCTET_TYPE,
-  SAFETENSORS_TYPE,
-  bodyStopReason,
-  declaredLength,
-  onBodyCutShort,
-  readBody,
-} from './body.js';
+import { OCTET_TYPE, SAFETENSORS_TYPE, bodyStopReason, declaredLength, onBodyCutShort } from './body.js';
+import { readJsonText } from './json-body.js';
 import { jobRouteSchemas } from './openapi.js';
 import { verifyResultFile } from '../jobs/verify.js';
 import { registerJobEvents } from './job-events.js';
@@ -47,13 +41,12 @@ export interface JobRouteDeps {
   readonly jobs: JobManager;
   /** QUANTD_UPLOAD_LIMIT: the largest model upload, in bytes. */
   readonly uploadLimit: number;
+  /** QUANTD_JSON_LIMIT: the largest JSON job request, in bytes. */
+  readonly jsonLimit: number;
 }
 
 /** A model folder uploaded as one body: regular files of one level (src/format/tar.ts). */
 export const TAR_TYPE = 'application/x-tar';
-
-/** The largest JSON job request. */
-export const JOB_JSON_LIMIT = 1024 * 1024;
 
 const JSON_FIELDS = ['input', 'op', 'params', 'recipe'];
 
@@ -300,15 +293,12 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
     scope.addContentTypeParser(
       'application/json',
       async (request: FastifyRequest, payload: IncomingMessage) => {
-        const bytes = await readBody(
-          payload,
-          declaredLength(request.headers['content-length'], JOB_JSON_LIMIT),
-          JOB_JSON_LIMIT,
-        );
+        const text = await readJsonText(request, payload, {
+          limit: deps.jsonLimit,
+          setting: 'QUANTD_JSON_LIMIT',
+        });
         try {
-          return JSON.parse(
-            Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'),
-          ) as unknown;
+          return JSON.parse(text) as unknown;
         } catch (err) {
           throw new QuantdError('USAGE', {
             detail: `the job request is not valid JSON: ${(err as Error).message}`,

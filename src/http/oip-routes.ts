@@ -5,7 +5,7 @@
  *
  * What stock clients need, and differs from /v1: bodies are taken whatever their Content-Type
  * (or none), gzip / deflate bodies (Content-Encoding) are decompressed — QUANTD_BODY_LIMIT
- * bounds the decompressed size too — and errors are `{"error": "CODE: message"}` as
+ * bounds the decompressed size too, and QUANTD_OIP_JSON_LIMIT the JSON part — and errors are `{"error": "CODE: message"}` as
  * application/json, with the catalogue's status. Health (live, ready, model ready) is open;
  * metadata and inference need the bearer token when QUANTD_API_KEYS is set, and inference takes
  * an admission slot (503 OVERLOADED when full; SHUTTING_DOWN while draining) before its body is read.
@@ -32,7 +32,7 @@ import {
 } from '../oip/index.js';
 import { PlanCache, type Admission, type Compute } from '../service/index.js';
 import { declaredLength, readBody } from './body.js';
-import { asQuantdError, problemHeaders } from './problem.js';
+import { asQuantdError, problemHeaders, settleUnreadBody } from './problem.js';
 import { admitRequest } from '../service/envelope.js';
 
 export const OIP_PREFIX = '/v2';
@@ -48,6 +48,8 @@ export interface OipRouteDeps {
   readonly isWarm: () => boolean;
   readonly version: string;
   readonly bodyLimit: number;
+  /** QUANTD_OIP_JSON_LIMIT: the largest JSON part of an inference request. */
+  readonly jsonLimit: number;
   readonly requestTimeoutMs: number;
   /** Tensors under this many elements are computed in the request's thread (QUANTD_INLINE_LIMIT). */
   readonly inlineLimit: number;
@@ -108,7 +110,7 @@ const MIN_INFLATED = 64 * 1024 * 1024;
 async function decompress(
   body: Uint8Array,
   coding: 'gzip' | 'x-gzip' | 'deflate',
-  limit: number,
+  { limit, setting }: BodyLimit,
 ): Promise<Uint8Array> {
   const zlibHeader =
     body.byteLength >= 2 && (body[0]! & 0x0f) === 8 && ((body[0]! << 8) | body[1]!) % 31 === 0;
@@ -122,7 +124,7 @@ async function decompress(
       throw new QuantdError('PAYLOAD_TOO_LARGE', {
         size: `more than ${allowance} decompressed (${MAX_INFLATION} times its ${body.byteLength} compressed bytes, or ${MIN_INFLATED})`,
         limit,
-        setting: 'QUANTD_BODY_LIMIT',
+        setting,
       });
     }
     throw new QuantdError('HEADER_INVALID', {
@@ -133,13 +135,55 @@ async function decompress(
   }
 }
 
-/** The body parser of /v2: any Content-Type (or none), decompressed, within the body limit. */
+interface BodyLimit {
+  readonly limit: number;
+  readonly setting: string;
+}
+
+/**
+ * The limit of a request's body, sent and decompressed: QUANTD_BODY_LIMIT, and for a body that is
+ * JSON alone (no Inference-Header-Content-Length: no binary data follows) QUANTD_OIP_JSON_LIMIT
+ * too. JSON is parsed on the event loop, and decoded into one string first, which V8 cannot hold
+ * past 512 MiB.
+ */
+function bodyLimitOf(request: FastifyRequest, deps: OipRouteDeps): BodyLimit {
+  if (request.headers[HEADER_LENGTH_HEADER] !== undefined || deps.jsonLimit >= deps.bodyLimit) {
+    return { limit: deps.bodyLimit, setting: 'QUANTD_BODY_LIMIT' };
+  }
+  return { limit: deps.jsonLimit, setting: 'QUANTD_OIP_JSON_LIMIT' };
+}
+
+/**
+ * Refuses, before the body is read, a request whose declared length or declared JSON part
+ * (Inference-Header-Content-Length) is over its limit; a malformed header is left to the parse.
+ */
+function checkDeclared(request: FastifyRequest, deps: OipRouteDeps): void {
+  const { limit, setting } = bodyLimitOf(request, deps);
+  declaredLength(request.headers['content-length'], limit, setting);
+  const header = request.headers[HEADER_LENGTH_HEADER];
+  const part = typeof header === 'string' && /^\s*\d+\s*$/.test(header) ? Number(header) : NaN;
+  if (part > deps.jsonLimit) {
+    throw new QuantdError('PAYLOAD_TOO_LARGE', {
+      size: part,
+      limit: deps.jsonLimit,
+      setting: 'QUANTD_OIP_JSON_LIMIT, for the JSON part: send larger tensors as binary data',
+    });
+  }
+}
+
+/**
+ * The body parser of /v2: any Content-Type (or none), decompressed, within its limit. A request
+ * that matched no route is not read: its 404 needs no body.
+ */
 function oipBodyParser(
-  limit: number,
-): (request: FastifyRequest, payload: IncomingMessage) => Promise<Uint8Array> {
+  deps: OipRouteDeps,
+): (request: FastifyRequest, payload: IncomingMessage) => Promise<Uint8Array | undefined> {
   return async (request, payload) => {
+    if (request.is404) return undefined;
     const coding = contentCoding(request.headers['content-encoding']);
-    const body = await readBody(payload, declaredLength(request.headers['content-length'], limit), limit);
+    const limit = bodyLimitOf(request, deps);
+    const length = declaredLength(request.headers['content-length'], limit.limit, limit.setting);
+    const body = await readBody(payload, length, limit.limit, limit.setting);
     return coding === 'identity' ? body : decompress(body, coding, limit);
   };
 }
@@ -148,11 +192,9 @@ function sendError(err: unknown, request: FastifyRequest, reply: FastifyReply): 
   const error = asQuantdError(err, request);
   const status = catalogue[error.code].http;
   reply.headers(problemHeaders(status));
-  if (!request.raw.complete) {
-    // the rest of the body is not wanted: discard it while answering, then close
-    reply.header('Connection', 'close');
-    if (error.code !== 'BODY_INCOMPLETE') request.raw.resume();
-  }
+  // the rest of the body is not wanted: discarded while answering and after, so that a client
+  // still sending reads its answer (a refusal before the body, a 413, comes here too), then closed
+  if (settleUnreadBody(error, request.raw)) reply.header('Connection', 'close');
   if (isServerFault(error.code)) request.log.error({ err: error, code: error.code }, error.message);
   else request.log.info({ code: error.code }, error.message);
   return reply.code(status).type('application/json').send(errorJson(error));
@@ -171,7 +213,12 @@ async function infer(
 ): Promise<FastifyReply> {
   const { model, version } = request.params as ModelParams;
   const body = request.body instanceof Uint8Array ? request.body : undefined;
-  const prepared = prepareInfer(parseRestInfer(body, request.headers[HEADER_LENGTH_HEADER], model, version));
+  const prepared = prepareInfer(
+    parseRestInfer(body, request.headers[HEADER_LENGTH_HEADER], model, version, {
+      limit: deps.jsonLimit,
+      setting: 'QUANTD_OIP_JSON_LIMIT',
+    }),
+  );
   const timing = inferSignal(prepared, deps.requestTimeoutMs, deps.inlineLimit);
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) {
@@ -209,7 +256,7 @@ export function registerOipRoutes(app: FastifyInstance, deps: OipRouteDeps): Pro
   return app.register(
     async (scope) => {
       scope.removeAllContentTypeParsers();
-      scope.addContentTypeParser('*', oipBodyParser(deps.bodyLimit));
+      scope.addContentTypeParser('*', oipBodyParser(deps));
       scope.setErrorHandler((err, request, reply) => sendError(err, request, reply));
       scope.setNotFoundHandler((request, reply) => {
         try {
@@ -232,7 +279,7 @@ export function registerOipRoutes(app: FastifyInstance, deps: OipRouteDeps): Pro
         findModel(model, version);
         // draining comes first: retry elsewhere or later (503 + Retry-After), as /v1
         if (!deps.isReady()) throw new QuantdError('SHUTTING_DOWN', {});
-        declaredLength(request.headers['content-length'], deps.bodyLimit);
+        checkDeclared(request, deps);
         reply.raw.once('close', admitRequest({ admission: deps.admission, isReady: deps.isReady }));
       });
 

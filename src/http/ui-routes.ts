@@ -5,8 +5,9 @@
  * enters (auth on), so the shell itself is served without one, like /docs.
  *
  * Hashed assets (dist/ui/assets/*) are cached for good; index.html is revalidated every time so
- * that a new version is picked up. A strict Content-Security-Policy: the page loads nothing from
- * elsewhere (it works without internet) and runs no inline script.
+ * that a new version is picked up. A strict Content-Security-Policy of its own, in place of the
+ * API's (security-headers.ts, whose other headers every answer carries): the page loads nothing
+ * from elsewhere (it works without internet) and runs no inline script.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { extname, join, relative } from 'node:path';
@@ -83,8 +84,6 @@ export async function registerConsole(app: FastifyInstance, assets = loadConsole
       .header('Content-Type', asset.type)
       .header('Cache-Control', asset.immutable ? 'public, max-age=31536000, immutable' : 'no-cache')
       .header('Content-Security-Policy', POLICY)
-      .header('X-Content-Type-Options', 'nosniff')
-      .header('Referrer-Policy', 'no-referrer')
       .send(asset.body);
   });
 }

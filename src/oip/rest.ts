@@ -19,7 +19,10 @@ import type {
 } from './infer.js';
 
 export const HEADER_LENGTH_HEADER = 'inference-header-content-length';
-/** Largest JSON part of a request: bigger tensors go as binary data. */
+/**
+ * Largest JSON part of a request unless the caller sets a smaller one (QUANTD_OIP_JSON_LIMIT, which
+ * src/http checks before the body is read): bigger tensors go as binary data.
+ */
 export const JSON_REQUEST_LIMIT = 256 * 1024 * 1024;
 /** Most elements a response carries as JSON `data` (all outputs together). */
 export const JSON_OUTPUT_ELEMENTS = 1 << 24;
@@ -80,23 +83,34 @@ function asText(bytes: Uint8Array): string {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
 }
 
+/** The largest JSON part of a request, and the setting that sets it (named in the 413). */
+export interface JsonPartLimit {
+  readonly limit: number;
+  readonly setting: string;
+}
+
 /**
  * The inference request in `body` for model `model` (version `version`, from the path):
- * `headerLength` is the Inference-Header-Content-Length header, if sent.
+ * `headerLength` is the Inference-Header-Content-Length header, if sent; `jsonPart` bounds the JSON
+ * part (never past JSON_REQUEST_LIMIT).
  */
 export function parseRestInfer(
   body: Uint8Array | undefined,
   headerLength: string | string[] | undefined,
   model: string,
   version: string | undefined,
+  jsonPart: JsonPartLimit,
 ): InferRequest {
   const bytes = body ?? new Uint8Array(0);
   const length = jsonLength(headerLength, bytes.byteLength);
   if (length === 0) throw invalid('the body is empty; send the inference request JSON object');
-  if (length > JSON_REQUEST_LIMIT) {
-    throw invalid(
-      `the JSON part is ${length} bytes, over the ${JSON_REQUEST_LIMIT}-byte limit; send large tensors as binary data (binary_data_size)`,
-    );
+  const limit = Math.min(jsonPart.limit, JSON_REQUEST_LIMIT);
+  if (length > limit) {
+    throw new QuantdError('PAYLOAD_TOO_LARGE', {
+      size: length,
+      limit,
+      setting: `${jsonPart.setting}, for the JSON part: send larger tensors as binary data`,
+    });
   }
   let json: unknown;
   try {

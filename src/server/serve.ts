@@ -5,7 +5,7 @@
  */
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import { loadConfig, type Config } from '../config.js';
+import { isLoopbackHost, loadConfig, type Config } from '../config.js';
 import { packageVersion } from '../package-info.js';
 import { QuantdError } from '../errors/index.js';
 import { buildApp } from '../http/app.js';
@@ -53,6 +53,25 @@ function listenError(err: unknown, key: string, host: string, port: number): unk
     });
   }
   return err;
+}
+
+/**
+ * Who can reach the server, said once at start: on loopback, how to listen wider; on another
+ * address without keys (QUANTD_ALLOW_UNAUTHENTICATED), that anyone who reaches it is the one
+ * tenant. Nothing on another address with keys.
+ */
+export function reachNotice(config: Config): string | null {
+  if (isLoopbackHost(config.host)) {
+    return (
+      `only this machine can connect (QUANTD_HOST=${config.host}); to serve others, set ` +
+      'QUANTD_HOST=0.0.0.0 (or one of its addresses) with QUANTD_API_KEYS'
+    );
+  }
+  if (config.apiKeys.length + config.adminKeys.length > 0) return null;
+  return (
+    `warning: authentication is off on ${config.host} (QUANTD_ALLOW_UNAUTHENTICATED): anyone who ` +
+    'reaches it can run jobs and read, replace or delete every result; set QUANTD_API_KEYS'
+  );
 }
 
 export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise<RunningServer> {

@@ -152,6 +152,65 @@ describe('Dockerfile', () => {
   });
 });
 
+describe("the image's address needs keys", () => {
+  /** `bin/quantd.js serve` with the image's ENV (every address) and `env`, ports moved off. */
+  function serveAsImage(env: Record<string, string>) {
+    const image = imageEnv();
+    expect(image['QUANTD_HOST']).toBe('0.0.0.0');
+    const base: NodeJS.ProcessEnv = { ...process.env };
+    for (const key of ['QUANTD_API_KEYS', 'QUANTD_ADMIN_KEYS', 'QUANTD_ALLOW_UNAUTHENTICATED'])
+      delete base[key];
+    delete base['NODE_ENV'];
+    const data = mkdtempSync(join(tmpdir(), 'quantd-image-keys-'));
+    return {
+      data,
+      env: { ...base, ...image, QUANTD_HTTP_PORT: '0', QUANTD_GRPC_PORT: '0', QUANTD_DATA_DIR: data, ...env },
+    };
+  }
+
+  it('without QUANTD_API_KEYS or QUANTD_ALLOW_UNAUTHENTICATED the CMD exits 1 naming both; with a key it serves', async () => {
+    const refused = serveAsImage({});
+    try {
+      const r = spawnSync(process.execPath, ['bin/quantd.js', 'serve'], {
+        cwd: ROOT,
+        env: refused.env,
+        encoding: 'utf8',
+        timeout: 30_000,
+      });
+      expect(r.status, r.stdout + r.stderr).toBe(1);
+      expect(r.stderr).toMatch(/CONFIG_INVALID.*QUANTD_HOST/);
+      expect(r.stderr).toContain('QUANTD_API_KEYS');
+      expect(r.stderr).toContain('QUANTD_ALLOW_UNAUTHENTICATED=1');
+    } finally {
+      rmSync(refused.data, { recursive: true, force: true });
+    }
+    // with a key: listening on every address, and the HEALTHCHECK finds it
+    const { data, env } = serveAsImage({ QUANTD_API_KEYS: 'image-test-key-0123456789' });
+    const child = spawn(process.execPath, ['bin/quantd.js', 'serve'], { cwd: ROOT, env });
+    try {
+      const port = await new Promise<number>((resolve, reject) => {
+        let out = '';
+        child.stdout.on('data', (d: Buffer) => {
+          out += d.toString();
+          const m = /listening: http:\/\/0\.0\.0\.0:(\d+)/.exec(out);
+          if (m) resolve(Number(m[1]));
+        });
+        child.once('exit', (code) => reject(new Error(`server exited with ${code}: ${out}`)));
+      });
+      const health = jsonArgs(finalStage.find((l) => l.startsWith('HEALTHCHECK '))!);
+      const probe = spawnSync(process.execPath, health.slice(1), {
+        cwd: ROOT,
+        env: { ...env, QUANTD_HTTP_PORT: String(port) },
+      });
+      expect(probe.status).toBe(0);
+    } finally {
+      child.kill('SIGTERM');
+      await new Promise((resolve) => child.once('exit', resolve));
+      rmSync(data, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('the HEALTHCHECK follows QUANTD_HOST', () => {
   it('asks the address the server listens on (127.0.0.2 here), not always 127.0.0.1', async () => {
     const health = jsonArgs(finalStage.find((l) => l.startsWith('HEALTHCHECK '))!);
@@ -225,9 +284,15 @@ describe('docker-compose.yml', () => {
     expect(haproxy).toMatch(/option httpchk GET \/readyz/);
   });
 
-  it('bounds uploads (the default of a bare server is 1 TiB)', () => {
+  it('bounds uploads (the default of a bare server is 64 GiB)', () => {
     const env = service['environment'] as Record<string, string>;
     expect(env['QUANTD_UPLOAD_LIMIT']).toMatch(/^\d+[kmg]$/);
+  });
+
+  it('passes the keys and the waiver through, neither given: a bare `up` is refused until one is', () => {
+    const env = service['environment'] as Record<string, string>;
+    expect(env['QUANTD_API_KEYS']).toBe('${QUANTD_API_KEYS:-}');
+    expect(env['QUANTD_ALLOW_UNAUTHENTICATED']).toBe('${QUANTD_ALLOW_UNAUTHENTICATED:-}');
   });
 
   it('keeps /data (QUANTD_DATA_DIR of the image) on a declared named volume', () => {

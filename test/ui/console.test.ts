@@ -357,6 +357,32 @@ describe.skipIf(!HAVE_BROWSER)('the console in Chromium', () => {
     }
   });
 
+  it('shows the API docs (/docs) under their Content-Security-Policy: Swagger UI renders, nothing refused', async () => {
+    const { server, base } = await startJobServer(tempDir('ui-docs'));
+    const page = await browser.newPage();
+    const refused: string[] = [];
+    page.on('console', (m) => {
+      if (/Content.Security.Policy|Refused to/i.test(m.text())) refused.push(m.text());
+    });
+    page.on('pageerror', (e) => refused.push(e.message));
+    try {
+      const response = await page.goto(`${base}/docs/`);
+      expect(response?.headers()['content-security-policy']).toMatch(
+        /^default-src 'none'; script-src 'self'/,
+      );
+      await page.waitForSelector('.swagger-ui .info .title', { timeout: 20_000 });
+      expect(await page.textContent('.swagger-ui .info .title')).toContain('quantd');
+      // the operations are listed, and one opens (rendered by the page's own scripts)
+      await page.waitForSelector('.opblock-summary');
+      await page.click('.opblock-summary >> nth=0');
+      await page.waitForSelector('.opblock-body');
+      expect(refused).toEqual([]);
+    } finally {
+      await page.close();
+      await server.shutdown('test');
+    }
+  });
+
   it("opens the CLI's self-contained HTML report (local and --remote) from disk, with the JSON report's values", async () => {
     const html = join(dir, 'report.html');
     const int4 = ['--qdtype', 'int4', '--scheme', 'per_group', '--group-size', '32'];
