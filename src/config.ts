@@ -55,6 +55,18 @@ export interface Config {
   readonly replicaId: string | null;
   /** QUANTD_CLUSTER_LOCK_MS: how long a replica that stopped answering keeps the job it ran. */
   readonly clusterLockMs: number;
+  /** QUANTD_CALIBRATION_MAX_BINS: the most bins a histogram observer of a session may have. */
+  readonly calibrationMaxBins: number;
+  /** QUANTD_CALIBRATION_MAX_CHANNELS: the most channels a per-channel observer may track. */
+  readonly calibrationMaxChannels: number;
+  /** QUANTD_CALIBRATION_MAX_FEATURES: the widest layer whose linear statistics a session gathers. */
+  readonly calibrationMaxFeatures: number;
+  /** QUANTD_CALIBRATION_SESSION_BYTES: the state one calibration session may hold. */
+  readonly calibrationSessionBytes: number;
+  /** QUANTD_CALIBRATION_BYTES: the state every session may hold together (null: a quarter of the host's memory). */
+  readonly calibrationBytes: number | null;
+  /** QUANTD_CALIBRATION_IMPORT_LIMIT: the largest session JSON (a recipe, or an import) in bytes. */
+  readonly calibrationImportLimit: number;
 }
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -193,6 +205,15 @@ export function loadConfig(env: Env = process.env): Config {
     redisPrefix: name(env, 'QUANTD_REDIS_PREFIX', 'quantd'),
     replicaId: env['QUANTD_REPLICA_ID']?.trim() ? name(env, 'QUANTD_REPLICA_ID', '') : null,
     clusterLockMs: integer(env, 'QUANTD_CLUSTER_LOCK_MS', 30_000, 1000, 3_600_000),
+    // calibration state (src/service/calibration/limits.ts): sized by options, not by batches
+    calibrationMaxBins: integer(env, 'QUANTD_CALIBRATION_MAX_BINS', 16_384, 1, 1 << 20),
+    calibrationMaxChannels: integer(env, 'QUANTD_CALIBRATION_MAX_CHANNELS', 65_536, 1, 1 << 24),
+    calibrationMaxFeatures: integer(env, 'QUANTD_CALIBRATION_MAX_FEATURES', 8192, 1, 16_384),
+    calibrationSessionBytes: size(env, 'QUANTD_CALIBRATION_SESSION_BYTES', 2 * GiB),
+    calibrationBytes: env['QUANTD_CALIBRATION_BYTES']?.trim()
+      ? size(env, 'QUANTD_CALIBRATION_BYTES', 0)
+      : null,
+    calibrationImportLimit: size(env, 'QUANTD_CALIBRATION_IMPORT_LIMIT', 16 * 1024 ** 2),
   };
 }
 

@@ -15,7 +15,11 @@
  * session are folded one at a time and acknowledged once on disk (src/service/calibration/). A
  * batch whose observers are still at work on the pool when its client leaves, or when
  * QUANTD_REQUEST_TIMEOUT_MS has passed, is abandoned whole (the op routes' request signal).
+ * A session's JSON (a recipe, or an import's export form) is parsed on the event loop, so it is
+ * at most QUANTD_CALIBRATION_IMPORT_LIMIT (a 413 before it is read when declared larger); the
+ * export is streamed out a piece at a time as the client reads it.
  */
+import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { QuantdError } from '../errors/index.js';
 import type { CalibrationStore, CreateRequest } from '../service/calibration/store.js';
@@ -26,6 +30,8 @@ export interface CalibrationRouteDeps {
   readonly calibrations: CalibrationStore;
   /** QUANTD_REQUEST_TIMEOUT_MS: a batch not folded by then is abandoned whole (504) */
   readonly requestTimeoutMs: number;
+  /** QUANTD_CALIBRATION_IMPORT_LIMIT: the largest JSON body of POST /v1/calibrations */
+  readonly importLimit: number;
 }
 
 const tags = ['calibration'];
@@ -45,42 +51,62 @@ export async function registerCalibrationRoutes(
   const store = deps.calibrations;
   const idOf = (request: FastifyRequest): string => (request.params as { id: string }).id;
 
-  app.post(
-    '/v1/calibrations',
-    {
-      schema: {
-        tags,
-        summary: 'Create a calibration session from a recipe, or continue an exported one',
-        body: {
-          type: 'object',
-          properties: {
-            recipe: {
-              type: 'object',
-              description: '{"observers": [{"match": GLOB | "regex": RE, "observer": {"kind": …, …}}]}',
-            },
-            state: {
-              type: 'object',
-              description: 'an export (quantd.calibration/1) to continue under a new id',
-            },
-            ttl_seconds: {
-              type: 'number',
-              description: 'idle time before the session expires (default 86400)',
+  // A session's JSON may name a tensor __proto__: a session that observed one exports it so, and
+  // its import must take it back. Fastify's parser (secure-json-parse) refuses such keys; this
+  // route's parser is JSON.parse, whose keys are own data properties, never a prototype, and the
+  // store reads them through Object.entries into Maps and null-prototype objects only.
+  await app.register(async (scope) => {
+    scope.removeContentTypeParser('application/json');
+    scope.addContentTypeParser(
+      'application/json',
+      { parseAs: 'string', bodyLimit: deps.importLimit },
+      (_request, text, done) => {
+        try {
+          done(null, text === '' ? null : (JSON.parse(text as string) as unknown));
+        } catch (err) {
+          done(new QuantdError('USAGE', { detail: `the body is not JSON: ${(err as Error).message}` }));
+        }
+      },
+    );
+    scope.post(
+      '/v1/calibrations',
+      {
+        bodyLimit: deps.importLimit,
+        config: { limitSetting: 'QUANTD_CALIBRATION_IMPORT_LIMIT' },
+        schema: {
+          tags,
+          summary: 'Create a calibration session from a recipe, or continue an exported one',
+          body: {
+            type: 'object',
+            properties: {
+              recipe: {
+                type: 'object',
+                description: '{"observers": [{"match": GLOB | "regex": RE, "observer": {"kind": …, …}}]}',
+              },
+              state: {
+                type: 'object',
+                description: 'an export (quantd.calibration/1) to continue under a new id',
+              },
+              ttl_seconds: {
+                type: 'number',
+                description: 'idle time before the session expires (default 86400)',
+              },
             },
           },
         },
       },
-    },
-    async (request, reply) => {
-      if (request.body === null || typeof request.body !== 'object' || ArrayBuffer.isView(request.body)) {
-        throw new QuantdError('USAGE', {
-          detail:
-            'a calibration session is created from an application/json body {"recipe": …} or {"state": …}',
-        });
-      }
-      const session = await store.create(request.body as CreateRequest, callerOf(request));
-      return sendJson(reply, 201, session.summary());
-    },
-  );
+      async (request, reply) => {
+        if (request.body === null || typeof request.body !== 'object' || ArrayBuffer.isView(request.body)) {
+          throw new QuantdError('USAGE', {
+            detail:
+              'a calibration session is created from an application/json body {"recipe": …} or {"state": …}',
+          });
+        }
+        const session = await store.create(request.body as CreateRequest, callerOf(request));
+        return sendJson(reply, 201, session.summary());
+      },
+    );
+  });
 
   app.get(
     '/v1/calibrations',
@@ -132,12 +158,12 @@ export async function registerCalibrationRoutes(
       },
     },
     async (request, reply) => {
-      const session = store.get(idOf(request), callerOf(request));
-      const file = await session.serialized(async () => session.qparamsFile());
+      const id = idOf(request);
+      const file = await store.qparams(id, callerOf(request), requestSignal(reply, deps.requestTimeoutMs));
       return reply
         .code(200)
         .type('application/x-safetensors')
-        .header('Content-Disposition', `attachment; filename="calibration-${session.id}.safetensors"`)
+        .header('Content-Disposition', `attachment; filename="calibration-${id}.safetensors"`)
         .send(Buffer.from(file.buffer, file.byteOffset, file.byteLength));
     },
   );
@@ -168,8 +194,12 @@ export async function registerCalibrationRoutes(
     '/v1/calibrations/:id/state',
     { schema: { tags, summary: 'The session in its export form (quantd.calibration/1)', params: idParam } },
     async (request, reply) => {
-      const session = store.get(idOf(request), callerOf(request));
-      return sendJson(reply, 200, await session.serialized(async () => session.exported()));
+      const pieces = await store.exportText(idOf(request), callerOf(request));
+      // bytes, not objects: a stream of objects would ask for 16 pieces (16 MiB of base64) at once
+      return reply
+        .code(200)
+        .type('application/json')
+        .send(Readable.from(pieces, { objectMode: false }));
     },
   );
 
