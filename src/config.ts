@@ -213,7 +213,7 @@ export function loadConfig(env: Env = process.env): Config {
     calibrationBytes: env['QUANTD_CALIBRATION_BYTES']?.trim()
       ? size(env, 'QUANTD_CALIBRATION_BYTES', 0)
       : null,
-    calibrationImportLimit: size(env, 'QUANTD_CALIBRATION_IMPORT_LIMIT', 16 * 1024 ** 2),
+    calibrationImportLimit: size(env, 'QUANTD_CALIBRATION_IMPORT_LIMIT', 8 * 1024 ** 2),
   };
 }
 

@@ -16,7 +16,8 @@ import { isQuantdError } from '../../src/errors/index.js';
 import { serializeSafetensors } from '../../src/format/safetensors.js';
 import { exportObserver } from '../../src/format/observer-state.js';
 import { newObserverState, observe, observerConfig } from '../../src/core/observers/index.js';
-import type { CalibrationLimits } from '../../src/service/calibration/limits.js';
+import { serverBudget, type CalibrationLimits } from '../../src/service/calibration/limits.js';
+import { loadConfig } from '../../src/config.js';
 import { cgroupLimit } from '../../src/service/host-memory.js';
 import { CalibrationSession } from '../../src/service/calibration/session.js';
 import { CalibrationStore } from '../../src/service/calibration/store.js';
@@ -312,6 +313,34 @@ describe('the export form, written in pieces', () => {
     expect(JSON.parse(pieces.join(''))).toEqual(JSON.parse(JSON.stringify(session.exported())));
     expect(CalibrationSession.restore(JSON.parse(pieces.join('')), { id: 'again' }).observers.size).toBe(120);
     await s.stop();
+  });
+});
+
+describe('the configuration', () => {
+  it('reads QUANTD_CALIBRATION_*; the server budget defaults to a quarter of the host memory', () => {
+    const defaults = loadConfig({});
+    expect(defaults.calibrationMaxBins).toBe(16384);
+    expect(defaults.calibrationMaxFeatures).toBe(8192);
+    expect(defaults.calibrationSessionBytes).toBe(2 * 1024 ** 3);
+    expect(defaults.calibrationBytes).toBeNull();
+    expect(defaults.calibrationImportLimit).toBe(8 * 1024 ** 2);
+    expect(serverBudget(defaults.calibrationBytes, 8 * 1024 ** 3)).toBe(2 * 1024 ** 3);
+    const set = loadConfig({ QUANTD_CALIBRATION_BYTES: '24m', QUANTD_CALIBRATION_MAX_CHANNELS: '128' });
+    expect(serverBudget(set.calibrationBytes, 8 * 1024 ** 3)).toBe(24 * 1024 ** 2);
+    expect(set.calibrationMaxChannels).toBe(128);
+    for (const [key, value] of [
+      ['QUANTD_CALIBRATION_MAX_FEATURES', '16385'],
+      ['QUANTD_CALIBRATION_MAX_BINS', '0'],
+      ['QUANTD_CALIBRATION_BYTES', '1e300'],
+    ]) {
+      let code: string | undefined;
+      try {
+        loadConfig({ [key!]: value });
+      } catch (err) {
+        code = isQuantdError(err) ? err.code : String(err);
+      }
+      expect(code, key).toBe('CONFIG_INVALID');
+    }
   });
 });
 
