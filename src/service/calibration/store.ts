@@ -46,6 +46,8 @@ const STATS_FILE = /^([0-9a-f]{24})\.\d+\.stats$/;
 const FREED_QUOTA = 256 * 1024 ** 2;
 /** State freed, a deletion's included, past which a deletion collects the heap. */
 const DELETED_QUOTA = 16 * 1024 ** 2;
+/** Explicit collections come at most this often (see freed). */
+const COLLECT_EVERY_MS = 10_000;
 
 export interface CalibrationLog {
   warn(obj: object, msg: string): void;
@@ -81,7 +83,9 @@ export class CalibrationStore {
   /** The bytes each session is counted for in the budget. */
   private readonly charged = new Map<string, number>();
   private freedBytes = 0;
-  private collecting = false;
+  /** The collection to come, and when the last one ran (freed). */
+  private collection: NodeJS.Timeout | undefined;
+  private collected = -Infinity;
   /** Where set-aside files are reported (the server's logger, once it has one). */
   log: CalibrationLog | undefined;
 
@@ -149,6 +153,7 @@ export class CalibrationStore {
 
   async stop(): Promise<void> {
     clearInterval(this.sweeper);
+    clearTimeout(this.collection);
     // let every batch in flight reach the disk
     await Promise.all([...this.sessions.values()].map((s) => s.serialized(async () => {})));
   }
@@ -320,18 +325,22 @@ export class CalibrationStore {
    * work is done: a session's statistics are shared arrays, which V8 does not count as memory
    * to collect for, and a deleted session's histograms would otherwise wait for the next full
    * collection, however long that is. A collection holds the event loop for the time it takes
-   * (10–70 ms here: the heap is ~30 MB), so folds, which free statistics all the time, collect
-   * past a larger quota than deletions.
+   * (10–115 ms here, mostly returning the pages: the heap itself is ~30 MB), so folds, which free
+   * statistics all the time, collect past a larger quota than deletions, and collections come at
+   * most one per COLLECT_EVERY_MS: a client deleting session after session does not turn them
+   * into a stall every few hundred milliseconds.
    */
   private freed(bytes: number, quota: number): void {
     this.freedBytes += bytes;
-    if (this.freedBytes < quota || this.collecting) return;
-    this.freedBytes = 0;
-    this.collecting = true;
-    setImmediate(() => {
-      this.collecting = false;
+    if (this.freedBytes < quota || this.collection !== undefined) return;
+    const wait = Math.max(0, this.collected + COLLECT_EVERY_MS - Date.now());
+    this.collection = setTimeout(() => {
+      this.collection = undefined;
+      this.freedBytes = 0;
+      this.collected = Date.now();
       collectGarbage();
-    });
+    }, wait);
+    this.collection.unref();
   }
 
   /** Statistics read from a file, in shared memory when the compute's workers read them in place. */
