@@ -176,7 +176,7 @@ export function addCalibrationsService(
     ),
     Get: unary<IdMessage>('Get', (m, caller) => store.get(m.id ?? '', caller).summary()),
     List: unary<unknown>('List', (_m, caller) => ({
-      calibrations: store.list(caller).map((s) => s.summary()),
+      calibrations: store.list(caller).map((s) => s.summary(false)),
     })),
     Observe: observe,
     QParams: unary<IdMessage>('QParams', async (m, caller, call) => {

@@ -3,7 +3,7 @@
  * activation batches, read out as qparams.
  *
  *   POST   /v1/calibrations               {"recipe": …} or {"state": EXPORT} (+ "ttl_seconds") → 201 session
- *   GET    /v1/calibrations               {"calibrations": [session, …]} newest first
+ *   GET    /v1/calibrations               {"calibrations": [session, …]} newest first (counts only)
  *   GET    /v1/calibrations/ID            the session: its observers and how much each has seen
  *   POST   /v1/calibrations/ID/batches    body: a safetensors of activations → what it observed
  *   GET    /v1/calibrations/ID/qparams    a safetensors of NAME.scale / NAME.zero_point
@@ -112,7 +112,7 @@ export async function registerCalibrationRoutes(
     '/v1/calibrations',
     { schema: { tags, summary: 'The calibration sessions, newest first' } },
     async (request, reply) =>
-      sendJson(reply, 200, { calibrations: store.list(callerOf(request)).map((s) => s.summary()) }),
+      sendJson(reply, 200, { calibrations: store.list(callerOf(request)).map((s) => s.summary(false)) }),
   );
 
   app.get(

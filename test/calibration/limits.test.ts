@@ -197,6 +197,37 @@ function state(fields: Record<string, unknown> = {}, observerFields: Record<stri
   };
 }
 
+describe('what a session watches, counted and listed', () => {
+  it('counts tensors gathering statistics towards the 10 000 a session watches', async () => {
+    const compute = counting();
+    const { store: s } = await store({ compute });
+    const session = await s.create({ recipe: recipeOf({ statistics: 'linear' }) });
+    const tiny = (from: number, n: number): [string, number[]][] =>
+      Array.from({ length: n }, (_, i): [string, number[]] => [`x${from + i}`, [1, 1]]);
+    await s.fold(session.id, batch(...tiny(0, 9_000)));
+    expect(await codeOf(() => s.fold(session.id, batch(...tiny(9_000, 1_001))))).toEqual({
+      code: 'CALIBRATION_FULL',
+      status: 413,
+    });
+    expect(compute.calls).toBe(9_000);
+    expect(session.stats.size).toBe(9_000);
+    await s.stop();
+  });
+
+  it("lists sessions by their counts; a session's own summary lists its observers and layers", async () => {
+    const { store: s } = await store();
+    const session = await s.create({ recipe: recipeOf({ observer: { kind: 'min_max' } }) });
+    await s.fold(
+      session.id,
+      batch(...Array.from({ length: 500 }, (_, i): [string, number[]] => [`t${i}`, [2]])),
+    );
+    const [listed] = s.list().map((x) => x.summary(false));
+    expect(listed).toMatchObject({ id: session.id, observer_count: 500, observed: 1000, observers: [] });
+    expect(session.summary()['observers']).toHaveLength(500);
+    await s.stop();
+  });
+});
+
 describe('an import is checked as a creation is', () => {
   it('caps ttl_seconds and refuses batches that are not a count, 1e300 wherever a number goes: catalogued 400s, never a 500', async () => {
     const { store: s } = await store();

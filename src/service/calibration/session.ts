@@ -150,6 +150,13 @@ export class CalibrationSession {
     return this.observerBytes() + this.statisticsBytes();
   }
 
+  /** The tensors it watches: by an observer, by statistics, or both. */
+  private watched(): number {
+    let n = this.observers.size;
+    for (const name of this.stats.keys()) if (!this.observers.has(name)) n++;
+    return n;
+  }
+
   private observerBytes(): number {
     let n = 0;
     for (const w of this.observers.values()) n += stateBytes(w.state);
@@ -207,13 +214,13 @@ export class CalibrationSession {
           ignored.push(t.name);
           continue;
         }
+        added++; // a tensor it watches anew, by an observer, statistics or both
         if (rule.config) {
           config = rule.config;
           // a recipe read under other limits (a session restored after they were lowered)
           const tooLarge = binsProblem(config, this.limits);
           if (tooLarge)
             throw new QuantdError('OBSERVER_INVALID', { observer: JSON.stringify(t.name), detail: tooLarge });
-          added++;
         }
         if (rule.statistics) {
           const k = batchFeatures(t.name, t.shape); // allocated once the size is accepted
@@ -254,9 +261,10 @@ export class CalibrationSession {
         detail: `no tensor of the batch matches a rule of calibration ${this.id} (${ignored.length} tensors: ${ignored.slice(0, 3).join(', ')}${ignored.length > 3 ? ', …' : ''})`,
       });
     }
-    if (this.observers.size + added > MAX_OBSERVERS) {
+    const watching = this.watched();
+    if (watching + added > MAX_OBSERVERS) {
       throw full(
-        `calibration ${this.id} would watch ${this.observers.size + added} tensors; a session watches at most ${MAX_OBSERVERS}`,
+        `calibration ${this.id} would watch ${watching + added} tensors; a session watches at most ${MAX_OBSERVERS}`,
       );
     }
     const heldStats = this.statisticsBytes();
@@ -372,12 +380,14 @@ export class CalibrationSession {
     return serializeSafetensors(tensors, { 'quantd.calibration': this.id });
   }
 
-  summary(): Record<string, unknown> {
-    const observers = [...this.observers].map(([name, w]) => ({
-      name,
-      kind: w.config.kind,
-      observed: w.state.observed,
-    }));
+  /**
+   * What the API shows of it. `detail` false (a list of sessions): its counts alone, without an
+   * entry per observer and per layer — a key's 1000 sessions of 10 000 tensors each would make
+   * a list of ten million entries, hundreds of megabytes of JSON built on the event loop.
+   */
+  summary(detail = true): Record<string, unknown> {
+    let observed = 0;
+    for (const w of this.observers.values()) observed += w.state.observed;
     return {
       id: this.id,
       created: this.created.toISOString(),
@@ -385,13 +395,15 @@ export class CalibrationSession {
       expires: this.expires.toISOString(),
       ttl_seconds: this.ttlSeconds,
       batches: this.batches,
-      observed: observers.reduce((n, o) => n + o.observed, 0),
-      observers,
-      statistics: [...this.stats].map(([name, s]) => ({
-        name,
-        in_features: s.inFeatures,
-        tokens: s.tokens,
-      })),
+      observed,
+      observer_count: this.observers.size,
+      statistics_count: this.stats.size,
+      observers: detail
+        ? [...this.observers].map(([name, w]) => ({ name, kind: w.config.kind, observed: w.state.observed }))
+        : [],
+      statistics: detail
+        ? [...this.stats].map(([name, s]) => ({ name, in_features: s.inFeatures, tokens: s.tokens }))
+        : [],
     };
   }
 
