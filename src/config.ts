@@ -20,8 +20,6 @@ export interface Config {
    * JSON is parsed on the event loop, so it is kept small.
    */
   readonly jsonLimit: number;
-  /** QUANTD_CALIBRATION_JSON_LIMIT: largest POST /v1/calibrations body (a session's export). */
-  readonly calibrationJsonLimit: number;
   /** QUANTD_OIP_JSON_LIMIT: largest JSON part of a /v2 inference request (tensors as JSON data). */
   readonly oipJsonLimit: number;
   /** Largest input of a gRPC QuantizeStream (its chunks together), in bytes. */
@@ -68,6 +66,18 @@ export interface Config {
   readonly replicaId: string | null;
   /** QUANTD_CLUSTER_LOCK_MS: how long a replica that stopped answering keeps the job it ran. */
   readonly clusterLockMs: number;
+  /** QUANTD_CALIBRATION_MAX_BINS: the most bins a histogram observer of a session may have. */
+  readonly calibrationMaxBins: number;
+  /** QUANTD_CALIBRATION_MAX_CHANNELS: the most channels a per-channel observer may track. */
+  readonly calibrationMaxChannels: number;
+  /** QUANTD_CALIBRATION_MAX_FEATURES: the widest layer whose linear statistics a session gathers. */
+  readonly calibrationMaxFeatures: number;
+  /** QUANTD_CALIBRATION_SESSION_BYTES: the state one calibration session may hold. */
+  readonly calibrationSessionBytes: number;
+  /** QUANTD_CALIBRATION_BYTES: the state every session may hold together (null: a quarter of the host's memory). */
+  readonly calibrationBytes: number | null;
+  /** QUANTD_CALIBRATION_IMPORT_LIMIT: the largest session JSON (a recipe, or an import) in bytes. */
+  readonly calibrationImportLimit: number;
 }
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -257,9 +267,6 @@ export function loadConfig(env: Env = process.env): Config {
     // JSON.parse took 29 ms for 1 MiB of empty arrays, 363 ms for 4 MiB, 1.25 s for 8 MiB (GC).
     // A job request or a recipe (at most 256 rules) is a few kilobytes.
     jsonLimit: sizeAtMost(env, 'QUANTD_JSON_LIMIT', MiB, MAX_JSON),
-    // an export holds about 11 KB per 2048-bin histogram observer: 8 MiB is ~700 of them (a
-    // 70B-parameter model's 560 linear inputs); numbers parse at about 11 ms per MiB
-    calibrationJsonLimit: sizeAtMost(env, 'QUANTD_CALIBRATION_JSON_LIMIT', 8 * MiB, MAX_JSON),
     // 4 MiB is ~200 000 float32 values as JSON text (62 ms for a whole request); larger tensors
     // go as binary data (binary_data_size), which every stock client supports
     oipJsonLimit: sizeAtMost(env, 'QUANTD_OIP_JSON_LIMIT', 4 * MiB, MAX_JSON),
@@ -292,6 +299,18 @@ export function loadConfig(env: Env = process.env): Config {
     redisPrefix: name(env, 'QUANTD_REDIS_PREFIX', 'quantd'),
     replicaId: env['QUANTD_REPLICA_ID']?.trim() ? name(env, 'QUANTD_REPLICA_ID', '') : null,
     clusterLockMs: integer(env, 'QUANTD_CLUSTER_LOCK_MS', 30_000, 1000, 3_600_000),
+    // calibration state (src/service/calibration/limits.ts): sized by options, not by batches
+    calibrationMaxBins: integer(env, 'QUANTD_CALIBRATION_MAX_BINS', 16_384, 1, 1 << 20),
+    calibrationMaxChannels: integer(env, 'QUANTD_CALIBRATION_MAX_CHANNELS', 65_536, 1, 1 << 24),
+    calibrationMaxFeatures: integer(env, 'QUANTD_CALIBRATION_MAX_FEATURES', 8192, 1, 16_384),
+    calibrationSessionBytes: size(env, 'QUANTD_CALIBRATION_SESSION_BYTES', 2 * GiB),
+    calibrationBytes: env['QUANTD_CALIBRATION_BYTES']?.trim()
+      ? size(env, 'QUANTD_CALIBRATION_BYTES', 0)
+      : null,
+    // a session's recipe or import (POST /v1/calibrations, gRPC Create): an export holds about
+    // 11 KB per 2048-bin histogram observer, so 8 MiB is ~700 of them (a 70B-parameter model's 560
+    // linear inputs); numbers parse at about 11 ms per MiB, a 14 MiB import held the loop 52-180 ms
+    calibrationImportLimit: sizeAtMost(env, 'QUANTD_CALIBRATION_IMPORT_LIMIT', 8 * MiB, MAX_JSON),
   };
 }
 

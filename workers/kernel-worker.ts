@@ -6,7 +6,7 @@
  */
 import { setPriority } from 'node:os';
 import { workerData } from 'node:worker_threads';
-import { GarbageQuota } from '../src/kernels/gc.js';
+import { GarbageQuota, collectGarbage } from '../src/kernels/gc.js';
 import { QuantdError } from '../src/errors/index.js';
 import type { EncodeReply, EncodeTask } from '../src/kernels/encoders.js';
 import { loadKernels } from '../src/kernels/loader.js';
@@ -54,6 +54,23 @@ let reference: Promise<typeof import('../src/kernels/reference-task.js')> | unde
 
 /** This thread's handles keep the tensors' shared buffers alive until it collects (gc.ts). */
 const quota = new GarbageQuota();
+
+/**
+ * A calibration statistics task of this many bytes or more lets go of its buffers and collects
+ * as it ends (a few ms of this small heap). Its arrays are a session's statistics (in² float64
+ * values, shared), which live on, and between tasks this thread waits in Atomics.wait (Piscina),
+ * running nothing: its handles would keep them alive after the session is deleted, for as long
+ * as the server sat idle. Tensors' buffers go by and are left to the quota.
+ */
+const LARGE_STATISTICS = 32 * 1024 * 1024;
+
+/** After a task: counted against the quota, or, for large statistics, let go of at once. */
+function settle(task: KernelTask, bytes: number): void {
+  if (task.op !== 'linearStats' || bytes < LARGE_STATISTICS) return quota.add(bytes);
+  const fields = task as unknown as Record<string, unknown>;
+  for (const key of Object.keys(fields)) if (ArrayBuffer.isView(fields[key])) fields[key] = null;
+  collectGarbage();
+}
 
 /** Bytes of the shared arrays a task hands this thread. */
 function taskBytes(task: KernelTask | EncodeTask): number {
@@ -130,7 +147,7 @@ export default function run(
   }
   try {
     const result = runKernelTask(kernels.module, task);
-    quota.add(taskBytes(task));
+    settle(task, taskBytes(task));
     return result;
   } catch (err) {
     return { ok: false, code: 'INTERNAL', message: (err as Error).message };

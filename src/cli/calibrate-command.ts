@@ -13,8 +13,8 @@ import { QuantdError } from '../errors/index.js';
 import { errorCode, writeFileAtomic } from '../format/file-io.js';
 import { writeLayerStats } from '../format/layer-stats.js';
 import { parseCalibrationRecipe } from '../service/calibration/recipe.js';
-import { CalibrationSession } from '../service/calibration/session.js';
-import { batchTensors, DEFAULT_TTL_SECONDS } from '../service/calibration/store.js';
+import { CalibrationSession, DEFAULT_TTL_SECONDS } from '../service/calibration/session.js';
+import { batchTensors } from '../service/calibration/store.js';
 import type { ParsedCommand } from './args.js';
 import type { Io } from './io.js';
 import { guardOutputs } from './output-guard.js';
@@ -91,7 +91,7 @@ export async function calibrate(parsed: ParsedCommand, io: Io): Promise<void> {
   );
 
   const session = resume
-    ? CalibrationSession.restore(await readJson(resume), 'cli', DEFAULT_TTL_SECONDS)
+    ? CalibrationSession.restore(await readJson(resume), { id: 'cli', ttlSeconds: DEFAULT_TTL_SECONDS })
     : new CalibrationSession(
         'cli',
         parseCalibrationRecipe(await readJson(observers!)),
@@ -117,9 +117,9 @@ export async function calibrate(parsed: ParsedCommand, io: Io): Promise<void> {
         'no rule of the recipe gathers layer statistics for --statistics ({"match": …, "statistics": "linear"})',
     });
   }
-  if (output) await writeFileAtomic(output, session.qparamsFile());
+  if (output) await writeFileAtomic(output, await session.qparamsFile(referenceCompute));
   if (statistics) await writeLayerStats(statistics, session.stats, { 'quantd.calibration': 'cli' });
-  if (saveState) await writeFileAtomic(saveState, JSON.stringify(session.exported()));
+  if (saveState) await writeFileAtomic(saveState, session.exportText(session.snapshot()));
   if (parsed.values['quiet'] !== true) {
     const summary = session.summary() as { batches: number; observed: number };
     const written = [output, statistics && `statistics ${statistics}`, saveState && `state ${saveState}`];

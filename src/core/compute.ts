@@ -19,7 +19,14 @@ import {
   type QuantizeOutput,
   type QuantizedInput,
 } from './index.js';
-import { observeBatch, type ObserverConfig, type ObserverState } from './observers/index.js';
+import {
+  observeBatch,
+  observerQParams,
+  type ObserverConfig,
+  type ObserverQParams,
+  type ObserverState,
+} from './observers/index.js';
+import { isQuantdError, type QuantdError } from '../errors/index.js';
 import { linearErrorReport, type LinearErrorReport, type LinearLayer } from './linear-eval.js';
 import { accumulateLinearStats, type LinearStats } from './linear-stats.js';
 
@@ -44,6 +51,12 @@ export interface ObserveCall {
   readonly state: ObserverState;
   readonly x: Float32Array;
   readonly shape: readonly number[];
+}
+
+/** One observer whose qparams are asked for (calibration). */
+export interface QParamsCall {
+  readonly config: ObserverConfig;
+  readonly state: ObserverState;
 }
 
 /** One activation batch for a layer's input statistics (calibration for GPTQ / AWQ). */
@@ -77,6 +90,15 @@ export interface Compute {
   dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array>;
   /** The observer's state after `call.x` (a new state; off the event loop where the Compute has threads). */
   observe?(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState>;
+  /**
+   * Each observer's qparams, or the catalogued error it refuses them with (off the event loop
+   * where the Compute has threads: a histogram's range search costs bins × search steps, about
+   * 15 ms at 2048 bins).
+   */
+  observerQParams?(
+    calls: readonly QParamsCall[],
+    signal?: AbortSignal,
+  ): Promise<(ObserverQParams | QuantdError)[]>;
   /** The statistics with the batch added (a new object; off the event loop where the Compute has threads). */
   accumulateStats?(call: LinearStatsCall, signal?: AbortSignal): Promise<LinearStats>;
   /** A linear layer's output error under quantization (off the event loop where the Compute has threads). */
@@ -96,6 +118,17 @@ export const referenceCompute: Compute = {
   fakeQuantize: async (input, spec, outDType, given) => fakeQuantizeTensor(input, spec, outDType, given),
   dequantize: async (input, outDType) => dequantizeTensor(input, outDType),
   observe: async ({ config, state, x, shape }) => observeBatch(config, state, x, shape),
+  observerQParams: async (calls) => calls.map((c) => qparamsOrError(c)),
   linearError: async (layer, spec) => linearErrorReport(layer, spec),
   accumulateStats: async ({ tensor, stats, x, shape }) => accumulateLinearStats(tensor, stats, x, shape),
 };
+
+/** An observer's qparams, or the catalogued error it refuses them with (others are thrown). */
+export function qparamsOrError({ config, state }: QParamsCall): ObserverQParams | QuantdError {
+  try {
+    return observerQParams(config, state);
+  } catch (err) {
+    if (isQuantdError(err)) return err;
+    throw err;
+  }
+}

@@ -34,6 +34,15 @@ export function emptyLinearStats(inFeatures: number): LinearStats {
   };
 }
 
+/**
+ * Statistics of no token yet whose sums are not allocated (zero-length arrays): adding the first
+ * batch allocates them (zeros, as any statistics of no token are). A layer's in² values then
+ * exist once, where the first batch is added, not also as an unused zero copy beside them.
+ */
+export function unallocatedLinearStats(inFeatures: number): LinearStats {
+  return { inFeatures, tokens: 0, hessian: new Float64Array(0), absSum: new Float64Array(0) };
+}
+
 /** The in_features of a batch of `shape`, or a catalogued error naming `tensor`. */
 export function batchFeatures(tensor: string, shape: readonly number[]): number {
   const inF = shape.length === 0 ? 0 : shape[shape.length - 1]!;
@@ -73,8 +82,10 @@ export function accumulateLinearStats(
       throw new QuantdError('INPUT_NOT_FINITE', { tensor, value: x[i]!, index: i, op: 'linear statistics' });
     }
   }
-  const hessian = stats.hessian.slice();
-  const absSum = stats.absSum.slice();
+  // no token yet: the sums are zeros, allocated here (unallocatedLinearStats gives none)
+  const fresh = stats.tokens === 0;
+  const hessian = fresh ? new Float64Array(inF * inF) : stats.hessian.slice();
+  const absSum = fresh ? new Float64Array(inF) : stats.absSum.slice();
   addLinearStats(hessian, absSum, inF, x);
   return { inFeatures: inF, tokens: stats.tokens + x.length / inF, hessian, absSum };
 }

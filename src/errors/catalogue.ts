@@ -312,6 +312,15 @@ export const catalogue = {
     title: 'Calibration limit reached',
     message: '{detail}',
   },
+  // the server's budget for every session's state together (QUANTD_CALIBRATION_BYTES): full by
+  // design, as a disk is (not a fault of the server's), and freed by deleting sessions
+  CALIBRATION_MEMORY: {
+    http: 507,
+    grpc: 'RESOURCE_EXHAUSTED',
+    title: 'Calibration memory budget reached',
+    message: '{detail}',
+    exit: 2,
+  },
   QUOTA_EXCEEDED: {
     http: 429,
     grpc: 'RESOURCE_EXHAUSTED',
@@ -419,9 +428,15 @@ export function grpcStatusFor(code: ErrorCode): number {
 
 /**
  * Whether an answer with this code is the server's fault, to be logged as an error: a 5xx, but
- * not a refusal the service makes by design (busy, shutting down). Under load those come by the
- * thousand a second; each is counted in the metrics and logged at info.
+ * not a refusal the service makes by design (busy, shutting down, the calibration budget full).
+ * Under load those come by the thousand a second; each is counted in the metrics and logged at
+ * info.
  */
 export function isServerFault(code: ErrorCode): boolean {
-  return catalogue[code].http >= 500 && code !== 'OVERLOADED' && code !== 'SHUTTING_DOWN';
+  return (
+    catalogue[code].http >= 500 &&
+    code !== 'OVERLOADED' &&
+    code !== 'SHUTTING_DOWN' &&
+    code !== 'CALIBRATION_MEMORY'
+  );
 }

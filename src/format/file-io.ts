@@ -155,14 +155,27 @@ export async function readTextIfAny(path: string): Promise<string | null> {
 /**
  * Writes a small file (a report, an index, a config, a job record) atomically: a temporary file
  * beside it, fsynced, renamed over `path`, the directory synced. Errors name `path`, never the
- * temporary file; no temporary file is left behind.
+ * temporary file; no temporary file is left behind. `content` may come in pieces (an iterable of
+ * strings): each is written before the next is asked for, so a large text is never whole in
+ * memory, nor made on the event loop in one go.
  */
-export async function writeFileAtomic(path: string, content: string | Uint8Array): Promise<void> {
+export async function writeFileAtomic(
+  path: string,
+  content: string | Uint8Array | Iterable<string>,
+): Promise<void> {
   const temp = tempPathFor(path);
   try {
     const fh = await open(temp, 'wx');
     try {
-      await fh.writeFile(content);
+      if (typeof content === 'string' || content instanceof Uint8Array) await fh.writeFile(content);
+      else {
+        let position = 0;
+        for (const piece of content) {
+          const bytes = Buffer.from(piece, 'utf8');
+          await writeFully(fh, bytes, position);
+          position += bytes.length;
+        }
+      }
       await fh.sync();
     } finally {
       await fh.close();

@@ -23,8 +23,10 @@ export interface CalibrationsServiceDeps extends AdmissionDeps {
   readonly calibrations: CalibrationStore;
   /** LinearError runs on it (the server's pool) */
   readonly compute: Compute;
-  /** QUANTD_REQUEST_TIMEOUT_MS: LinearError is abandoned after it, or when the call ends */
+  /** QUANTD_REQUEST_TIMEOUT_MS: LinearError and QParams are abandoned after it, or when the call ends */
   readonly requestTimeoutMs: number;
+  /** QUANTD_CALIBRATION_IMPORT_LIMIT: Create's recipe_json and state_json, parsed on the event loop */
+  readonly importLimit: number;
 }
 
 interface CreateMessage {
@@ -52,7 +54,18 @@ function parseJsonField(field: string, text: string): unknown {
   }
 }
 
-function createRequestOf(message: CreateMessage): CreateRequest {
+function createRequestOf(message: CreateMessage, importLimit: number): CreateRequest {
+  // the JSON is parsed on the event loop (about 3 ms a MiB): refused unread past the limit, as HTTP's body
+  for (const text of [message.recipe_json, message.state_json]) {
+    const size = text === undefined ? 0 : Buffer.byteLength(text);
+    if (size > importLimit) {
+      throw new QuantdError('PAYLOAD_TOO_LARGE', {
+        size,
+        limit: importLimit,
+        setting: 'QUANTD_CALIBRATION_IMPORT_LIMIT',
+      });
+    }
+  }
   const recipe = message.recipe_json ? parseJsonField('recipe_json', message.recipe_json) : undefined;
   const state = message.state_json ? parseJsonField('state_json', message.state_json) : undefined;
   return {
@@ -159,17 +172,23 @@ export function addCalibrationsService(
 
   server.addService(service, {
     Create: unary<CreateMessage>('Create', async (m, caller) =>
-      (await store.create(createRequestOf(m), caller)).summary(),
+      (await store.create(createRequestOf(m, deps.importLimit), caller)).summary(),
     ),
     Get: unary<IdMessage>('Get', (m, caller) => store.get(m.id ?? '', caller).summary()),
     List: unary<unknown>('List', (_m, caller) => ({
-      calibrations: store.list(caller).map((s) => s.summary()),
+      calibrations: store.list(caller).map((s) => s.summary(false)),
     })),
     Observe: observe,
-    QParams: unary<IdMessage>('QParams', async (m, caller) => {
-      const session = store.get(m.id ?? '', caller);
-      const file = await session.serialized(async () => session.qparamsFile());
-      return { safetensors: Buffer.from(file.buffer, file.byteOffset, file.byteLength) };
+    QParams: unary<IdMessage>('QParams', async (m, caller, call) => {
+      // the range searches run on the pool: abandoned, as LinearError, when the call ends
+      const deadline = requestDeadline(deps.requestTimeoutMs);
+      call.once('cancelled', () => deadline.gone('the call ended (cancelled, or past its deadline)'));
+      try {
+        const file = await store.qparams(m.id ?? '', caller, deadline.signal);
+        return { safetensors: Buffer.from(file.buffer, file.byteOffset, file.byteLength) };
+      } finally {
+        deadline.stop();
+      }
     }),
     Statistics: streaming<IdMessage>('Statistics', async (m, caller) => [
       {
@@ -179,8 +198,13 @@ export function addCalibrationsService(
       },
     ]),
     Export: unary<IdMessage>('Export', async (m, caller) => {
-      const session = store.get(m.id ?? '', caller);
-      return { json: JSON.stringify(await session.serialized(async () => session.exported())) };
+      // one message holds it all: its pieces are made a turn of the event loop apart, then joined
+      const pieces: string[] = [];
+      for (const piece of await store.exportText(m.id ?? '', caller)) {
+        pieces.push(piece);
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
+      return { json: pieces.join('') };
     }),
     Delete: unary<IdMessage>('Delete', async (m, caller) => {
       await store.remove(m.id ?? '', caller);

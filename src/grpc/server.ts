@@ -203,6 +203,7 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
       calibrations: options.calibrations,
       compute: handle.compute,
       requestTimeoutMs: config.requestTimeoutMs,
+      importLimit: config.calibrationImportLimit,
       admit,
       identify: (metadata) => authenticate?.(metadata) ?? EVERYONE,
       report: (err, rpc) => report(err, rpc),

@@ -255,7 +255,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     await registerCalibrationRoutes(app, {
       calibrations: options.calibrations,
       requestTimeoutMs: config.requestTimeoutMs,
-      importLimit: config.calibrationJsonLimit,
+      importLimit: config.calibrationImportLimit,
     });
   }
   // Open Inference Protocol (KServe v2 / Triton) under /v2: its own auth, admission and error

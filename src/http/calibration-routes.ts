@@ -3,7 +3,7 @@
  * activation batches, read out as qparams.
  *
  *   POST   /v1/calibrations               {"recipe": …} or {"state": EXPORT} (+ "ttl_seconds") → 201 session
- *   GET    /v1/calibrations               {"calibrations": [session, …]} newest first
+ *   GET    /v1/calibrations               {"calibrations": [session, …]} newest first (counts only)
  *   GET    /v1/calibrations/ID            the session: its observers and how much each has seen
  *   POST   /v1/calibrations/ID/batches    body: a safetensors of activations → what it observed
  *   GET    /v1/calibrations/ID/qparams    a safetensors of NAME.scale / NAME.zero_point
@@ -11,12 +11,16 @@
  *   GET    /v1/calibrations/ID/state      the export form (quantd.calibration/1), to import elsewhere
  *   DELETE /v1/calibrations/ID            204
  *
- * A creation body is JSON within QUANTD_CALIBRATION_JSON_LIMIT (json-body.ts); a batch body is
+ * A creation body is JSON within QUANTD_CALIBRATION_IMPORT_LIMIT (json-body.ts); a batch body is
  * read whole (QUANTD_BODY_LIMIT), like the op routes' tensors; batches into one session are
  * folded one at a time and acknowledged once on disk (src/service/calibration/). A batch whose
  * observers are still at work on the pool when its client leaves, or when
  * QUANTD_REQUEST_TIMEOUT_MS has passed, is abandoned whole (the op routes' request signal).
+ * A session's JSON (a recipe, or an import's export form) is parsed on the event loop, so it is
+ * at most QUANTD_CALIBRATION_IMPORT_LIMIT (a 413 before it is read when declared larger); the
+ * export is streamed out a piece at a time as the client reads it.
  */
+import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { QuantdError } from '../errors/index.js';
 import type { CalibrationStore, CreateRequest } from '../service/calibration/store.js';
@@ -28,7 +32,7 @@ export interface CalibrationRouteDeps {
   /** QUANTD_REQUEST_TIMEOUT_MS: a batch not folded by then is abandoned whole (504) */
   readonly requestTimeoutMs: number;
   /**
-   * QUANTD_CALIBRATION_JSON_LIMIT: the largest creation body. It may carry a session's export
+   * QUANTD_CALIBRATION_IMPORT_LIMIT: the largest creation body. It may carry a session's export
    * (about 11 KB per histogram observer), more than the other JSON bodies' QUANTD_JSON_LIMIT.
    */
   readonly importLimit: number;
@@ -51,10 +55,18 @@ export async function registerCalibrationRoutes(
   const store = deps.calibrations;
   const idOf = (request: FastifyRequest): string => (request.params as { id: string }).id;
 
+  // A session's JSON may name a tensor __proto__: a session that observed one exports it so, and
+  // its import must take it back. The secure parser refuses such keys; this route reads its body
+  // with the same limits (json-body.ts) but parses it with JSON.parse (jsonPlain), whose keys are
+  // own data properties, never a prototype, and the store reads them through Object.entries into
+  // Maps and null-prototype objects only.
   app.post(
     '/v1/calibrations',
     {
-      config: { jsonLimit: { limit: deps.importLimit, setting: 'QUANTD_CALIBRATION_JSON_LIMIT' } },
+      config: {
+        jsonLimit: { limit: deps.importLimit, setting: 'QUANTD_CALIBRATION_IMPORT_LIMIT' },
+        jsonPlain: true,
+      },
       schema: {
         tags,
         summary: 'Create a calibration session from a recipe, or continue an exported one',
@@ -93,7 +105,7 @@ export async function registerCalibrationRoutes(
     '/v1/calibrations',
     { schema: { tags, summary: 'The calibration sessions, newest first' } },
     async (request, reply) =>
-      sendJson(reply, 200, { calibrations: store.list(callerOf(request)).map((s) => s.summary()) }),
+      sendJson(reply, 200, { calibrations: store.list(callerOf(request)).map((s) => s.summary(false)) }),
   );
 
   app.get(
@@ -139,12 +151,12 @@ export async function registerCalibrationRoutes(
       },
     },
     async (request, reply) => {
-      const session = store.get(idOf(request), callerOf(request));
-      const file = await session.serialized(async () => session.qparamsFile());
+      const id = idOf(request);
+      const file = await store.qparams(id, callerOf(request), requestSignal(reply, deps.requestTimeoutMs));
       return reply
         .code(200)
         .type('application/x-safetensors')
-        .header('Content-Disposition', `attachment; filename="calibration-${session.id}.safetensors"`)
+        .header('Content-Disposition', `attachment; filename="calibration-${id}.safetensors"`)
         .send(Buffer.from(file.buffer, file.byteOffset, file.byteLength));
     },
   );
@@ -175,8 +187,12 @@ export async function registerCalibrationRoutes(
     '/v1/calibrations/:id/state',
     { schema: { tags, summary: 'The session in its export form (quantd.calibration/1)', params: idParam } },
     async (request, reply) => {
-      const session = store.get(idOf(request), callerOf(request));
-      return sendJson(reply, 200, await session.serialized(async () => session.exported()));
+      const pieces = await store.exportText(idOf(request), callerOf(request));
+      // bytes, not objects: a stream of objects would ask for 16 pieces (16 MiB of base64) at once
+      return reply
+        .code(200)
+        .type('application/json')
+        .send(Readable.from(pieces, { objectMode: false }));
     },
   );
 

@@ -9,7 +9,8 @@
  * passes the limit, and it is decoded as strict UTF-8 (a malformed byte is a 400, not a silent
  * U+FFFD) and parsed by Fastify's own secure parser (no __proto__ or constructor.prototype keys),
  * with every failure a rejected promise that the route's error handler answers. A route that
- * carries larger JSON names its own limit in its config (jsonLimitOf).
+ * carries larger JSON names its own limit in its config (jsonLimitOf); a route whose JSON may hold
+ * such keys as data sets `jsonPlain` and gets JSON.parse (own data properties, never a prototype).
  *
  * text/plain gets no parser at all: no route takes it, so it is 415 before the body is read.
  */
@@ -68,6 +69,14 @@ export function jsonBodyParser(
   return async (request, payload) => {
     if (request.is404) return undefined;
     const text = await readJsonText(request, payload, jsonLimitOf(request, fallback));
+    if ((request.routeOptions.config as { jsonPlain?: boolean } | undefined)?.jsonPlain === true) {
+      // a route whose JSON may name keys such as __proto__ as data (calibration imports)
+      try {
+        return text === '' ? null : (JSON.parse(text) as unknown);
+      } catch (err) {
+        throw new QuantdError('USAGE', { detail: `the body is not JSON: ${(err as Error).message}` });
+      }
+    }
     return new Promise((resolve, reject) =>
       parse(request, text, (err, body) => (err ? reject(err) : resolve(body))),
     );

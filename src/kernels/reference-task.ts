@@ -16,10 +16,18 @@ import {
   type QuantizeOutput,
   type QuantizedInput,
 } from '../core/index.js';
-import { observeBatch, type ObserverConfig, type ObserverState } from '../core/observers/index.js';
+import {
+  finishHistogram,
+  observeBatch,
+  type HistogramStep,
+  type ObserverConfig,
+  type ObserverQParams,
+  type ObserverState,
+} from '../core/observers/index.js';
+import { isQuantdError, type ErrorCode, type ErrorParams } from '../errors/index.js';
 import { linearErrorReport, type LinearErrorReport, type LinearLayer } from '../core/linear-eval.js';
 import { accumulateLinearStats, type LinearStats } from '../core/linear-stats.js';
-import type { LinearStatsCall } from '../core/compute.js';
+import { qparamsOrError, type LinearStatsCall, type QParamsCall } from '../core/compute.js';
 import type { KernelModule } from './module.js';
 
 export type ReferenceCall =
@@ -50,8 +58,25 @@ export type ReferenceCall =
       readonly x: Float32Array;
       readonly shape: readonly number[];
     }
+  | {
+      /** a histogram batch's counts merged into the state (bins · upsample_rate cells walked) */
+      readonly kind: 'finishHistogram';
+      readonly config: ObserverConfig;
+      readonly state: ObserverState;
+      readonly step: HistogramStep;
+      readonly counts: Float32Array;
+    }
+  | { readonly kind: 'observerQParams'; readonly observers: readonly QParamsCall[] }
   | { readonly kind: 'linearError'; readonly layer: LinearLayer; readonly spec: QuantSpec }
   | ({ readonly kind: 'linearStats' } & LinearStatsCall);
+
+/**
+ * One observer's qparams, or the catalogued error it refused them with (as code and parameters:
+ * an error object loses its code crossing threads), so that one bad observer among many is named.
+ */
+export type QParamsOutcome =
+  | { readonly ok: true; readonly qparams: ObserverQParams }
+  | { readonly ok: false; readonly code: ErrorCode; readonly params: ErrorParams };
 
 /** What each call returns. */
 export interface ReferenceResults {
@@ -60,6 +85,8 @@ export interface ReferenceResults {
   fakeQuantize: FakeQuantizeOutput;
   dequantize: Uint8Array;
   observe: ObserverState;
+  finishHistogram: ObserverState;
+  observerQParams: QParamsOutcome[];
   linearError: LinearErrorReport;
   linearStats: LinearStats;
 }
@@ -85,6 +112,16 @@ export function runReferenceTask(
       return dequantizeTensor(call.input, call.outDType);
     case 'observe':
       return observeBatch(call.config, call.state, call.x, call.shape);
+    case 'finishHistogram': {
+      const state = { lo: call.state.lo, hi: call.state.hi, histogram: call.state.histogram! };
+      finishHistogram(call.config, state, call.step, call.counts);
+      return { ...state, observed: call.state.observed };
+    }
+    case 'observerQParams':
+      return call.observers.map((o): QParamsOutcome => {
+        const r = qparamsOrError(o);
+        return isQuantdError(r) ? { ok: false, code: r.code, params: r.params } : { ok: true, qparams: r };
+      });
     case 'linearError':
       return linearErrorReport(call.layer, call.spec, module?.linearOutputs);
     case 'linearStats':

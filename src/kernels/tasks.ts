@@ -41,12 +41,19 @@ export type KernelTask =
       readonly bins: number;
     }
   | {
-      /** a calibration batch added to a layer's statistics (new arrays: the task's are unchanged) */
+      /**
+       * a calibration batch added to a layer's statistics, written into `outHessian` /
+       * `outAbsSum` (the caller's, shared with a pool: no copy of in² values crosses threads);
+       * `hessian` / `absSum` are left unchanged; absent for statistics of no token yet, whose
+       * out arrays must then be zero (fresh)
+       */
       readonly op: 'linearStats';
-      readonly hessian: Float64Array;
-      readonly absSum: Float64Array;
+      readonly hessian: Float64Array | null;
+      readonly absSum: Float64Array | null;
       readonly k: number;
       readonly x: Float32Array;
+      readonly outHessian: Float64Array;
+      readonly outAbsSum: Float64Array;
     }
   | {
       readonly op: 'determine';
@@ -132,9 +139,6 @@ export interface TaskResult {
   readonly stats?: Float64Array;
   /** histc: the counts */
   readonly hist?: Float32Array;
-  /** linearStats: the statistics with the batch added */
-  readonly hessian?: Float64Array;
-  readonly absSum?: Float64Array;
 }
 
 const ok: TaskResult = { status: 0, bad: -1 };
@@ -212,16 +216,16 @@ export function runKernelTask(
       return { status, bad: bad(status), hist };
     }
     case 'linearStats': {
-      const hessian = task.hessian.slice();
-      const absSum = task.absSum.slice();
-      if (k.linearStatsAdd) {
-        const status = k.linearStatsAdd(hessian, absSum, task.k, task.x);
-        return status === 0 ? { ...ok, hessian, absSum } : done(status);
-      }
+      const hessian = task.outHessian;
+      const absSum = task.outAbsSum;
+      // absent: statistics of no token yet, whose out arrays are fresh (zero) already
+      if (task.hessian) hessian.set(task.hessian);
+      if (task.absSum) absSum.set(task.absSum);
+      if (k.linearStatsAdd) return done(k.linearStatsAdd(hessian, absSum, task.k, task.x));
       const bad = task.x.findIndex((v) => !Number.isFinite(v));
       if (bad >= 0) return { status: 1, bad };
       addLinearStats(hessian, absSum, task.k, task.x);
-      return { ...ok, hessian, absSum };
+      return ok;
     }
     case 'determine': {
       const scale = arrays(Float32Array, task.mins.length);

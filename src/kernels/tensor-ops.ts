@@ -51,6 +51,7 @@ import {
   type Compute,
   type LinearStatsCall,
   type ObserveCall,
+  type QParamsCall,
   type QuantizeOptions,
 } from '../core/compute.js';
 import {
@@ -58,6 +59,8 @@ import {
   minMaxLayout,
   observeReduced,
   planHistogram,
+  qparamsCost,
+  type ObserverQParams,
   type ObserverState,
 } from '../core/observers/index.js';
 import type { LinearErrorReport, LinearLayer } from '../core/linear-eval.js';
@@ -83,6 +86,14 @@ export interface Executor {
   run(tasks: readonly KernelTask[], tensor: string, signal?: AbortSignal): Promise<TaskResult[]>;
   /** Runs a whole-tensor TypeScript reference op (a pool: on a worker); none: this thread. */
   reference?<K extends ReferenceCall>(call: K, signal?: AbortSignal): Promise<ReferenceResults[K['kind']]>;
+}
+
+/**
+ * A zeroed float64 array of its own (never the arena's: statistics live as long as their
+ * session), in shared memory when tasks run in other threads.
+ */
+function floats64(length: number, shared: boolean): Float64Array {
+  return shared ? new Float64Array(new SharedArrayBuffer(8 * length)) : new Float64Array(length);
 }
 
 /** Smallest range worth a task of its own (4 MiB of float32). */
@@ -727,26 +738,49 @@ export class KernelCompute implements Compute {
 
   /**
    * A layer's input statistics with one more batch: one task (the C kernel where the module has
-   * it, else the same sums in TypeScript); a batch it refuses (NaN, ±Infinity) or a shape that
-   * does not fit goes to the reference, whose error names it.
+   * it, else the same sums in TypeScript) writing into new arrays of this thread's, shared with a
+   * pool (in² float64 values: a copy through a worker's messages would be made on the event loop,
+   * twice); statistics of no token yet are not sent at all. A batch it refuses (NaN, ±Infinity)
+   * or a shape that does not fit goes to the reference, whose error names it: it is given the
+   * statistics' size alone (the error depends on nothing else).
    */
   async accumulateStats(call: LinearStatsCall, signal?: AbortSignal): Promise<LinearStats> {
     const { tensor, stats, x, shape } = call;
-    const fits =
-      shape.length > 0 && shape[shape.length - 1] === stats.inFeatures && x.length % stats.inFeatures === 0;
-    if (!fits) return this.reference({ kind: 'linearStats', ...call }, signal);
-    const [r] = await this.tasks(
-      [{ op: 'linearStats', hessian: stats.hessian, absSum: stats.absSum, k: stats.inFeatures, x }],
-      tensor,
-      signal,
+    const k = stats.inFeatures;
+    const refuse = (): Promise<never> =>
+      this.verdict(
+        {
+          kind: 'linearStats',
+          ...call,
+          stats: { ...stats, hessian: new Float64Array(0), absSum: new Float64Array(0) },
+        },
+        'linear statistics',
+        signal,
+      );
+    const fits = shape.length > 0 && shape[shape.length - 1] === k && x.length % k === 0;
+    if (!fits) return refuse();
+    const fresh = stats.tokens === 0;
+    const hessian = floats64(k * k, this.exec.shared);
+    const absSum = floats64(k, this.exec.shared);
+    const [r] = await this.withScratch((scratch) =>
+      this.tasks(
+        [
+          {
+            op: 'linearStats',
+            hessian: fresh ? null : stats.hessian,
+            absSum: fresh ? null : stats.absSum,
+            k,
+            x: this.sharable(x, scratch),
+            outHessian: hessian,
+            outAbsSum: absSum,
+          },
+        ],
+        tensor,
+        signal,
+      ),
     );
-    if (r!.status !== 0) return this.verdict({ kind: 'linearStats', ...call }, 'linear statistics', signal);
-    return {
-      inFeatures: stats.inFeatures,
-      tokens: stats.tokens + x.length / stats.inFeatures,
-      hessian: r!.hessian!,
-      absSum: r!.absSum!,
-    };
+    if (r!.status !== 0) return refuse();
+    return { inFeatures: k, tokens: stats.tokens + x.length / k, hessian, absSum };
   }
 
   /**
@@ -791,10 +825,47 @@ export class KernelCompute implements Compute {
         signal,
       );
       if (counted!.status !== 0) return null;
-      finishHistogram(config, folded, step, counted!.hist!);
-      return { ...folded, observed: state.observed + x.length };
+      const counts = counted!.hist!;
+      if (step.fresh || (step.combinedMin === folded.lo[0] && step.combinedMax === folded.hi[0])) {
+        finishHistogram(config, folded, step, counts); // bins additions at most
+        return { ...folded, observed: state.observed + x.length };
+      }
+      // a merge walks bins · upsample_rate cells (up to 2^21 by default, ~10 ms): a pool's worker
+      // does it, whatever the batch's size
+      const merged = await this.reference(
+        { kind: 'finishHistogram', config, state: { ...folded, observed: state.observed }, step, counts },
+        signal,
+      );
+      return { ...merged, observed: state.observed + x.length };
     });
     return next ?? reference();
+  }
+
+  /**
+   * Observers' qparams: the TypeScript (a histogram's range search has no kernel), in two tasks
+   * of about equal cost per thread, so that a pool's threads share a session's many observers
+   * and a session of thousands is a handful of tasks.
+   */
+  async observerQParams(
+    calls: readonly QParamsCall[],
+    signal?: AbortSignal,
+  ): Promise<(ObserverQParams | QuantdError)[]> {
+    const costs = calls.map((c) => qparamsCost(c.config, c.state));
+    const share = costs.reduce((a, b) => a + b, 0) / (2 * this.exec.parallelism);
+    const groups: QParamsCall[][] = [];
+    let cost = Infinity;
+    for (const [i, c] of calls.entries()) {
+      if (cost >= share) {
+        groups.push([]);
+        cost = 0;
+      }
+      groups.at(-1)!.push(c);
+      cost += costs[i]!;
+    }
+    const outcomes = await Promise.all(
+      groups.map((observers) => this.reference({ kind: 'observerQParams', observers }, signal)),
+    );
+    return outcomes.flat().map((o) => (o.ok ? o.qparams : new QuantdError(o.code, o.params)));
   }
 
   async dequantize(input: QuantizedInput, outDType: FloatDType, signal?: AbortSignal): Promise<Uint8Array> {

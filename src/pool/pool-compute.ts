@@ -18,8 +18,14 @@ import { InlineExecutor } from '../kernels/executors.js';
 import type { LoadedKernels } from '../kernels/loader.js';
 import type { KernelModule } from '../kernels/module.js';
 import { KernelCompute, type KernelComputeOptions } from '../kernels/tensor-ops.js';
-import type { Compute, LinearStatsCall, ObserveCall, QuantizeOptions } from '../core/compute.js';
-import type { ObserverState } from '../core/observers/index.js';
+import type { Compute, LinearStatsCall, ObserveCall, QParamsCall, QuantizeOptions } from '../core/compute.js';
+import {
+  observeCost,
+  qparamsCost,
+  type ObserverQParams,
+  type ObserverState,
+} from '../core/observers/index.js';
+import type { QuantdError } from '../errors/index.js';
 import type { LinearErrorReport, LinearLayer } from '../core/linear-eval.js';
 import type { LinearStats } from '../core/linear-stats.js';
 import { KernelPool, type PoolOptions } from './pool.js';
@@ -122,14 +128,30 @@ export class PoolCompute implements Compute {
     return this.on(input.layout.numel, (c) => c.dequantize(input, outDType, signal));
   }
 
-  /** An observer's batch: TypeScript (torch's exact order), on a worker when the batch is large. */
+  /**
+   * An observer's batch: on a worker when it costs much, which for a histogram is its merge
+   * (bins · upsample_rate cells) as much as the batch's size (observeCost).
+   */
   observe(call: ObserveCall, signal?: AbortSignal): Promise<ObserverState> {
-    return this.on(call.x.length, (c) => c.observe(call, signal));
+    return this.on(observeCost(call.config, call.x.length), (c) => c.observe(call, signal));
   }
 
-  /** A layer's input statistics with one more batch: on a worker unless the batch is tiny. */
+  /** Observers' qparams: on the workers unless they are a few min/max observers (qparamsCost). */
+  observerQParams(
+    calls: readonly QParamsCall[],
+    signal?: AbortSignal,
+  ): Promise<(ObserverQParams | QuantdError)[]> {
+    const cost = calls.reduce((n, c) => n + qparamsCost(c.config, c.state), 0);
+    return this.on(cost, (c) => c.observerQParams(calls, signal));
+  }
+
+  /**
+   * A layer's input statistics with one more batch: on a worker unless the batch and the layer
+   * are tiny (the copy of the in² sums costs as much as a token).
+   */
   accumulateStats(call: LinearStatsCall, signal?: AbortSignal): Promise<LinearStats> {
-    return this.on(call.x.length * call.stats.inFeatures, (c) => c.accumulateStats(call, signal));
+    const k = call.stats.inFeatures;
+    return this.on((call.x.length + k) * k, (c) => c.accumulateStats(call, signal));
   }
 
   /** A linear layer's output error: on a worker unless the layer is tiny. */

@@ -22,6 +22,8 @@ import { connectCluster, type Cluster } from '../jobs/cluster.js';
 import { DataDir } from '../jobs/paths.js';
 import { JobStore } from '../jobs/store.js';
 import { CalibrationStore } from '../service/calibration/store.js';
+import { serverBudget } from '../service/calibration/limits.js';
+import { hostMemoryBytes } from '../service/host-memory.js';
 
 export interface RunningServer {
   readonly config: Config;
@@ -121,7 +123,17 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
     ...(cluster && { cluster }),
   });
   // Calibration sessions (/v1/calibrations): persisted beside the jobs, resumed on start
-  const calibrations = new CalibrationStore({ dataDir: config.dataDir, compute: handle.compute });
+  const calibrations = new CalibrationStore({
+    dataDir: config.dataDir,
+    compute: handle.compute,
+    limits: {
+      maxBins: config.calibrationMaxBins,
+      maxChannels: config.calibrationMaxChannels,
+      maxFeatures: config.calibrationMaxFeatures,
+      sessionBytes: config.calibrationSessionBytes,
+    },
+    budgetBytes: serverBudget(config.calibrationBytes, hostMemoryBytes()),
+  });
   try {
     handle.pool?.workers(); // start the workers now, so that ready means warm
     // one registry for both transports: /metrics counts HTTP requests, gRPC calls and jobs
@@ -171,6 +183,10 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
   const app = http;
   const httpPort = (app.server.address() as AddressInfo).port;
   app.log.info({ backend: handle.kernels.backend, isa: handle.kernels.isa }, describeKernels(handle.kernels));
+  app.log.info(
+    { budget_bytes: calibrations.budget.limit, session_bytes: config.calibrationSessionBytes },
+    `calibration state: at most ${calibrations.budget.limit} bytes for every session together (${config.calibrationBytes === null ? 'a quarter of the host memory' : 'QUANTD_CALIBRATION_BYTES'})`,
+  );
 
   let stopping: Promise<void> | undefined;
   const shutdown = (reason: string): Promise<void> => {

@@ -48,7 +48,7 @@ describe('quantd.v1.Calibrations', () => {
   let client: Client;
   beforeAll(async () => {
     dir = tempDir('calibration-grpc');
-    server = await startTestServer({ QUANTD_DATA_DIR: dir });
+    server = await startTestServer({ QUANTD_DATA_DIR: dir, QUANTD_CALIBRATION_IMPORT_LIMIT: '64k' });
     const { LOADER_OPTIONS } = await grpcServerModule();
     const definition = protoLoader.loadSync('quantd/v1/calibration.proto', LOADER_OPTIONS);
     const proto = grpc.loadPackageDefinition(definition) as unknown as {
@@ -234,5 +234,23 @@ describe('quantd.v1.Calibrations', () => {
     expect(empty.details).toContain('Observe needs at least one CalibrationBatch');
     const recipe = await rejection(call('Create', { recipe_json: '{"observers": [' }));
     expect(recipe.metadata.get('quantd-code')[0]).toBe('RECIPE_INVALID');
+  });
+
+  it('refuses a state_json past QUANTD_CALIBRATION_IMPORT_LIMIT unparsed; Export of a session gives what Create takes back', async () => {
+    const big = await rejection(call('Create', { state_json: `{"pad": "${'x'.repeat(70_000)}"}` }));
+    expect(big.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+    expect(big.metadata.get('quantd-code')[0]).toBe('PAYLOAD_TOO_LARGE');
+    expect(big.details).toContain('QUANTD_CALIBRATION_IMPORT_LIMIT');
+    const id = (await call('Create', { recipe_json: JSON.stringify(RECIPE) }))['id'] as string;
+    await observe([
+      { id, safetensors: batch(1) },
+      { id, safetensors: batch(2) },
+    ]);
+    const exported = (await call('Export', { id }))['json'] as string;
+    const again = (await call('Create', { state_json: exported }))['id'] as string;
+    expect(JSON.parse((await call('Export', { id: again }))['json'] as string)).toMatchObject({
+      batches: 2,
+      observers: JSON.parse(exported).observers,
+    });
   });
 });

@@ -1,7 +1,7 @@
 /**
  * JSON bodies have small limits of their own (src/http/json-body.ts), checked before a byte is
  * read, and are decoded strictly: QUANTD_JSON_LIMIT for job requests and every other JSON body,
- * QUANTD_CALIBRATION_JSON_LIMIT for a calibration session's creation (it may carry an export),
+ * QUANTD_CALIBRATION_IMPORT_LIMIT for a calibration session's creation (it may carry an export),
  * QUANTD_OIP_JSON_LIMIT for the JSON part of a /v2 inference (sent, or decompressed). Small
  * limits here; test/reliability/json-bodies.test.ts sends the 600 MiB bodies that ended the
  * process before.
@@ -21,7 +21,7 @@ let t: TestServer;
 beforeAll(async () => {
   t = await startJobServer(tempDir('json-bodies'), {
     QUANTD_JSON_LIMIT: String(JSON_LIMIT),
-    QUANTD_CALIBRATION_JSON_LIMIT: String(CALIBRATION_JSON_LIMIT),
+    QUANTD_CALIBRATION_IMPORT_LIMIT: String(CALIBRATION_JSON_LIMIT),
     QUANTD_OIP_JSON_LIMIT: String(OIP_JSON_LIMIT),
   });
 });
@@ -86,7 +86,7 @@ describe('QUANTD_JSON_LIMIT', () => {
   });
 });
 
-describe('QUANTD_CALIBRATION_JSON_LIMIT', () => {
+describe('QUANTD_CALIBRATION_IMPORT_LIMIT', () => {
   it('a session from a recipe or an export: up to its own limit, past QUANTD_JSON_LIMIT', async () => {
     const created = await send(t.port, '/v1/calibrations', {
       headers: JSON_TYPE,
@@ -97,7 +97,7 @@ describe('QUANTD_CALIBRATION_JSON_LIMIT', () => {
       headers: JSON_TYPE,
       body: padded(RECIPE, CALIBRATION_JSON_LIMIT + 1),
     });
-    expectProblem(over, 'PAYLOAD_TOO_LARGE', ['(QUANTD_CALIBRATION_JSON_LIMIT)']);
+    expectProblem(over, 'PAYLOAD_TOO_LARGE', ['(QUANTD_CALIBRATION_IMPORT_LIMIT)']);
   });
 });
 

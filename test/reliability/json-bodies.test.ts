@@ -271,7 +271,7 @@ type Case = [string, string, string, number, string, string?];
 
 const CASES: Case[] = [
   // routes that take JSON
-  ['POST', '/v1/calibrations', JSON_TYPE, 413, 'PAYLOAD_TOO_LARGE', 'QUANTD_CALIBRATION_JSON_LIMIT'],
+  ['POST', '/v1/calibrations', JSON_TYPE, 413, 'PAYLOAD_TOO_LARGE', 'QUANTD_CALIBRATION_IMPORT_LIMIT'],
   ['POST', '/v1/jobs', JSON_TYPE, 413, 'PAYLOAD_TOO_LARGE', 'QUANTD_JSON_LIMIT'],
   ['POST', '/v2/models/quantize/infer', JSON_TYPE, 413, 'PAYLOAD_TOO_LARGE', 'QUANTD_OIP_JSON_LIMIT'],
   [
@@ -344,7 +344,7 @@ describe('a chunked JSON body is cut as soon as it passes its limit', () => {
   it.each([
     ['/v1/inspect', '/v1/inspect', JSON_LIMIT, 'QUANTD_JSON_LIMIT'],
     ['/v1/jobs', '/v1/jobs', JSON_LIMIT, 'QUANTD_JSON_LIMIT'],
-    ['/v1/calibrations', '/v1/calibrations', CALIBRATION_JSON_LIMIT, 'QUANTD_CALIBRATION_JSON_LIMIT'],
+    ['/v1/calibrations', '/v1/calibrations', CALIBRATION_JSON_LIMIT, 'QUANTD_CALIBRATION_IMPORT_LIMIT'],
     ['/v2/models/quantize/infer', '/v2/models/:model/infer', OIP_JSON_LIMIT, 'QUANTD_OIP_JSON_LIMIT'],
   ])('%s: 413, the server read no more than %s allows', async (path, route, limit, setting) => {
     const before = await bytesRead(route);

@@ -55,7 +55,7 @@ describe('defaults', () => {
     expect(config.allowUnauthenticated).toBe(false);
     expect(config.uploadLimit).toBe(64 * GiB);
     expect(config.jsonLimit).toBe(MiB);
-    expect(config.calibrationJsonLimit).toBe(8 * MiB);
+    expect(config.calibrationImportLimit).toBe(8 * MiB);
     expect(config.oipJsonLimit).toBe(4 * MiB);
     expect(config.bodyLimit).toBe(2 * GiB); // tensors: unchanged
   });
@@ -63,15 +63,15 @@ describe('defaults', () => {
   it('JSON limits are set in sizes, up to 256 MiB (a decoded body must fit in one string)', () => {
     const config = loadConfig({
       QUANTD_JSON_LIMIT: '1m',
-      QUANTD_CALIBRATION_JSON_LIMIT: '256m',
+      QUANTD_CALIBRATION_IMPORT_LIMIT: '256m',
       QUANTD_OIP_JSON_LIMIT: '65536',
     });
-    expect([config.jsonLimit, config.calibrationJsonLimit, config.oipJsonLimit]).toEqual([
+    expect([config.jsonLimit, config.calibrationImportLimit, config.oipJsonLimit]).toEqual([
       MiB,
       256 * MiB,
       65536,
     ]);
-    for (const key of ['QUANTD_JSON_LIMIT', 'QUANTD_CALIBRATION_JSON_LIMIT', 'QUANTD_OIP_JSON_LIMIT']) {
+    for (const key of ['QUANTD_JSON_LIMIT', 'QUANTD_CALIBRATION_IMPORT_LIMIT', 'QUANTD_OIP_JSON_LIMIT']) {
       for (const value of ['257m', '1g', '600m']) {
         const err = configError({ [key]: value });
         expect(err.code).toBe('CONFIG_INVALID');

@@ -121,3 +121,23 @@ export function observeReduced(
   next.observed += count;
   return next;
 }
+
+/** A histogram's range search walks its bins at each of its steps (up to 50 000; ~15 ms at 2048 bins). */
+const SEARCH_STEPS_COST = 256;
+
+/**
+ * A rough cost of observerQParams in elementary steps, to decide where it runs: a histogram's
+ * range search is bins × steps; a min/max observer's is one step per channel.
+ */
+export function qparamsCost(config: ObserverConfig, state: ObserverState): number {
+  return config.kind === 'histogram' ? config.bins * SEARCH_STEPS_COST : Math.max(1, state.lo.length);
+}
+
+/**
+ * A rough cost of folding a batch of `numel` elements into an observer, to decide where it runs:
+ * the batch's elements, and for a histogram the merge's bins · upsample_rate cells, which a
+ * batch of a few elements costs as much as a large one.
+ */
+export function observeCost(config: ObserverConfig, numel: number): number {
+  return numel + (config.kind === 'histogram' ? config.bins * config.upsampleRate : 0);
+}

@@ -14,6 +14,7 @@
 import { observerConfig, type ObserverConfig, type ObserverOptions } from '../../core/observers/index.js';
 import { QuantdError, isQuantdError } from '../../errors/index.js';
 import { UnusablePattern, linearGlob, linearRegex } from '../name-patterns.js';
+import { binsProblem, OFFLINE_LIMITS, type CalibrationLimits } from './limits.js';
 
 export interface CalibrationRule {
   /** As the recipe writes it: `match GLOB` or `regex RE`. */
@@ -37,7 +38,11 @@ function invalid(where: string, detail: string): QuantdError {
   return new QuantdError('RECIPE_INVALID', { where, detail });
 }
 
-export function parseCalibrationRecipe(value: unknown): CalibrationRecipe {
+/** `limits`: a server's (a histogram's bins are checked here, before any session exists). */
+export function parseCalibrationRecipe(
+  value: unknown,
+  limits: CalibrationLimits = OFFLINE_LIMITS,
+): CalibrationRecipe {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     throw invalid('(top level)', 'a calibration recipe is a JSON object {"observers": [ … ]}');
   }
@@ -91,6 +96,8 @@ export function parseCalibrationRecipe(value: unknown): CalibrationRecipe {
       if (isQuantdError(err)) throw invalid(`${where}.observer`, err.message);
       throw err;
     }
+    const tooLarge = config && binsProblem(config, limits);
+    if (tooLarge) throw invalid(`${where}.observer`, tooLarge);
     return { label: `${kind} ${pattern}`, test, config, statistics: r.statistics === 'linear' };
   });
   return { json: value, rules };
