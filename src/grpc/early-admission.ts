@@ -10,9 +10,10 @@
  * and the handler took it once the message had arrived, every call in the gap passed the check,
  * and under load most refusals came from the handler after a whole message had been received
  * (gRPC refusals measured p50 0.3 s, p99 0.7 s at 10× capacity, against HTTP's milliseconds).
- * The handler claims the reserved slot (`admit` below); the slot is released when the call has
- * ended — its status sent after the last message was written, or the call cancelled — so a
- * result still being written holds it, and a cancelled call frees it at once.
+ * The handler claims the reserved slot (`admit` below) and gives its place back when its work is
+ * done, as it always has; the bytes it charged stay held until the call has ended — its status
+ * sent after the last message was written, or the call cancelled — so a result still being
+ * written counts against the memory budget, and a cancelled call frees everything at once.
  *
  * Memory: a call also charges its messages against the memory budget, as soon as each message's
  * 5-byte length prefix arrives (call-stream.ts) — before its bytes are received — times the
@@ -42,8 +43,8 @@ export interface EarlyAdmission {
   readonly interceptor: grpc.ServerInterceptor;
   /**
    * Auth, readiness and admission for a handler: the slot reserved for its call on the
-   * metadata (released when the call ends: calling it does nothing), or (a method the
-   * interceptor does not gate) a compute slot taken now, which the handler releases.
+   * metadata (calling it gives the place back; its bytes are released when the call ends), or
+   * (a method the interceptor does not gate) a compute slot taken now, which the handler releases.
    */
   readonly admit: (metadata: grpc.Metadata) => Slot;
 }
@@ -138,8 +139,9 @@ export function earlyAdmission(
     const slot = reserved.get(metadata);
     if (slot !== undefined) {
       reserved.delete(metadata);
-      // the interceptor releases it when the call ends: a result still being written holds it
-      return Object.assign(() => {}, { charge: slot.charge, held: slot.held });
+      // the handler's release gives the place back; the interceptor releases the bytes when the
+      // call ends: a result still being written holds them
+      return Object.assign(() => slot.leave(), { charge: slot.charge, held: slot.held, leave: slot.leave });
     }
     authenticate?.(metadata);
     return admitRequest(gate);

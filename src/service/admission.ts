@@ -25,6 +25,12 @@ export interface Slot {
   charge(bytes: number, what: string): void;
   /** The bytes this request holds. */
   readonly held: () => number;
+  /**
+   * Gives the request's place back but not its bytes (idempotent): its work is done, its result
+   * still being sent (a gRPC answer crosses the client's flow-control window a round trip at a
+   * time; the next request may compute meanwhile). Calling the slot releases the bytes.
+   */
+  readonly leave: () => void;
 }
 
 export class Admission {
@@ -63,10 +69,16 @@ export class Admission {
     this.count++;
     let held = 0;
     let released = false;
+    let left = false;
+    const leave = (): void => {
+      if (left) return;
+      left = true;
+      this.count--;
+    };
     const release = (): void => {
       if (released) return;
       released = true;
-      this.count--;
+      leave();
       this.bytes -= held;
       held = 0;
     };
@@ -86,7 +98,7 @@ export class Admission {
       held += need;
       this.bytes += need;
     };
-    return Object.assign(release, { charge, held: () => held });
+    return Object.assign(release, { charge, held: () => held, leave });
   }
 
   private overloaded(queued: number): QuantdError {

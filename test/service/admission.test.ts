@@ -69,6 +69,22 @@ describe('Admission by bytes', () => {
     expect(b.held()).toBe(2);
   });
 
+  it('leave() gives the place back and keeps the bytes until the slot is released', () => {
+    const admission = new Admission(1, 100);
+    const a = admission.acquire();
+    a.charge(70, 'a result being written');
+    a.leave();
+    a.leave(); // idempotent
+    expect(admission.inFlight, 'the next request may compute').toBe(0);
+    expect(admission.bytesInFlight, 'the result still counts').toBe(70);
+    const b = admission.acquire();
+    expect(codeOf(() => b.charge(40, 'b'))).toBe('OVERLOADED');
+    a();
+    expect(admission.inFlight).toBe(1);
+    expect(admission.bytesInFlight).toBe(0);
+    b.charge(40, 'b');
+  });
+
   it('still counts requests: a full server refuses OVERLOADED before any byte', () => {
     const admission = new Admission(1);
     admission.acquire();
