@@ -2,8 +2,9 @@
  * Server configuration from the environment, validated once at start-up: every variable has a
  * type, a default and a range, and a bad value stops the server with CONFIG_INVALID naming it.
  */
+import { readFileSync } from 'node:fs';
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, totalmem } from 'node:os';
 import { QuantdError } from './errors/index.js';
 
 export interface Config {
@@ -30,6 +31,23 @@ export interface Config {
   /** Tensor operations that may wait beyond the running ones before requests get 503. */
   readonly queueLimit: number;
   readonly requestTimeoutMs: number;
+  /**
+   * QUANTD_MEMORY_BUDGET: bytes the admitted requests may hold at once — their bodies or messages,
+   * the copies a transport makes of them, their results — counted at admission (503 OVERLOADED past
+   * it). Default: a quarter of the memory the process may have (hostMemoryBytes).
+   */
+  readonly memoryBudget: number;
+  /** QUANTD_DOWNLOAD_LIMIT: result downloads sent at once (their own pool, not compute slots). */
+  readonly downloadLimit: number;
+  /**
+   * QUANTD_STREAM_IDLE_MS: how long a response or a gRPC stream may wait on its client — to read
+   * what the server sends, or to send the message the server waits for — before it is cut.
+   */
+  readonly streamIdleMs: number;
+  /** QUANTD_LIVE_STREAMS: live streams (job events, gRPC health Watch, reflection) open at once. */
+  readonly liveStreams: number;
+  /** QUANTD_LIVE_STREAMS_PER_CLIENT: of those, what one key (or, without one, one address) may hold. */
+  readonly liveStreamsPerClient: number;
   /** The least pace of a request body (src/http/pace.ts). */
   readonly bodyIdleMs: number;
   /** How long a connection may take to send a request's line and headers (slowloris on heads). */
@@ -244,6 +262,51 @@ function keyList(env: Env, name: string): string[] {
   return keys;
 }
 
+/** A cgroup memory limit file's value in bytes, or null (absent, unreadable, or "max": none). */
+function cgroupLimit(path: string): number | null {
+  try {
+    const text = readFileSync(path, 'utf8').trim();
+    const value = /^\d+$/.test(text) ? Number(text) : NaN;
+    // cgroup v1 writes "no limit" as a number near 2^63
+    return Number.isSafeInteger(value) && value > 0 ? value : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The memory this process may use: the machine's, or its cgroup's limit when that is lower (a
+ * container's memory limit is what the kernel enforces; os.totalmem() reports the host's).
+ * cgroup v2 first (the process's own group, then the root's), then v1.
+ */
+export function hostMemoryBytes(): number {
+  const candidates = [totalmem()];
+  let group = '';
+  try {
+    group = /^0::(\/.*)$/m.exec(readFileSync('/proc/self/cgroup', 'utf8'))?.[1] ?? '';
+  } catch {
+    // not Linux: the machine's memory
+  }
+  for (const path of [
+    `/sys/fs/cgroup${group === '/' ? '' : group}/memory.max`,
+    '/sys/fs/cgroup/memory.max',
+    '/sys/fs/cgroup/memory/memory.limit_in_bytes',
+  ]) {
+    const limit = cgroupLimit(path);
+    if (limit !== null) candidates.push(limit);
+  }
+  return Math.min(...candidates);
+}
+
+/**
+ * QUANTD_MEMORY_BUDGET's default: a quarter of the memory the process may have, at least 256 MiB.
+ * The rest is the runtime's, the worker pool's, model jobs' (which budget their own buffers),
+ * calibration sessions', and what V8 keeps between collections.
+ */
+export function defaultMemoryBudget(memory = hostMemoryBytes()): number {
+  return Math.max(256 * MiB, Math.floor(memory / 4));
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const apiKeys = keyList(env, 'QUANTD_API_KEYS');
   const adminKeys = keyList(env, 'QUANTD_ADMIN_KEYS');
@@ -275,6 +338,13 @@ export function loadConfig(env: Env = process.env): Config {
     inlineLimit: integer(env, 'QUANTD_INLINE_LIMIT', 1 << 18, 0, Number.MAX_SAFE_INTEGER),
     queueLimit: integer(env, 'QUANTD_QUEUE_LIMIT', 64, 0, 1_000_000),
     requestTimeoutMs: integer(env, 'QUANTD_REQUEST_TIMEOUT_MS', 300_000, 100, 86_400_000),
+    memoryBudget: env['QUANTD_MEMORY_BUDGET']?.trim()
+      ? size(env, 'QUANTD_MEMORY_BUDGET', 0)
+      : defaultMemoryBudget(),
+    downloadLimit: integer(env, 'QUANTD_DOWNLOAD_LIMIT', 64, 1, 1_000_000),
+    streamIdleMs: integer(env, 'QUANTD_STREAM_IDLE_MS', 30_000, 100, 3_600_000),
+    liveStreams: integer(env, 'QUANTD_LIVE_STREAMS', 256, 1, 1_000_000),
+    liveStreamsPerClient: integer(env, 'QUANTD_LIVE_STREAMS_PER_CLIENT', 32, 1, 1_000_000),
     bodyIdleMs: integer(env, 'QUANTD_BODY_IDLE_MS', 15_000, 100, 3_600_000),
     headersTimeoutMs: integer(env, 'QUANTD_HEADERS_TIMEOUT_MS', 15_000, 100, 3_600_000),
     bodyMinRate: integer(env, 'QUANTD_BODY_MIN_RATE', 16 * 1024, 0, Number.MAX_SAFE_INTEGER),

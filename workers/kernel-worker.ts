@@ -52,8 +52,14 @@ const kernels = loadKernels(config.backend, config.isa);
 let encoders: Promise<typeof import('../src/kernels/encoders.js')> | undefined;
 let reference: Promise<typeof import('../src/kernels/reference-task.js')> | undefined;
 
-/** This thread's handles keep the tensors' shared buffers alive until it collects (gc.ts). */
-const quota = new GarbageQuota();
+/**
+ * This thread's handles keep the tensors' shared buffers alive until it collects (gc.ts): every
+ * 64 MiB of them. A request's buffers are garbage once it is answered, but stay in memory until
+ * each worker that saw them collects: at 256 MiB a worker, two workers kept up to half a gigabyte
+ * of finished requests' bodies beyond what the server's memory budget admits. A collection of this
+ * thread's small heap takes about a millisecond; a 64 MiB task, ten or more.
+ */
+const quota = new GarbageQuota(64 * 1024 * 1024);
 
 /**
  * A calibration statistics task of this many bytes or more lets go of its buffers and collects

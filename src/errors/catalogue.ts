@@ -236,6 +236,13 @@ export const catalogue = {
     message:
       'the result of {size} bytes exceeds the largest message of {limit} bytes ({setting}); use QuantizeStream, or /v1/jobs over HTTP',
   },
+  MEMORY_BUDGET_EXCEEDED: {
+    http: 413,
+    grpc: 'RESOURCE_EXHAUSTED',
+    title: 'Request too large for the memory budget',
+    message:
+      'the request would hold about {need} bytes of memory ({detail}), more than the whole budget of {budget} bytes for requests in flight (QUANTD_MEMORY_BUDGET); send a smaller input, or submit a job (/v1/jobs), which streams',
+  },
   ENCODING_UNSUPPORTED: {
     http: 415,
     grpc: 'INVALID_ARGUMENT',
@@ -341,6 +348,13 @@ export const catalogue = {
     title: 'Request head too slow',
     message:
       'the request line and headers did not arrive within {ms} ms of the connection or of the previous answer (QUANTD_HEADERS_TIMEOUT_MS)',
+    exit: 2,
+  },
+  STREAM_IDLE: {
+    http: 408,
+    grpc: 'DEADLINE_EXCEEDED',
+    title: 'Stream idle',
+    message: 'the stream waited {ms} ms for its client ({detail}) and was cut (QUANTD_STREAM_IDLE_MS)',
     exit: 2,
   },
   STREAM_INVALID: bad('Invalid stream', 'QuantizeStream: {detail}'),

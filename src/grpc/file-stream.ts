@@ -1,10 +1,11 @@
 /**
  * Server-streaming calls that send files (Jobs.Result, Jobs.Report, Calibrations.Statistics) as
- * quantd.v1.ResultChunk messages: admitted like unary calls, the slot held until the stream has
- * ended (its status sent, or the client gone), each file sent whole and in order at the client's
- * pace, in chunks under every gRPC client's default receive limit.
+ * quantd.v1.ResultChunk messages: admitted like unary calls — a slot of the download pool
+ * (QUANTD_DOWNLOAD_LIMIT, early-admission.ts), held until the stream has ended (its status sent,
+ * or the client gone; a client that stops reading is cut, idle.ts) — each file sent whole and in
+ * order at the client's pace, in chunks under every gRPC client's default receive limit, at most
+ * IN_FLIGHT of them read ahead of what the client has taken.
  */
-import { once } from 'node:events';
 import type { FileHandle } from 'node:fs/promises';
 import type * as grpc from '@grpc/grpc-js';
 import { QuantdError } from '../errors/index.js';
@@ -13,6 +14,11 @@ import type { AdmissionDeps } from './admitted.js';
 
 /** Data bytes per ResultChunk: under every gRPC client's default 4 MiB receive limit. */
 export const RESULT_CHUNK_BYTES = 1024 * 1024;
+/**
+ * Chunks written and not yet taken by the HTTP/2 stream: one being sent while the next is read.
+ * grpc-js's own queue would take 16 before asking to wait, 16 MiB per download held in memory.
+ */
+const IN_FLIGHT = 2;
 
 /** A file to stream: the name it is sent under, its data hash, and how to open it. */
 export interface OutgoingFile {
@@ -57,12 +63,30 @@ export function admittedStreaming(deps: AdmissionDeps) {
     };
 }
 
+/**
+ * Resolves when `written` has, or when `signal` aborts (then true: the client is gone, nothing
+ * more is sent), whichever comes first; leaves no listener behind.
+ */
+function whenWritten(written: Promise<void>, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const onAbort = (): void => resolve(true);
+    signal.addEventListener('abort', onAbort, { once: true });
+    void written.then(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve(signal.aborted);
+    });
+  });
+}
+
 /** Streams each file in chunks (ResultChunk), at the client's pace, then ends the call. */
 async function sendFiles(
   call: grpc.ServerWritableStream<unknown, unknown>,
   files: readonly OutgoingFile[],
   signal: AbortSignal,
 ): Promise<void> {
+  /** Chunks handed to grpc-js and not yet written to the stream, oldest first. */
+  const pending: Promise<void>[] = [];
   for (const file of files) {
     const { handle, size } = await file.open();
     try {
@@ -84,14 +108,9 @@ async function sendFiles(
           ...(first && file.data_sha256 !== null && { data_sha256: file.data_sha256 }),
         };
         offset += data.byteLength;
-        if (!call.write(chunk)) {
-          try {
-            await once(call, 'drain', { signal });
-          } catch (err) {
-            if (signal.aborted) return; // the client is gone: nothing more to send
-            throw err;
-          }
-        }
+        // a write that fails (the call ended) calls back too: the loop then stops on the signal
+        pending.push(new Promise<void>((resolve) => call.write(chunk, () => resolve())));
+        if (pending.length >= IN_FLIGHT && (await whenWritten(pending.shift()!, signal))) return;
       } while (offset < size);
     } finally {
       await handle.close();

@@ -4,6 +4,11 @@
  * manager. Unary RPCs carry a whole input and result per message;
  * QuantizeStream carries inputs and results of any size in chunks. grpc.health.v1 and server
  * reflection are served too, so grpcurl works without the proto file.
+ *
+ * Every call passes the same interceptors: metrics (observe.ts), admission on its metadata and
+ * its messages' sizes (early-admission.ts), the live streams' cap for the open Watch and
+ * reflection streams (live-streams.ts), and the idle timeout that cuts a call whose client
+ * stalls (idle.ts).
  */
 import type { EventEmitter } from 'node:events';
 import { readFileSync } from 'node:fs';
@@ -23,10 +28,13 @@ import {
 } from '../errors/index.js';
 import type { JobManager } from '../jobs/manager.js';
 import type { ComputeHandle } from '../pool/index.js';
-import { PlanCache, errorsForClients, type Admission } from '../service/index.js';
+import { Admission, LiveStreams, PlanCache, errorsForClients } from '../service/index.js';
 import { errorForGrpc, type GrpcError } from './errors.js';
 import { GuardedServer } from './guard.js';
 import { earlyAdmission } from './early-admission.js';
+import { idleInterceptor } from './idle.js';
+import { liveStreamInterceptor } from './live-streams.js';
+import { RESULT_FACTOR, STREAMED_FACTOR } from './budget.js';
 import { widenWindows } from './flow-control.js';
 import { observingInterceptor, type CallObserver } from './observe.js';
 import { makeMetadataAuthenticator } from './auth.js';
@@ -60,6 +68,10 @@ export interface GrpcServerOptions {
   readonly config: Config;
   readonly handle: ComputeHandle;
   readonly admission: Admission;
+  /** Result downloads' pool, shared with HTTP (default: QUANTD_DOWNLOAD_LIMIT of its own). */
+  readonly downloads?: Admission;
+  /** Live streams' cap, shared with HTTP (default: QUANTD_LIVE_STREAMS of its own). */
+  readonly liveStreams?: LiveStreams;
   readonly isReady: () => boolean;
   /** The job manager HTTP's /v1/jobs uses: quantd.v1.Jobs is served on it when given. */
   readonly jobs?: JobManager;
@@ -108,12 +120,28 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
   const authenticate = makeMetadataAuthenticator(config.apiKeys, config.adminKeys);
   // every method of every service under one catch (guard.ts): no request can end the process;
   // a call the server cannot take is refused on its metadata (early-admission.ts)
-  const early = earlyAdmission({ admission, isReady: options.isReady }, authenticate, report);
+  const early = earlyAdmission(
+    {
+      gate: { admission, isReady: options.isReady },
+      downloads: options.downloads ?? new Admission(config.downloadLimit),
+      messageLimit: limit,
+    },
+    authenticate,
+    report,
+  );
+  const liveStreams = options.liveStreams ?? new LiveStreams(config.liveStreams, config.liveStreamsPerClient);
   const server = new GuardedServer(
     {
       'grpc.max_receive_message_length': limit,
       'grpc.max_send_message_length': limit,
-      interceptors: [...(options.observe ? [observingInterceptor(options.observe)] : []), early.interceptor],
+      // the first wraps grpc-js's own call, the last is the handlers': the idle timeout sees
+      // every read and write the handler asks for
+      interceptors: [
+        ...(options.observe ? [observingInterceptor(options.observe)] : []),
+        early.interceptor,
+        liveStreamInterceptor(liveStreams, config.streamIdleMs, report),
+        idleInterceptor(config.streamIdleMs, report),
+      ],
     },
     (err, rpc) => report(err, rpc),
   );
@@ -137,8 +165,12 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
       let release: (() => void) | undefined;
       return Promise.resolve()
         .then(() => {
-          release = admit(call.metadata);
-          return runUnary(op, call.request, handle.compute, signal, plans, limit);
+          const slot = admit(call.metadata);
+          release = slot;
+          // the result's memory, charged once planned and before it is computed
+          const charge = (bytes: number): void =>
+            slot.charge(bytes * RESULT_FACTOR, `a result of ${bytes} bytes`);
+          return runUnary(op, call.request, handle.compute, signal, plans, limit, charge);
         })
         .then(
           (response) => callback(null, response),
@@ -159,10 +191,12 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
       // a call that has ended (cancelled, past its deadline) has had its status
       if (!call.cancelled) call.emit('error', error);
     };
+    let slot: ReturnType<typeof admit>;
     try {
       // the admission slot is held until the call has ended: the result's chunks still queued
       // in grpc-js hold its memory
-      onEnd(admit(call.metadata));
+      slot = admit(call.metadata);
+      onEnd(slot);
     } catch (err) {
       stopTimer();
       return fail(err);
@@ -174,6 +208,8 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
       signal,
       onResult: stopTimer,
       onEnd,
+      // the input buffer once its size is announced, the result once planned
+      charge: (bytes, what) => slot.charge(bytes * STREAMED_FACTOR, what),
     }).catch(fail);
   };
   server.addService(proto.quantd.v1.Quantizer.service, implementation);

@@ -21,7 +21,8 @@ import {
   OPERATIONS,
   operationRequest,
   planOperation,
-  runBufferOperation,
+  planOutputBytes,
+  runBufferPlan,
   singleTensorFile,
   type Compute,
   type InMemoryFile,
@@ -66,6 +67,11 @@ export interface StreamDeps {
   readonly onResult?: () => void;
   /** Registers what to do once the call has ended (status sent, or the stream closed). */
   readonly onEnd: (fn: () => void) => void;
+  /**
+   * Charges bytes the call will hold against the memory budget (`what` names them): the input
+   * buffer once the header announces its size, the result once planned. Throws to refuse.
+   */
+  readonly charge?: (bytes: number, what: string) => void;
 }
 
 const KiB = 1024;
@@ -215,6 +221,8 @@ function readInput(call: Call, deps: StreamDeps): Promise<{ plan: Plan; bytes: U
     if (message.part === 'header') {
       if (plan) throw invalid('a second header arrived; the header comes once, first');
       plan = planOf(message.header ?? {}, deps);
+      // the whole input will be held: charged now, before a byte of it is committed
+      deps.charge?.(plan.total, `an input of ${plan.total} bytes`);
       buffer = new InputBuffer(plan.total);
       return;
     }
@@ -275,13 +283,11 @@ function readInput(call: Call, deps: StreamDeps): Promise<{ plan: Plan; bytes: U
 
 export async function handleStream(call: Call, deps: StreamDeps): Promise<void> {
   const { plan, bytes } = await readInput(call, deps);
-  const result = await runBufferOperation(
-    plan.file(bytes),
-    'stream',
-    plan.request,
-    deps.compute,
-    deps.signal,
-  );
+  const file = plan.file(bytes);
+  const planned = planOperation(file.header, plan.request, 'stream');
+  const resultBytes = planOutputBytes(planned);
+  deps.charge?.(resultBytes, `a result of ${resultBytes} bytes`);
+  const result = await runBufferPlan(planned, file, deps.compute, deps.signal);
   // The outputs are read until grpc-js has serialized the last queued chunk: hand them back to
   // the compute (which reuses their memory for later requests) only once the call has ended.
   deps.onEnd(() => {

@@ -11,6 +11,7 @@ import {
   operationRequest,
   planOperation,
   runBufferPlan,
+  planOutputBytes,
   singleTensorFile,
   type PlanCache,
   type Compute,
@@ -169,6 +170,8 @@ export async function runUnary(
   plans: PlanCache,
   /** The largest message the server sends (grpc.max_send_message_length). */
   maxMessage: number = Number.MAX_SAFE_INTEGER,
+  /** Told the planned result's bytes before it is computed; throws to refuse (the memory budget). */
+  charge?: (resultBytes: number) => void,
 ): Promise<UnaryResponse> {
   const params = paramsOf(op, request.spec, request.dtype);
   const key = planKey(op, params, request);
@@ -185,6 +188,7 @@ export async function runUnary(
     throw new QuantdError('USAGE', { detail: 'OperationRequest needs `safetensors` or `tensor`' });
   }
   const prepared = cached ?? plans.prepare(key, planOperation(file.header, opRequest!, 'request'));
+  charge?.(planOutputBytes(prepared.plan));
   const result = await runBufferPlan(prepared.plan, file, compute, signal);
   try {
     if (request.form === 'TENSORS') {

@@ -2,16 +2,17 @@
  * The Fastify application: op routes, health, readiness, metrics and docs, with the hooks every
  * request passes — bearer auth on every /v1 route (matched or not), then for matched /v1 routes
  * refusal while draining, early 413 on a declared oversize body and admission (503 + Retry-After
- * when the server is full), all before any body is read — and one error handler that turns
- * everything into problem+json with a catalogue code (client-error.ts does the same for requests
- * Node's parser rejects). JSON bodies have small limits of their own (json-body.ts), and every
- * answer carries the security headers (security-headers.ts).
+ * when the server is full: its slots, or the memory budget for the declared body), all before any
+ * body is read; a response whose client stops reading is cut (stall.ts) — and one error handler
+ * that turns everything into problem+json with a catalogue code (client-error.ts does the same for
+ * requests Node's parser rejects). JSON bodies have small limits of their own (json-body.ts), and
+ * every answer carries the security headers (security-headers.ts).
  */
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
 import { QuantdError } from '../errors/index.js';
 import { describeKernels } from '../kernels/index.js';
-import { Admission, errorsForClients } from '../service/index.js';
+import { Admission, LiveStreams, errorsForClients } from '../service/index.js';
 import { makeAuthenticator } from '../service/auth.js';
 import { setCaller } from './caller.js';
 import type { ComputeHandle } from '../pool/index.js';
@@ -35,6 +36,8 @@ import { admitRequest } from '../service/envelope.js';
 import { continueWhenRead } from './continue.js';
 import { installEarlyShed, routeAdmission } from './shed.js';
 import { installSecurityHeaders } from './security-headers.js';
+import { BODY_FACTOR, keepSlot } from './budget.js';
+import { cutWhenStalled } from './stall.js';
 
 export interface AppOptions {
   readonly config: Config;
@@ -42,8 +45,15 @@ export interface AppOptions {
   readonly version: string;
   /** False while draining for shutdown: /readyz answers 503 and new requests are refused. */
   readonly isReady: () => boolean;
-  /** Shared with the gRPC server (default: one of poolSize + queueLimit for this app alone). */
+  /**
+   * Shared with the gRPC server (default: one of poolSize + queueLimit slots and the memory
+   * budget, for this app alone).
+   */
   readonly admission?: Admission;
+  /** Result downloads' pool, shared with the gRPC server (default: QUANTD_DOWNLOAD_LIMIT of its own). */
+  readonly downloads?: Admission;
+  /** Live streams' cap, shared with the gRPC server (default: QUANTD_LIVE_STREAMS of its own). */
+  readonly liveStreams?: LiveStreams;
   /** The job manager: /v1/jobs is served when given. */
   readonly jobs?: JobManager;
   /** Calibration sessions: /v1/calibrations is served when given. */
@@ -105,9 +115,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // Schemas document; quantd validates requests itself, with catalogue codes.
   app.setValidatorCompiler(() => () => true);
 
-  const metrics = options.metrics ?? createMetrics(handle, options.jobs);
   const authenticate = makeAuthenticator(config.apiKeys, config.adminKeys);
-  const admission = options.admission ?? new Admission(config.poolSize + config.queueLimit);
+  const admission =
+    options.admission ?? new Admission(config.poolSize + config.queueLimit, config.memoryBudget);
+  const downloads = options.downloads ?? new Admission(config.downloadLimit);
+  const liveStreams = options.liveStreams ?? new LiveStreams(config.liveStreams, config.liveStreamsPerClient);
+  const metrics =
+    options.metrics ?? createMetrics(handle, options.jobs, { admission, downloads, liveStreams });
   const pace = { idleMs: config.bodyIdleMs, minBytesPerSecond: config.bodyMinRate };
   if (options.earlyShed !== false) {
     const { isReady } = options;
@@ -173,20 +187,32 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // draining comes first: retry elsewhere or later (503 + Retry-After), whatever the request
     if (!options.isReady()) throw new QuantdError('SHUTTING_DOWN', {});
     // the route's own limit where it sets one (uploads to /v1/jobs: QUANTD_UPLOAD_LIMIT); a live
-    // stream (GET /v1/jobs/events) computes nothing: it must not hold a compute slot
+    // stream (GET /v1/jobs/events) computes nothing: it must not hold a compute slot, nor a
+    // download of a finished file, which is I/O (its own pool: never-read downloads once held
+    // every compute slot)
     const rule = routeAdmission(
       request.routeOptions.config,
       request.routeOptions.bodyLimit,
       config.bodyLimit,
     );
-    declaredLength(request.headers['content-length'], rule.limit, rule.setting);
-    if (rule.takesSlot) release = admitRequest({ admission, isReady: options.isReady });
+    const declared = declaredLength(request.headers['content-length'], rule.limit, rule.setting);
+    if (rule.pool === 'download') release = admitRequest({ admission: downloads, isReady: options.isReady });
+    if (rule.pool !== 'compute') return;
+    const slot = admitRequest({ admission, isReady: options.isReady });
+    release = slot;
+    keepSlot(request.raw, slot);
+    // a declared body is charged now, before a byte of it is read; a chunked one as it grows
+    if (rule.chargesBody && declared !== null && declared > 0) {
+      slot.charge(declared * BODY_FACTOR, `a body of ${declared} bytes`);
+    }
   });
 
-  // While draining, every response closes its connection: keep-alive clients must not hold the
-  // server open until QUANTD_SHUTDOWN_TIMEOUT_MS.
-  app.addHook('onSend', (_request, reply, payload, done) => {
+  app.addHook('onSend', (request, reply, payload, done) => {
+    // While draining, every response closes its connection: keep-alive clients must not hold the
+    // server open until QUANTD_SHUTDOWN_TIMEOUT_MS.
     if (!options.isReady()) reply.header('Connection', 'close');
+    // from here the client must read what is sent, or be cut
+    cutWhenStalled(reply.raw, config.streamIdleMs, request.log);
     done(null, payload);
   });
 
@@ -249,6 +275,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       jobs: options.jobs,
       uploadLimit: config.uploadLimit,
       jsonLimit: config.jsonLimit,
+      liveStreams,
+      streamIdleMs: config.streamIdleMs,
     });
   }
   if (options.calibrations) {

@@ -13,6 +13,7 @@ import type { FastifyRequest } from 'fastify';
 import type { Readable } from 'node:stream';
 import { QuantdError } from '../errors/index.js';
 import { collectGarbage } from '../kernels/gc.js';
+import { BODY_FACTOR, slotOf } from './budget.js';
 
 /** The declared length, or null for a chunked body; throws for a malformed or too large one. */
 export function declaredLength(
@@ -129,14 +130,21 @@ export function endBodyEarly(request: IncomingMessage): void {
   else request.push(null);
 }
 
-/** `setting`: the configuration that sets `limit`, named in the 413. */
+/**
+ * `setting`: the configuration that sets `limit`, named in the 413. `charge`, for a chunked body
+ * (whose size admission could not know): told each buffer's growth in bytes before it is
+ * allocated; it throws to refuse the body (OVERLOADED: the memory budget is spent).
+ */
 export async function readBody(
   stream: Readable,
   length: number | null,
   limit: number,
   setting = 'QUANTD_BODY_LIMIT',
+  charge?: (bytes: number) => void,
 ): Promise<Uint8Array> {
-  let buffer = allocate(length ?? Math.min(limit, 1 << 20));
+  const first = length ?? Math.min(limit, 1 << 20);
+  if (length === null) charge?.(first);
+  let buffer = allocate(first);
   let received = 0;
   receivedBytes.set(stream, 0);
   const incomplete = (): QuantdError =>
@@ -177,7 +185,15 @@ export async function readBody(
         return;
       }
       if (end > buffer.byteLength) {
-        const grown = allocate(Math.min(limit, Math.max(end, buffer.byteLength * 2)));
+        const size = Math.min(limit, Math.max(end, buffer.byteLength * 2));
+        try {
+          charge?.(size);
+        } catch (err) {
+          receivedBytes.set(stream, end);
+          settle(err as QuantdError);
+          return;
+        }
+        const grown = allocate(size);
         grown.set(buffer.subarray(0, received));
         buffer = grown;
       }
@@ -200,13 +216,23 @@ export async function readBody(
 /**
  * The content-type parser of the binary body types: the whole body, as one shared buffer. A
  * request that matched no route is not read (its 404 needs no body; problem.ts closes the
- * connection when much of it is left).
+ * connection when much of it is left). A chunked body is charged to its request's admission slot
+ * as it grows (a declared one was charged when admitted, app.ts): the new buffer, while the old
+ * one is still held.
  */
 export function binaryBodyParser(
   limit: number,
 ): (request: FastifyRequest, payload: IncomingMessage) => Promise<Uint8Array | undefined> {
-  return async (request, payload) =>
-    request.is404
-      ? undefined
-      : readBody(payload, declaredLength(request.headers['content-length'], limit), limit);
+  return async (request, payload) => {
+    if (request.is404) return undefined;
+    const slot = slotOf(request.raw);
+    const charge = slot && ((bytes: number) => slot.charge(bytes * BODY_FACTOR, `a body of ${bytes} bytes`));
+    return readBody(
+      payload,
+      declaredLength(request.headers['content-length'], limit),
+      limit,
+      undefined,
+      charge,
+    );
+  };
 }

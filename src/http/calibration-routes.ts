@@ -164,6 +164,8 @@ export async function registerCalibrationRoutes(
   app.get(
     '/v1/calibrations/:id/statistics',
     {
+      // a file sent from disk: a slot of the download pool (QUANTD_DOWNLOAD_LIMIT), as a job's result
+      config: { download: true },
       schema: {
         tags,
         summary:

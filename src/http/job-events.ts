@@ -8,29 +8,38 @@
  *
  * Changes are coalesced per job and sent at most every FLUSH_MS, so a run that reports progress
  * per tensor costs a client a few events a second. The stream holds no admission slot (it computes
- * nothing; app.ts skips routes marked `holdsNoSlot`) — instead a key may hold STREAMS_PER_KEY
- * at once —, sends a comment every HEARTBEAT_MS so that proxies keep it open, ends when the
- * server drains, and is dropped if a client stops reading.
+ * nothing; app.ts skips routes marked `holdsNoSlot`) — instead it counts against the live streams'
+ * cap (src/service/live-streams.ts: QUANTD_LIVE_STREAMS in all, QUANTD_LIVE_STREAMS_PER_CLIENT per
+ * key, or per address with authentication off) —, sends a comment every heartbeat so that proxies
+ * keep it open, ends when the server drains, and is dropped if a client stops reading: once the
+ * socket's buffers are full, after QUANTD_STREAM_IDLE_MS without progress (stall.ts), or past
+ * MAX_BACKLOG unsent bytes, whichever comes first.
  */
 import type { ServerResponse } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import { MAX_PAGE, type JobEvent, type JobManager } from '../jobs/manager.js';
-import { QuantdError } from '../errors/index.js';
+import { clientOf, type LiveStreams } from '../service/index.js';
 import { callerOf } from './caller.js';
+import { cutWhenStalled } from './stall.js';
 
 const FLUSH_MS = 200;
-/** Streams one key may hold open at once (a console tab holds one); more is 429 QUOTA_EXCEEDED. */
-export const STREAMS_PER_KEY = 32;
+/** A comment this often keeps proxies from closing a quiet stream (and the idle timeout off it). */
 const HEARTBEAT_MS = 15_000;
 /** Unsent bytes past which a client that does not read is dropped (it reconnects and re-syncs). */
 const MAX_BACKLOG = 4 * 1024 * 1024;
 
 const frame = (event: string, data: unknown): string => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
 
-export function registerJobEvents(scope: FastifyInstance, jobs: JobManager): void {
+export function registerJobEvents(
+  scope: FastifyInstance,
+  jobs: JobManager,
+  liveStreams: LiveStreams,
+  idleMs: number,
+): void {
   const open = new Set<ServerResponse>();
-  /** Open streams by key id ('' with auth off or for an admin key without an id). */
-  const perKey = new Map<string, number>();
+  // a quiet stream whose client reads must not look idle: its socket sees a write at least twice
+  // per idle period
+  const heartbeatMs = Math.min(HEARTBEAT_MS, Math.floor(idleMs / 2));
   // draining: every stream ends, so that the server can close (clients reconnect elsewhere)
   scope.addHook('preClose', (done) => {
     for (const response of open) response.end();
@@ -49,16 +58,13 @@ export function registerJobEvents(scope: FastifyInstance, jobs: JobManager): voi
     },
     async (request, reply) => {
       const caller = callerOf(request);
-      const key = caller.owner ?? '';
-      const held = perKey.get(key) ?? 0;
-      if (held >= STREAMS_PER_KEY) {
-        throw new QuantdError('QUOTA_EXCEEDED', {
-          detail: `${held} event streams open for this key, the most one key may hold (${STREAMS_PER_KEY}); close one`,
-        });
-      }
-      perKey.set(key, held + 1);
+      const leave = liveStreams.enter(
+        clientOf(caller.owner, request.socket.remoteAddress),
+        'job event streams',
+      );
       reply.hijack();
       const response = reply.raw;
+      cutWhenStalled(response, idleMs, request.log);
       response.writeHead(200, {
         'content-type': 'text/event-stream; charset=utf-8',
         'cache-control': 'no-store',
@@ -86,12 +92,10 @@ export function registerJobEvents(scope: FastifyInstance, jobs: JobManager): voi
         pending.set('job' in event ? event.job.id : event.removed, event);
         timer ??= setTimeout(flush, FLUSH_MS);
       });
-      const heartbeat = setInterval(() => send(': keep-alive\n\n'), HEARTBEAT_MS);
+      const heartbeat = setInterval(() => send(': keep-alive\n\n'), heartbeatMs);
       response.once('close', () => {
         open.delete(response);
-        const left = (perKey.get(key) ?? 1) - 1;
-        if (left > 0) perKey.set(key, left);
-        else perKey.delete(key);
+        leave();
         stop();
         clearInterval(heartbeat);
         if (timer !== null) clearTimeout(timer);

@@ -19,6 +19,8 @@
  * byte is read, the options are validated (400), the declared length is checked against
  * QUANTD_UPLOAD_LIMIT (413, in app.ts's onRequest hook, by this route's body limit) and against the
  * free space of the data directory (507). The JSON form is read within QUANTD_JSON_LIMIT (json-body.ts).
+ * Result, report and file downloads take a slot of the download pool (QUANTD_DOWNLOAD_LIMIT), not
+ * a compute slot, and are cut when their client stops reading (stall.ts).
  */
 import { open, type FileHandle } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
@@ -36,6 +38,7 @@ import { readJsonText } from './json-body.js';
 import { jobRouteSchemas } from './openapi.js';
 import { verifyResultFile } from '../jobs/verify.js';
 import { registerJobEvents } from './job-events.js';
+import type { LiveStreams } from '../service/index.js';
 
 export interface JobRouteDeps {
   readonly jobs: JobManager;
@@ -43,7 +46,17 @@ export interface JobRouteDeps {
   readonly uploadLimit: number;
   /** QUANTD_JSON_LIMIT: the largest JSON job request, in bytes. */
   readonly jsonLimit: number;
+  /** The live streams' cap: GET /v1/jobs/events counts against it. */
+  readonly liveStreams: LiveStreams;
+  /** QUANTD_STREAM_IDLE_MS: an event stream's client that stops reading is cut after it. */
+  readonly streamIdleMs: number;
 }
+
+/**
+ * The routes that send a finished file from disk: they take a slot of the download pool
+ * (QUANTD_DOWNLOAD_LIMIT), not a compute slot (app.ts).
+ */
+const DOWNLOAD = { download: true } as const;
 
 /** A model folder uploaded as one body: regular files of one level (src/format/tar.ts). */
 export const TAR_TYPE = 'application/x-tar';
@@ -314,7 +327,8 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
       {
         schema: schemas.submit,
         bodyLimit: deps.uploadLimit,
-        config: { limitSetting: 'QUANTD_UPLOAD_LIMIT' },
+        // an upload is streamed to disk: its bytes are not held against the memory budget
+        config: { limitSetting: 'QUANTD_UPLOAD_LIMIT', bodyOnDisk: true },
       },
       async (request, reply) => {
         const body = request.body;
@@ -334,7 +348,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
       sendJson(reply, 200, pageOf(jobs, request)),
     );
 
-    registerJobEvents(scope, jobs);
+    registerJobEvents(scope, jobs, deps.liveStreams, deps.streamIdleMs);
 
     scope.get('/v1/jobs/:id', { schema: schemas.get }, async (request, reply) =>
       sendJson(reply, 200, await jobs.get((request.params as { id: string }).id, callerOf(request))),
@@ -342,7 +356,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
 
     scope.get(
       '/v1/jobs/:id/result',
-      { schema: schemas.result, exposeHeadRoute: false },
+      { schema: schemas.result, exposeHeadRoute: false, config: DOWNLOAD },
       async (request, reply) => {
         const { id } = request.params as { id: string };
         const { result, dir } = await jobs.result(id, callerOf(request));
@@ -360,7 +374,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
 
     scope.get(
       '/v1/jobs/:id/result/:file',
-      { schema: schemas.resultFile, exposeHeadRoute: false },
+      { schema: schemas.resultFile, exposeHeadRoute: false, config: DOWNLOAD },
       async (request, reply) => {
         const { id, file } = request.params as { id: string; file: string };
         const { result, dir } = await jobs.result(id, callerOf(request));
@@ -376,7 +390,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
 
     scope.get(
       '/v1/jobs/:id/report',
-      { schema: schemas.report, exposeHeadRoute: false },
+      { schema: schemas.report, exposeHeadRoute: false, config: DOWNLOAD },
       async (request, reply) => {
         const path = await jobs.reportPath((request.params as { id: string }).id, callerOf(request));
         const handle = await openFile(path, jobs.data.shown(path));

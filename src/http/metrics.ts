@@ -2,7 +2,8 @@
  * Prometheus metrics (prom-client, /metrics): HTTP requests by route and status, their durations,
  * bytes in and out; gRPC calls by method and status code, and their durations; jobs by state,
  * jobs finished by final state, and the bytes their results hold on disk; the worker pool's
- * in-flight operations, queued tasks and task wait/run times, and the kernel backend in use. One
+ * in-flight operations, queued tasks and task wait/run times, and the kernel backend in use;
+ * admission: requests and bytes held against the memory budget, downloads and live streams open. One
  * registry per server instance, so tests can run several. No label holds a tensor, job id, path
  * or key.
  */
@@ -10,6 +11,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { JobManager } from '../jobs/manager.js';
 import { FINISHED, type JobState } from '../jobs/store.js';
 import type { ComputeHandle } from '../pool/index.js';
+import type { Admission, LiveStreams } from '../service/index.js';
 
 const JOB_STATES: readonly JobState[] = ['queued', 'running', ...FINISHED];
 const DURATION_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 120];
@@ -28,7 +30,14 @@ export interface HttpMetrics {
   readonly observeGrpc: (method: string, code: string, seconds: number) => void;
 }
 
-export function createMetrics(handle: ComputeHandle, jobs?: JobManager): HttpMetrics {
+/** The server's admission gates, shared by both transports (src/server/serve.ts). */
+export interface Gates {
+  readonly admission: Admission;
+  readonly downloads: Admission;
+  readonly liveStreams: LiveStreams;
+}
+
+export function createMetrics(handle: ComputeHandle, jobs?: JobManager, gates?: Gates): HttpMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'quantd_' });
   const labels = ['route', 'method', 'status'] as const;
@@ -113,6 +122,7 @@ export function createMetrics(handle: ComputeHandle, jobs?: JobManager): HttpMet
     buckets: DURATION_BUCKETS,
     registers: [registry],
   });
+  if (gates) registerGateMetrics(registry, gates);
   if (jobs) registerJobMetrics(registry, jobs);
   if (jobs && jobs.replica !== null) registerClusterMetrics(registry, jobs);
   return {
@@ -129,6 +139,43 @@ export function createMetrics(handle: ComputeHandle, jobs?: JobManager): HttpMet
       if (outBytes > 0) bytesOut.inc({ route }, outBytes);
     },
   };
+}
+
+/** What admission holds, read when scraped. */
+function registerGateMetrics(registry: Registry, gates: Gates): void {
+  const gauges: [string, string, () => number][] = [
+    [
+      'quantd_admission_requests_in_flight',
+      'requests holding a compute admission slot (HTTP and gRPC)',
+      () => gates.admission.inFlight,
+    ],
+    [
+      'quantd_admission_memory_bytes',
+      'bytes the admitted requests hold against the memory budget (QUANTD_MEMORY_BUDGET)',
+      () => gates.admission.bytesInFlight,
+    ],
+    ['quantd_admission_memory_budget_bytes', 'QUANTD_MEMORY_BUDGET', () => gates.admission.budget],
+    [
+      'quantd_downloads_in_flight',
+      'result downloads being sent (QUANTD_DOWNLOAD_LIMIT)',
+      () => gates.downloads.inFlight,
+    ],
+    [
+      'quantd_live_streams_open',
+      'job event streams, health Watch and reflection streams open (QUANTD_LIVE_STREAMS)',
+      () => gates.liveStreams.open,
+    ],
+  ];
+  for (const [name, help, read] of gauges) {
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.set(read());
+      },
+    });
+  }
 }
 
 /** Jobs by state and result bytes (read from the manager when scraped), jobs finished (counted). */

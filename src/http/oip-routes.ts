@@ -8,7 +8,9 @@
  * bounds the decompressed size too, and QUANTD_OIP_JSON_LIMIT the JSON part — and errors are `{"error": "CODE: message"}` as
  * application/json, with the catalogue's status. Health (live, ready, model ready) is open;
  * metadata and inference need the bearer token when QUANTD_API_KEYS is set, and inference takes
- * an admission slot (503 OVERLOADED when full; SHUTTING_DOWN while draining) before its body is read.
+ * an admission slot (503 OVERLOADED when full; SHUTTING_DOWN while draining) before its body is
+ * read, and charges its body against the memory budget (a declared one then, a chunked one as it
+ * grows, a compressed one again once decompressed).
  */
 import { Readable } from 'node:stream';
 import { constants as bufferConstants } from 'node:buffer';
@@ -34,6 +36,7 @@ import { PlanCache, type Admission, type Compute } from '../service/index.js';
 import { declaredLength, readBody } from './body.js';
 import { asQuantdError, problemHeaders, settleUnreadBody } from './problem.js';
 import { admitRequest } from '../service/envelope.js';
+import { BODY_FACTOR, keepSlot, slotOf } from './budget.js';
 
 export const OIP_PREFIX = '/v2';
 
@@ -182,9 +185,14 @@ function oipBodyParser(
     if (request.is404) return undefined;
     const coding = contentCoding(request.headers['content-encoding']);
     const limit = bodyLimitOf(request, deps);
+    const slot = slotOf(request.raw);
+    const charge = (bytes: number): void => slot?.charge(bytes * BODY_FACTOR, `a body of ${bytes} bytes`);
     const length = declaredLength(request.headers['content-length'], limit.limit, limit.setting);
-    const body = await readBody(payload, length, limit.limit, limit.setting);
-    return coding === 'identity' ? body : decompress(body, coding, limit);
+    const body = await readBody(payload, length, limit.limit, limit.setting, charge);
+    if (coding === 'identity') return body;
+    const decoded = await decompress(body, coding, limit);
+    charge(decoded.byteLength);
+    return decoded;
   };
 }
 
@@ -280,7 +288,13 @@ export function registerOipRoutes(app: FastifyInstance, deps: OipRouteDeps): Pro
         // draining comes first: retry elsewhere or later (503 + Retry-After), as /v1
         if (!deps.isReady()) throw new QuantdError('SHUTTING_DOWN', {});
         checkDeclared(request, deps);
-        reply.raw.once('close', admitRequest({ admission: deps.admission, isReady: deps.isReady }));
+        const declared = declaredLength(request.headers['content-length'], deps.bodyLimit);
+        const slot = admitRequest({ admission: deps.admission, isReady: deps.isReady });
+        reply.raw.once('close', slot);
+        keepSlot(request.raw, slot);
+        if (declared !== null && declared > 0) {
+          slot.charge(declared * BODY_FACTOR, `a body of ${declared} bytes`);
+        }
       });
 
       scope.get('', schema('Server metadata'), async () => serverMetadata(deps.version));

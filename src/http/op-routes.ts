@@ -18,6 +18,7 @@ import {
   operationRequest,
   planOperation,
   runBufferPlan,
+  planOutputBytes,
   PlanCache,
   type BufferResult,
   type Compute,
@@ -27,6 +28,7 @@ import {
 import { OCTET_TYPE, SAFETENSORS_TYPE, binaryBodyParser } from './body.js';
 import { opRouteSchema } from './openapi.js';
 import { requestDeadline } from '../service/envelope.js';
+import { JSON_RESULT_FACTOR, RESULT_FACTOR, slotOf } from './budget.js';
 
 export { SAFETENSORS_TYPE, OCTET_TYPE };
 /** Results up to this size are sent as one buffer. */
@@ -153,6 +155,12 @@ async function handle(
   const opRequest = cached ? undefined : operationRequest(op, request.query as RequestParams);
   const file = bodyFile(request, request.body, safetensors);
   const prepared = cached ?? plans.prepare(key, planOperation(file.header, opRequest!, 'request body'));
+  // the result's memory, charged before it is computed (503 when the budget cannot hold it now)
+  const resultBytes = planOutputBytes(prepared.plan);
+  slotOf(request.raw)?.charge(
+    resultBytes * (format === 'json' ? JSON_RESULT_FACTOR : RESULT_FACTOR),
+    `a result of ${resultBytes} bytes`,
+  );
   // Every request whose work can reach the pool can be cancelled (client gone) and timed out,
   // however small its body (QUANTD_INLINE_LIMIT).
   const signal = needsSignal(request.body, deps.inlineLimit)

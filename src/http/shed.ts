@@ -10,10 +10,14 @@
  * few tens of microseconds, and with its body dropped by the kernel (linger.ts) the loop stays
  * free to accept.
  *
+ * The same holds while the slots are not all taken but the memory budget is: a request whose
+ * declared body would not fit the bytes left is answered here too.
+ *
  * The answer is the one the onRequest hook (app.ts) would give: this path only answers when every
  * check the hook makes before admission passes — a static route under /v1/ that takes a slot,
  * the bearer token when keys are set, no content coding, not draining, a declared length within
- * the route's limit. Anything else goes to Fastify as before, which answers it as before.
+ * the route's limit, a body the budget could hold at all. Anything else goes to Fastify as before,
+ * which answers it as before.
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
@@ -22,6 +26,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { QuantdError } from '../errors/index.js';
 import type { Admission } from '../service/index.js';
 import { bodyBytesReceived, declaredLength } from './body.js';
+import { BODY_FACTOR } from './budget.js';
 import type { HttpMetrics } from './metrics.js';
 import { PROBLEM_TYPE, problemDocument, problemHeaders, settleUnreadBody } from './problem.js';
 
@@ -37,10 +42,31 @@ export interface EarlyShedOptions {
   readonly log: FastifyBaseLogger;
 }
 
+/**
+ * A route's admission options (its Fastify `config`): `holdsNoSlot` for a live stream, which
+ * computes nothing (GET /v1/jobs/events: capped on its own, src/service/live-streams.ts);
+ * `download` for a route that sends a finished file from disk (its own pool,
+ * QUANTD_DOWNLOAD_LIMIT); `bodyOnDisk` for one that streams its body to disk (its bytes are not
+ * held in memory); `limitSetting`, the setting that names its own body limit.
+ */
+export interface RouteAdmissionConfig {
+  readonly holdsNoSlot?: boolean;
+  readonly download?: boolean;
+  readonly bodyOnDisk?: boolean;
+  readonly limitSetting?: string;
+}
+
 /** What admission makes of a route (its config and bodyLimit): the onRequest hook's rule too. */
 export interface RouteAdmission {
-  /** It takes a compute slot (a live stream, GET /v1/jobs/events, does not). */
+  /**
+   * The pool it takes a slot from: compute (the pool's threads and queue, and the memory
+   * budget), download (QUANTD_DOWNLOAD_LIMIT), or none (a live stream).
+   */
+  readonly pool: 'compute' | 'download' | 'none';
+  /** It takes a compute slot. */
   readonly takesSlot: boolean;
+  /** Its declared body is held in memory: charged against the budget at admission. */
+  readonly chargesBody: boolean;
   /** Its body limit (its own, else QUANTD_BODY_LIMIT) and the setting that names it. */
   readonly limit: number;
   readonly setting: string;
@@ -51,9 +77,12 @@ export function routeAdmission(
   bodyLimit: number | undefined,
   defaultLimit: number,
 ): RouteAdmission {
-  const own = config as { limitSetting?: string; holdsNoSlot?: boolean } | undefined;
+  const own = config as RouteAdmissionConfig | undefined;
+  const pool = own?.holdsNoSlot === true ? 'none' : own?.download === true ? 'download' : 'compute';
   return {
-    takesSlot: own?.holdsNoSlot !== true,
+    pool,
+    takesSlot: pool === 'compute',
+    chargesBody: pool === 'compute' && own?.bodyOnDisk !== true,
     limit: bodyLimit ?? defaultLimit,
     setting: own?.limitSetting ?? 'QUANTD_BODY_LIMIT',
   };
@@ -98,19 +127,26 @@ function shedding(
   options: EarlyShedOptions,
 ): ShedRoute | undefined {
   const { admission } = options;
-  if (admission.inFlight < admission.capacity || !options.isReady()) return undefined;
+  const full = admission.inFlight >= admission.capacity;
+  // a free slot and nothing charged: no request that passes the hook's checks is refused
+  if ((!full && admission.bytesInFlight === 0) || !options.isReady()) return undefined;
   const url = req.url ?? '';
   const query = url.indexOf('?');
   const route = routes.get(`${req.method ?? ''} ${query < 0 ? url : url.slice(0, query)}`);
   if (route === undefined) return undefined;
   const coding = req.headers['content-encoding']?.trim().toLowerCase();
   if (coding !== undefined && coding !== '' && coding !== 'identity') return undefined;
+  let declared: number | null;
   try {
     options.authenticate?.(req.headers.authorization);
-    declaredLength(req.headers['content-length'], route.limit, route.setting);
+    declared = declaredLength(req.headers['content-length'], route.limit, route.setting);
   } catch {
     return undefined; // 401, 400 or 413 first: the hook answers those
   }
+  if (full) return route;
+  const bytes = route.chargesBody && declared !== null ? declared * BODY_FACTOR : 0;
+  // a body larger than the whole budget is the hook's 413 (MEMORY_BUDGET_EXCEEDED), not a 503
+  if (bytes > admission.budget || admission.admits(bytes)) return undefined;
   return route;
 }
 

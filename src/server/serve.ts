@@ -14,7 +14,7 @@ import { createMetrics } from '../http/metrics.js';
 import { describeKernels } from '../kernels/index.js';
 import { startGrpc, type RunningGrpc } from '../grpc/server.js';
 import { createCompute, type ComputeHandle } from '../pool/index.js';
-import { Admission } from '../service/index.js';
+import { Admission, LiveStreams } from '../service/index.js';
 
 export { packageVersion };
 import { JobManager } from '../jobs/manager.js';
@@ -87,7 +87,11 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
   });
   let draining = false;
   const isReady = (): boolean => !draining;
-  const admission = new Admission(config.poolSize + config.queueLimit);
+  // what both transports admit against: compute slots and the memory budget, the download pool,
+  // the live streams' cap
+  const admission = new Admission(config.poolSize + config.queueLimit, config.memoryBudget);
+  const downloads = new Admission(config.downloadLimit);
+  const liveStreams = new LiveStreams(config.liveStreams, config.liveStreamsPerClient);
   let http: FastifyInstance | undefined;
   let grpc: RunningGrpc;
   // Cluster mode: the jobs of every replica in one Redis (QUANTD_REDIS_URL)
@@ -137,13 +141,15 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
   try {
     handle.pool?.workers(); // start the workers now, so that ready means warm
     // one registry for both transports: /metrics counts HTTP requests, gRPC calls and jobs
-    const metrics = createMetrics(handle, jobs);
+    const metrics = createMetrics(handle, jobs, { admission, downloads, liveStreams });
     http = await buildApp({
       config,
       handle,
       version: packageVersion(),
       isReady,
       admission,
+      downloads,
+      liveStreams,
       jobs,
       calibrations,
       metrics,
@@ -163,6 +169,8 @@ export async function startServer(env: NodeJS.ProcessEnv = process.env): Promise
         config,
         handle,
         admission,
+        downloads,
+        liveStreams,
         isReady,
         jobs,
         calibrations,

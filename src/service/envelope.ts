@@ -7,7 +7,7 @@
  * QuantdError are written. Adding a transport reuses these.
  */
 import { QuantdError } from '../errors/index.js';
-import type { Admission } from './admission.js';
+import type { Admission, Slot } from './admission.js';
 
 /** The server's side of admission: its slots, and whether it takes work (not draining). */
 export interface RequestGate {
@@ -15,8 +15,11 @@ export interface RequestGate {
   readonly isReady: () => boolean;
 }
 
-/** Admits one request, or throws SHUTTING_DOWN / OVERLOADED; returns the (idempotent) release. */
-export function admitRequest(gate: RequestGate): () => void {
+/**
+ * Admits one request, or throws SHUTTING_DOWN / OVERLOADED; returns its slot (calling it releases
+ * the slot, idempotently; `charge` counts the bytes it will hold against the memory budget).
+ */
+export function admitRequest(gate: RequestGate): Slot {
   if (!gate.isReady()) throw new QuantdError('SHUTTING_DOWN', {});
   return gate.admission.acquire();
 }

@@ -13,7 +13,7 @@ import { quantd } from '../cli/run-cli.js';
 import { expectProblem, send, type TestServer } from './helpers.js';
 import { json, smallModel, startJobServer, tempDir, writeModel, type Job } from '../jobs/helpers.js';
 import { loadConsole, registerConsole } from '../../src/http/ui-routes.js';
-import { STREAMS_PER_KEY } from '../../src/http/job-events.js';
+import { loadConfig } from '../../src/config.js';
 import { asQuantdError, sendProblem } from '../../src/http/problem.js';
 
 const ALICE = 'alice-key-0123456789';
@@ -162,6 +162,9 @@ describe('GET /v1/jobs/events', () => {
       for (const s of streams) s.close();
     }
   });
+
+  /** QUANTD_LIVE_STREAMS_PER_CLIENT's default: streams one key may hold (the console holds one a tab). */
+  const STREAMS_PER_KEY = loadConfig({}).liveStreamsPerClient;
 
   it('lets one key hold at most STREAMS_PER_KEY streams (429 QUOTA_EXCEEDED), others unaffected', async () => {
     const streams = await Promise.all(
