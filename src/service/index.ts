@@ -18,3 +18,4 @@ export * from './model.js';
 export * from './model-folder.js';
 export * from './envelope.js';
 export * from './client-errors.js';
+export * from './load-tokenizer.js';
