@@ -1,7 +1,7 @@
 /**
  * What the tokenizers refuse, each with a catalogued error: a folder without a tokenizer, a
  * malformed tokenizer file, what quantd does not implement (a normalizer that rewrites text, a
- * unigram model, a pre-tokenizer or post-processor it does not know, a regex construct it does
+ * word model, a pre-tokenizer or post-processor it does not know, a regex construct it does
  * not translate), a tokenizer whose ids do not fit the model, and text or ids that cannot be
  * encoded or decoded. Refusing is the point: tokenizing some other way would give ids the model
  * was never trained on, silently.
@@ -114,10 +114,15 @@ describe('loadTokenizer refuses', () => {
     expect(err.message).toMatch(/normalizer "nmt_nfkc" rewrites characters/);
   });
 
-  it('a SentencePiece unigram model', async () => {
-    const err = await failure(() => loadTokenizer(spmFolder(field(2, varint(3, 1)))));
-    expect(err.code).toBe('FEATURE_UNSUPPORTED');
-    expect(err.message).toMatch(/SentencePiece unigram models are not tokenized/);
+  it('a SentencePiece word or char model', async () => {
+    for (const [type, name] of [
+      [3, 'word'],
+      [4, 'char'],
+    ] as const) {
+      const err = await failure(() => loadTokenizer(spmFolder(field(2, varint(3, type)))));
+      expect(err.code).toBe('FEATURE_UNSUPPORTED');
+      expect(err.message).toMatch(new RegExp(`SentencePiece ${name} models are not tokenized`));
+    }
   });
 
   it('a tokenizer.json normalizer, pre-tokenizer or post-processor quantd does not implement', async () => {

@@ -11,7 +11,8 @@ models, Hugging Face's tokenizers.js installed outside the project:
 It writes:
   models/NAME/       tokenizers built here for what the GGUF fixtures do not exercise: SentencePiece
                      models trained with other options (whitespace handling, user-defined and control
-                     pieces, no byte fallback, whitespace as suffix, pieces spanning spaces) or edited
+                     pieces, no byte fallback, whitespace as suffix, pieces spanning spaces, unigram
+                     models) or edited
                      (unused pieces, user-defined pieces), and tokenizer.json variants of the
                      fixtures (an NFC normalizer, stripping added tokens, GPT-2's ByteLevel regex with
                      a prefix space and no ignore_merges, whole words no merge forms);
@@ -206,6 +207,22 @@ def with_user_defined_pieces():
         if p.piece in ("he", "or", "ll", "ing", "el", "in"):
             p.type = model_pb2.ModelProto.SentencePiece.USER_DEFINED
     return save_model("spm-user-defined", m.SerializeToString())
+
+
+def edited_unigram(folder):
+    """The spm-unigram model with some pieces made unused (the Viterbi search skips them) and its
+    user-defined pieces scored low (their bonus, not their score, makes them win)."""
+    m = model_pb2.ModelProto()
+    with open(os.path.join(folder, "tokenizer.model"), "rb") as f:
+        m.ParseFromString(f.read())
+    marked = 0
+    for p in m.pieces:
+        if p.type == model_pb2.ModelProto.SentencePiece.NORMAL and len(p.piece) >= 3 and marked < 40:
+            p.type = model_pb2.ModelProto.SentencePiece.UNUSED
+            marked += 1
+        elif p.type == model_pb2.ModelProto.SentencePiece.USER_DEFINED:
+            p.score = -100.0
+    return save_model("spm-unigram-edited", m.SerializeToString())
 
 
 def with_unused_pieces():
@@ -410,6 +427,13 @@ def main():
     spm_vectors("spm-across-spaces", train("spm-across-spaces", split_by_whitespace=False, vocab_size=1400))
     spm_vectors("spm-unused", with_unused_pieces())
     spm_vectors("spm-user-defined", with_user_defined_pieces())
+    unigram = train("spm-unigram", model_type="unigram", user_defined_symbols=["<tag>", "[[", "12"], split_digits=True)
+    spm_vectors("spm-unigram", unigram)
+    spm_vectors("spm-unigram-edited", edited_unigram(unigram))
+    spm_vectors(
+        "spm-unigram-no-fallback",
+        train("spm-unigram-no-fallback", model_type="unigram", vocab_size=600, byte_fallback=False, character_coverage=0.98),
+    )
     trained_llama_vectors()
     bpe_vectors("llama3-bpe", os.path.join(FIXTURES, "llama3-bpe"), SPECIALS["llama3-bpe"])
     for name in ["qwen2-bpe", "qwen3-bpe"]:

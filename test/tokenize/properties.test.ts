@@ -28,6 +28,7 @@ const LOSSLESS = [
   join(FIXTURES, 'qwen2-bpe'),
   join(MODELS, 'spm-across-spaces'),
   join(MODELS, 'spm-unused'),
+  join(MODELS, 'spm-unigram'),
 ];
 
 /** Text from a mix of alphabets, spaces, tabs, newlines, digits, emoji and rare characters. */

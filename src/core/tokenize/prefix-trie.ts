@@ -35,6 +35,16 @@ export class PrefixTrie {
     this.empty = false;
   }
 
+  /** Calls `found(length, value)` for each word starting at text[pos], shortest first. */
+  eachPrefix(text: string, pos: number, found: (length: number, value: number) => void): void {
+    let n: Node | undefined = this.root;
+    for (let i = pos; i < text.length; i++) {
+      n = n.next.get(text.charCodeAt(i));
+      if (n === undefined) return;
+      if (n.value >= 0) found(i + 1 - pos, n.value);
+    }
+  }
+
   /** Length (in UTF-16 units) of the longest word starting at text[pos], 0 when none. */
   longest(text: string, pos: number): number {
     let n: Node | undefined = this.root;

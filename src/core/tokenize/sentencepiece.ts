@@ -1,9 +1,10 @@
 /**
  * A SentencePiece model (tokenizer.model) as a Tokenizer that gives the ids SentencePiece's own
- * `encode` gives (sentencepiece_processor.cc): normalize (./spm-normalize.ts), cut into symbols
- * (a user-defined piece whole, else one character), segment by BPE (./spm-bpe.ts), then turn
- * each final piece into its id — an unknown piece into its UTF-8 bytes' <0xXX> pieces when the
- * model has byte fallback, else into the unknown id, a run of unknown pieces into one.
+ * `encode` gives (sentencepiece_processor.cc): normalize (./spm-normalize.ts), segment — BPE
+ * (./spm-bpe.ts) on symbols that are a user-defined piece whole or one character, or unigram
+ * (./spm-unigram.ts) — then turn each final piece into its id: an unknown piece into its UTF-8
+ * bytes' <0xXX> pieces when the model has byte fallback, else into the unknown id, a run of
+ * unknown pieces into one.
  *
  * Long texts: the reference runs one merge loop over the whole text. Where no piece a merge can
  * form holds a character followed by a space symbol (true of models trained with
@@ -11,15 +12,16 @@
  * and each such word is segmented on its own — the same pieces, a small heap each, and a cache
  * of repeated words. Otherwise (and when the model has unused pieces, whose splitting back
  * depends on the whole call) the whole text is one run, as in the reference; the heap keeps it
- * O(n log n) either way.
+ * O(n log n) either way. Unigram models always run whole (Viterbi is linear).
  *
  * Refused, not approximated: normalization rules (a non-empty precompiled character map, e.g.
- * nmt_nfkc), unigram/word/char models (modelType ≠ BPE), and models the reference itself
- * refuses to load (no unknown piece, duplicate pieces, byte pieces without byte fallback).
+ * nmt_nfkc), word and char models, and models the reference itself refuses to load (no unknown
+ * piece, duplicate pieces, byte pieces without byte fallback).
  */
 import { QuantdError } from '../../errors/index.js';
 import { PrefixTrie } from './prefix-trie.js';
-import { SpmBpe, type SpmVocabulary } from './spm-bpe.js';
+import { SpmBpe, type PieceSink, type SpmVocabulary } from './spm-bpe.js';
+import { SpmUnigram } from './spm-unigram.js';
 import { SPACE_SYMBOL, normalizeSpm, type SpmNormalizerSpec } from './spm-normalize.js';
 import { IdList, checkText } from './text.js';
 import { specialsAround, type EncodeOptions, type Tokenizer } from './tokenizer.js';
@@ -32,6 +34,7 @@ const USER_DEFINED = 4;
 const UNUSED = 5;
 const BYTE = 6;
 
+const MODEL_UNIGRAM = 1;
 const MODEL_BPE = 2;
 const MODEL_NAMES: Record<number, string> = { 1: 'unigram', 2: 'BPE', 3: 'word', 4: 'char' };
 
@@ -127,6 +130,24 @@ function someAdjacency(normal: ReadonlyMap<string, number>, ws: string, firstIsS
   return false;
 }
 
+/** The unigram model over the same pieces (user-defined ones scored, not frozen). */
+function unigramModel(spec: SentencePieceSpec, vocab: SpmVocabulary): SpmUnigram {
+  const trie = new PrefixTrie();
+  const userDefinedBytes = new Int32Array(spec.pieces.length);
+  for (const [piece, id] of vocab.normal) {
+    trie.add(piece, id);
+    if (spec.types[id] === USER_DEFINED) userDefinedBytes[id] = new TextEncoder().encode(piece).length;
+  }
+  return new SpmUnigram({
+    trie,
+    scores: vocab.scores,
+    unused: vocab.unused,
+    userDefinedBytes,
+    unkId: vocab.unkId,
+    types: spec.types,
+  });
+}
+
 /**
  * A run's ids; without byte fallback, -1 marks an unknown piece (a run of which, across runs
  * too, becomes one unknown id when the text's ids are put together).
@@ -160,9 +181,9 @@ const CACHE_LIMIT = 1 << 16;
 
 export function sentencePieceTokenizer(spec: SentencePieceSpec, options: SentencePieceOptions): Tokenizer {
   const source = options.source;
-  if (spec.modelType !== MODEL_BPE) {
+  if (spec.modelType !== MODEL_BPE && spec.modelType !== MODEL_UNIGRAM) {
     throw new QuantdError('FEATURE_UNSUPPORTED', {
-      detail: `${source}: SentencePiece ${MODEL_NAMES[spec.modelType] ?? `type ${spec.modelType}`} models are not tokenized by quantd (BPE models are)`,
+      detail: `${source}: SentencePiece ${MODEL_NAMES[spec.modelType] ?? `type ${spec.modelType}`} models are not tokenized by quantd (BPE and unigram models are)`,
     });
   }
   if (spec.charsmapBytes > 0 || spec.hasRuleTsv) {
@@ -182,6 +203,7 @@ export function sentencePieceTokenizer(spec: SentencePieceSpec, options: Sentenc
   const splitBefore = !hasUnused && !someAdjacency(vocab.normal, ws, false);
   const splitAfter = !hasUnused && !splitBefore && !someAdjacency(vocab.normal, ws, true);
   const bpe = new SpmBpe(vocab);
+  const unigram = spec.modelType === MODEL_UNIGRAM ? unigramModel(spec, vocab) : undefined;
   const cache = new Map<string, Segmented>();
   const added = options.added ?? new Map<number, AddedToken>();
   let vocabSize = spec.pieces.length;
@@ -192,9 +214,10 @@ export function sentencePieceTokenizer(spec: SentencePieceSpec, options: Sentenc
   let ends = new Int32Array(1024);
   let frozen = new Uint8Array(1024);
 
-  const segment = (text: string, count: number): Segmented => {
+  /** The ids of the pieces a segmentation gives (`run` hands them to the callback). */
+  const segmentWith = (run: (sink: PieceSink) => void): Segmented => {
     const ids: number[] = [];
-    bpe.encode(text, starts, ends, frozen, count, (piece, id) => {
+    run((piece, id) => {
       const type = spec.types[id];
       if (type === UNKNOWN) {
         if (spec.byteFallback) pushBytes(piece, vocab.byteIds, ids);
@@ -208,6 +231,8 @@ export function sentencePieceTokenizer(spec: SentencePieceSpec, options: Sentenc
     });
     return Int32Array.from(ids);
   };
+  const segment = (text: string, count: number): Segmented =>
+    segmentWith((sink) => bpe.encode(text, starts, ends, frozen, count, sink));
 
   const encode = (text: string, opts?: EncodeOptions): Int32Array => {
     checkText(text);
@@ -227,6 +252,11 @@ export function sentencePieceTokenizer(spec: SentencePieceSpec, options: Sentenc
         }
       }
     };
+    if (unigram !== undefined) {
+      // float32 path scores make a run's choices depend on what precedes it: one run, as the reference
+      emit(segmentWith((sink) => unigram.encode(normalized, sink)));
+      return out.result(before, after);
+    }
     bpe.reset();
     let count = 0;
     let segStart = 0;
@@ -283,7 +313,7 @@ export function sentencePieceTokenizer(spec: SentencePieceSpec, options: Sentenc
   const decode = (ids: ArrayLike<number>): string => decodeSentencePiece(spec, vocab.byteIds, added, ids);
 
   const tokenizer: Tokenizer = {
-    kind: 'sentencepiece-bpe',
+    kind: unigram === undefined ? 'sentencepiece-bpe' : 'sentencepiece-unigram',
     vocabSize,
     bosId: spec.bosId,
     eosId: spec.eosId,

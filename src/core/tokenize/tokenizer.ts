@@ -13,7 +13,7 @@ export interface EncodeOptions {
 }
 
 export interface Tokenizer {
-  /** "sentencepiece-bpe" (tokenizer.model) or "byte-level-bpe" (tokenizer.json). */
+  /** SentencePiece BPE or unigram (tokenizer.model), or byte-level BPE (tokenizer.json). */
   readonly kind: 'sentencepiece-bpe' | 'sentencepiece-unigram' | 'byte-level-bpe';
   /** One more than the largest id the tokenizer can give. */
   readonly vocabSize: number;
