@@ -10,7 +10,9 @@ import { QuantdError } from '../../errors/index.js';
 import { MergeHeap } from './merge-heap.js';
 import { IdList } from './text.js';
 
-const CACHE_LIMIT = 1 << 16;
+/** The word cache's bounds (as ./sentencepiece.ts's): a few MB at most. */
+const CACHE_LIMIT = 1 << 15;
+const CACHE_WORD = 256;
 
 export class HfBpe {
   /** Merge of the pair (a, b), keyed a * PAIR + b: its index in rank / result. */
@@ -77,8 +79,10 @@ export class HfBpe {
     }
     const whole = this.ignoreMerges ? this.vocab.get(word) : undefined;
     const ids = whole !== undefined ? Int32Array.of(whole) : this.merge(word);
-    if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
-    this.cache.set(word, ids);
+    if (word.length <= CACHE_WORD) {
+      if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
+      this.cache.set(word, ids); // built by byteLevelString: its own string, no slice of the text
+    }
     out.pushAll(ids);
   }
 

@@ -177,7 +177,12 @@ function pushBytes(piece: string, byteIds: Int32Array, ids: number[]): void {
   }
 }
 
-const CACHE_LIMIT = 1 << 16;
+/**
+ * The word cache's bounds: words up to CACHE_WORD UTF-16 units, CACHE_LIMIT of them (then it
+ * starts again), so that it holds a few MB at most however many texts go through it.
+ */
+const CACHE_LIMIT = 1 << 15;
+const CACHE_WORD = 256;
 
 export function sentencePieceTokenizer(spec: SentencePieceSpec, options: SentencePieceOptions): Tokenizer {
   const source = options.source;
@@ -262,7 +267,7 @@ export function sentencePieceTokenizer(spec: SentencePieceSpec, options: Sentenc
     let segStart = 0;
     const flush = (segEnd: number): void => {
       if (count === 0) return;
-      if (!splitBefore && !splitAfter) {
+      if ((!splitBefore && !splitAfter) || segEnd - segStart > CACHE_WORD) {
         emit(segment(normalized, count));
       } else {
         const key = normalized.slice(segStart, segEnd);
@@ -270,7 +275,8 @@ export function sentencePieceTokenizer(spec: SentencePieceSpec, options: Sentenc
         if (s === undefined) {
           s = segment(normalized, count);
           if (cache.size >= CACHE_LIMIT) cache.clear();
-          cache.set(key, s);
+          // a copy: a slice would keep the whole text it was cut from alive in the cache
+          cache.set(` ${key}`.slice(1), s);
         }
         emit(s);
       }
