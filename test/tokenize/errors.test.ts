@@ -181,6 +181,55 @@ describe('loadTokenizer refuses', () => {
     }
   });
 
+  it('Sequences and regex groups nested deep enough to exhaust the stack', async () => {
+    // written as text: JSON.stringify itself recurses once per level
+    const depth = 100_000;
+    const nested = (key: string, leaf: string): string =>
+      `{"type":"Sequence","${key}":[`.repeat(depth) + leaf + ']}'.repeat(depth);
+    const cases: Array<[string, string, string, RegExp]> = [
+      [
+        'normalizer',
+        nested('normalizers', '{"type":"NFC"}'),
+        'HF_MODEL_INVALID',
+        /normalizer Sequences nested/,
+      ],
+      [
+        'pre_tokenizer',
+        nested('pretokenizers', '{"type":"ByteLevel"}'),
+        'HF_MODEL_INVALID',
+        /pre-tokenizer Sequences nested/,
+      ],
+      [
+        'post_processor',
+        nested('processors', '{"type":"ByteLevel"}'),
+        'HF_MODEL_INVALID',
+        /post-processor Sequences nested/,
+      ],
+      [
+        'pre_tokenizer',
+        JSON.stringify({
+          type: 'Split',
+          pattern: { Regex: `${'('.repeat(depth)}a${')'.repeat(depth)}` },
+          behavior: 'Isolated',
+        }),
+        'FEATURE_UNSUPPORTED',
+        /groups nested more than 64 deep/,
+      ],
+    ];
+    for (const [key, text, code, message] of cases) {
+      const dir = folder('qwen2-bpe', (d) => {
+        const path = join(d, 'tokenizer.json');
+        const json = JSON.parse(readFileSync(path, 'utf8')) as Json;
+        json[key] = 'DEEP';
+        writeFileSync(path, JSON.stringify(json).replace('"DEEP"', text));
+      });
+      const err = await failure(() => loadTokenizer(dir));
+      expect(err.code, String(message)).toBe(code);
+      expect(err.message).toMatch(message);
+      expect(err.message.length, 'a message quotes a cut of the pattern').toBeLessThan(600);
+    }
+  });
+
   it('ids that do not fit config.json’s vocab_size, and a BOS asked for that the model lacks', async () => {
     const small = folder('llama3-bpe', (d) => editJson(d, 'config.json', (c) => (c['vocab_size'] = 300)));
     const err = await failure(() => loadTokenizer(small));

@@ -23,7 +23,7 @@ import { AddedTokenMatcher, type AddedTokenSpec, type Piece } from './added-toke
 import { BYTE_CHARS, CHAR_BYTES, byteLevelString } from './byte-level.js';
 import { HfBpe } from './hf-bpe.js';
 import { onigurumaRegExp } from './onig-regex.js';
-import { IdList, checkText, utf8Bytes, utf8Lossy } from './text.js';
+import { IdList, checkText, quoted, utf8Bytes, utf8Lossy } from './text.js';
 import { specialsAround, type EncodeOptions, type Tokenizer } from './tokenizer.js';
 
 type Json = Readonly<Record<string, unknown>>;
@@ -54,19 +54,29 @@ function invalid(source: string, detail: string): QuantdError {
   return new QuantdError('HF_MODEL_INVALID', { path: source, detail });
 }
 
+/** Sequences nested deeper than this are refused (the walks below recurse once per level). */
+const MAX_SEQUENCE_DEPTH = 16;
+
+function checkDepth(depth: number, what: string, source: string): void {
+  if (depth > MAX_SEQUENCE_DEPTH) {
+    throw invalid(source, `has ${what} Sequences nested more than ${MAX_SEQUENCE_DEPTH} deep`);
+  }
+}
+
 /** The normalizer as a function; refused unless Unicode normal forms only. */
-function normalizer(spec: unknown, source: string): ((s: string) => string) | null {
+function normalizer(spec: unknown, source: string, depth = 0): ((s: string) => string) | null {
   if (spec === null || spec === undefined) return null;
   if (!isObject(spec)) throw invalid(source, 'has a normalizer that is not an object');
+  checkDepth(depth, 'normalizer', source);
   const type = spec['type'];
   if (type === 'NFC' || type === 'NFD' || type === 'NFKC' || type === 'NFKD') return (s) => s.normalize(type);
   if (type === 'Sequence' && Array.isArray(spec['normalizers'])) {
-    const steps = spec['normalizers'].map((n) => normalizer(n, source)).filter((f) => f !== null);
+    const steps = spec['normalizers'].map((n) => normalizer(n, source, depth + 1)).filter((f) => f !== null);
     return (s) => steps.reduce((t, f) => f(t), s);
   }
   throw unsupported(
     source,
-    `its normalizer ${JSON.stringify(type)} is not one quantd implements (NFC, NFD, NFKC, NFKD)`,
+    `its normalizer ${quoted(type)} is not one quantd implements (NFC, NFD, NFKC, NFKD)`,
   );
 }
 
@@ -77,15 +87,16 @@ function escapeRegExp(s: string): string {
 /** The pre-tokenizer's steps: Split… then one ByteLevel, last. */
 function preTokenizer(spec: unknown, source: string): Step[] {
   const flat: Json[] = [];
-  const walk = (p: unknown): void => {
+  const walk = (p: unknown, depth: number): void => {
     if (!isObject(p)) throw unsupported(source, 'it has no pre-tokenizer');
+    checkDepth(depth, 'pre-tokenizer', source);
     if (p['type'] === 'Sequence') {
       if (!Array.isArray(p['pretokenizers']))
         throw invalid(source, 'has a Sequence pre-tokenizer without pretokenizers');
-      p['pretokenizers'].forEach(walk);
+      for (const inner of p['pretokenizers']) walk(inner, depth + 1);
     } else flat.push(p);
   };
-  walk(spec);
+  walk(spec, 0);
   const steps: Step[] = flat.map((p, i): Step => {
     const type = p['type'];
     if (type === 'Split') {
@@ -93,7 +104,7 @@ function preTokenizer(spec: unknown, source: string): Step[] {
       if (p['behavior'] !== 'Isolated') {
         throw unsupported(
           source,
-          `its Split pre-tokenizer's behavior ${JSON.stringify(p['behavior'])} is not Isolated`,
+          `its Split pre-tokenizer's behavior ${quoted(p['behavior'])} is not Isolated`,
         );
       }
       if (p['invert'] === true) throw unsupported(source, 'its Split pre-tokenizer is inverted');
@@ -117,7 +128,7 @@ function preTokenizer(spec: unknown, source: string): Step[] {
     }
     throw unsupported(
       source,
-      `its pre-tokenizer ${JSON.stringify(type)} is not one quantd implements (Split, ByteLevel)`,
+      `its pre-tokenizer ${quoted(type)} is not one quantd implements (Split, ByteLevel)`,
     );
   });
   if (steps.at(-1)?.kind !== 'bytes') throw unsupported(source, 'its pre-tokenizer has no ByteLevel step');
@@ -141,12 +152,13 @@ function isolate(text: string, regex: RegExp, out: string[]): void {
   if (done < text.length) out.push(text.slice(done));
 }
 
-function postProcessor(spec: unknown, source: string): void {
+function postProcessor(spec: unknown, source: string, depth = 0): void {
   if (spec === null || spec === undefined) return;
   if (!isObject(spec)) throw invalid(source, 'has a post-processor that is not an object');
+  checkDepth(depth, 'post-processor', source);
   const type = spec['type'];
   if (type === 'Sequence' && Array.isArray(spec['processors'])) {
-    for (const p of spec['processors']) postProcessor(p, source);
+    for (const p of spec['processors']) postProcessor(p, source, depth + 1);
     return;
   }
   if (type === 'ByteLevel') return; // offsets only
@@ -159,7 +171,7 @@ function postProcessor(spec: unknown, source: string): void {
       throw unsupported(source, 'its post-processor template is not [specials…] A [specials…]');
     return;
   }
-  throw unsupported(source, `its post-processor ${JSON.stringify(type)} is not one quantd implements`);
+  throw unsupported(source, `its post-processor ${quoted(type)} is not one quantd implements`);
 }
 
 function addedTokenSpecs(json: Json, source: string): AddedTokenSpec[] {
@@ -175,7 +187,7 @@ function addedTokenSpecs(json: Json, source: string): AddedTokenSpec[] {
       throw invalid(source, `added token ${i} is malformed`);
     }
     if (a['single_word'] === true) {
-      throw unsupported(source, `added token ${JSON.stringify(a['content'])} is single_word`);
+      throw unsupported(source, `added token ${quoted(a['content'])} is single_word`);
     }
     const special = a['special'] === true;
     return {
@@ -204,7 +216,7 @@ function bpeModel(json: Json, source: string): { vocab: Map<string, number>; bpe
   const vocab = new Map<string, number>();
   for (const [token, id] of Object.entries(model['vocab'])) {
     if (typeof id !== 'number' || !Number.isSafeInteger(id) || id < 0) {
-      throw invalid(source, `token ${JSON.stringify(token)} has id ${JSON.stringify(id)}`);
+      throw invalid(source, `token ${quoted(token)} has id ${quoted(id)}`);
     }
     vocab.set(token, id);
   }
@@ -224,7 +236,7 @@ function bpeModel(json: Json, source: string): { vocab: Map<string, number>; bpe
     } else if (Array.isArray(m) && m.length === 2 && typeof m[0] === 'string' && typeof m[1] === 'string') {
       return [m[0], m[1]];
     }
-    throw invalid(source, `merge ${i} is neither "a b" nor ["a", "b"]: ${JSON.stringify(m)}`);
+    throw invalid(source, `merge ${i} is neither "a b" nor ["a", "b"]: ${quoted(m)}`);
   });
   return { vocab, bpe: new HfBpe(vocab, merges, model['ignore_merges'] === true, source) };
 }

@@ -8,7 +8,7 @@
  */
 import { QuantdError } from '../../errors/index.js';
 import { MergeHeap } from './merge-heap.js';
-import { IdList } from './text.js';
+import { IdList, quoted } from './text.js';
 
 /** The word cache's bounds (as ./sentencepiece.ts's): a few MB at most. */
 const CACHE_LIMIT = 1 << 15;
@@ -45,7 +45,7 @@ export class HfBpe {
       if (ia === undefined || ib === undefined || merged === undefined) {
         throw new QuantdError('HF_MODEL_INVALID', {
           path: source,
-          detail: `merge ${i} (${JSON.stringify(`${a} ${b}`)}) names a token not in the vocabulary`,
+          detail: `merge ${i} (${quoted(`${a} ${b}`)}) names a token not in the vocabulary`,
         });
       }
       // a pair listed twice keeps its last rank, as the reference's map does

@@ -21,7 +21,7 @@
  * general categories, and non-ASCII letters under `(?i:`.
  */
 import { QuantdError } from '../../errors/index.js';
-import { WHITE_SPACE_RANGES } from './text.js';
+import { WHITE_SPACE_RANGES, quoted } from './text.js';
 
 /** General category names JavaScript's \p{…} accepts as Oniguruma writes them. */
 const CATEGORIES = new Set(
@@ -39,9 +39,13 @@ const SYNTAX = new Set('^$\\.*+?()[]{}|/'.split(''));
 
 class Unsupported extends Error {}
 
+/** Groups nested deeper than this are refused: the translation recurses once per level. */
+export const MAX_GROUP_DEPTH = 64;
+
 export class OnigTranslator {
   private i = 0;
   private atomics = 0;
+  private depth = 0;
 
   private constructor(private readonly src: string) {}
 
@@ -145,7 +149,7 @@ export class OnigTranslator {
       return `[${lower}${lower.toUpperCase()}${FOLD_EXTRA[lower] ?? ''}]`;
     }
     if (fold && ch.toLowerCase() !== ch.toUpperCase()) {
-      this.fail(`non-ASCII letter ${JSON.stringify(ch)} under (?i: at ${at}`);
+      this.fail(`non-ASCII letter ${quoted(ch)} under (?i: at ${at}`);
     }
     return SYNTAX.has(ch) ? `\\${ch}` : ch;
   }
@@ -172,7 +176,9 @@ export class OnigTranslator {
       this.fail(`group "${rest.slice(0, 4)}" at ${at} (inline options or syntax not translated)`);
     else [open, taken] = ['(?:', 1];
     this.i += taken;
+    if (++this.depth > MAX_GROUP_DEPTH) this.fail(`groups nested more than ${MAX_GROUP_DEPTH} deep at ${at}`);
     const body = this.alternation(inner);
+    this.depth--;
     if (this.peek() !== ')') this.fail(`unclosed group at ${at}`);
     this.i++;
     return atomic ? this.atomic(`(?:${body})`) : `${open}${body})`;
@@ -295,7 +301,7 @@ export function onigurumaRegExp(pattern: string, source: string): RegExp {
   } catch (err) {
     if (!(err instanceof Unsupported)) throw err;
     throw new QuantdError('FEATURE_UNSUPPORTED', {
-      detail: `${source}: the split regex ${JSON.stringify(pattern)} uses what quantd does not translate from Oniguruma: ${err.message}`,
+      detail: `${source}: the split regex ${quoted(pattern)} uses what quantd does not translate from Oniguruma: ${err.message}`,
     });
   }
   try {
@@ -303,7 +309,7 @@ export function onigurumaRegExp(pattern: string, source: string): RegExp {
   } catch (err) {
     throw new QuantdError('HF_MODEL_INVALID', {
       path: source,
-      detail: `the split regex ${JSON.stringify(pattern)} is not a valid pattern (${(err as Error).message})`,
+      detail: `the split regex ${quoted(pattern)} is not a valid pattern (${(err as Error).message})`,
     });
   }
 }

@@ -23,7 +23,7 @@ import { PrefixTrie } from './prefix-trie.js';
 import { SpmBpe, type PieceSink, type SpmVocabulary } from './spm-bpe.js';
 import { SpmUnigram } from './spm-unigram.js';
 import { SPACE_SYMBOL, normalizeSpm, type SpmNormalizerSpec } from './spm-normalize.js';
-import { IdList, checkText } from './text.js';
+import { IdList, checkText, quoted } from './text.js';
 import { specialsAround, type EncodeOptions, type Tokenizer } from './tokenizer.js';
 
 /** SentencePiece.Type (sentencepiece_model.proto). */
@@ -94,7 +94,7 @@ function vocabulary(spec: SentencePieceSpec, source: string): SpmVocabulary & { 
     const type = spec.types[i]!;
     if (piece === '') throw invalid(source, `piece ${i} is empty`);
     const map = type === NORMAL || type === USER_DEFINED || type === UNUSED ? normal : reserved;
-    if (map.has(piece)) throw invalid(source, `piece ${JSON.stringify(piece)} is defined twice`);
+    if (map.has(piece)) throw invalid(source, `piece ${quoted(piece)} is defined twice`);
     map.set(piece, i);
     scores[i] = spec.scores[i]!;
     if (type === UNUSED) unused[i] = 1;
@@ -104,10 +104,10 @@ function vocabulary(spec: SentencePieceSpec, source: string): SpmVocabulary & { 
     }
     if (type === BYTE) {
       if (!spec.byteFallback) {
-        throw invalid(source, `has byte piece ${JSON.stringify(piece)} but byte_fallback is off`);
+        throw invalid(source, `has byte piece ${quoted(piece)} but byte_fallback is off`);
       }
       const b = bytePieceValue(piece);
-      if (b < 0) throw invalid(source, `byte piece ${JSON.stringify(piece)} is not <0xXX>`);
+      if (b < 0) throw invalid(source, `byte piece ${quoted(piece)} is not <0xXX>`);
       byteIds[b] = i;
     }
   }
@@ -193,7 +193,7 @@ export function sentencePieceTokenizer(spec: SentencePieceSpec, options: Sentenc
   }
   if (spec.charsmapBytes > 0 || spec.hasRuleTsv) {
     throw new QuantdError('FEATURE_UNSUPPORTED', {
-      detail: `${source}: the SentencePiece normalizer ${JSON.stringify(spec.normalizerName)} rewrites characters (a precompiled character map); quantd tokenizes identity-normalized models only`,
+      detail: `${source}: the SentencePiece normalizer ${quoted(spec.normalizerName)} rewrites characters (a precompiled character map); quantd tokenizes identity-normalized models only`,
     });
   }
   const vocab = vocabulary(spec, source);
@@ -230,7 +230,7 @@ export function sentencePieceTokenizer(spec: SentencePieceSpec, options: Sentenc
       } else if (type === CONTROL) {
         // the reference's encode fails on a control piece spelled in the text (no surface)
         throw new QuantdError('FEATURE_UNSUPPORTED', {
-          detail: `${source}: the text spells control piece ${JSON.stringify(piece)} as a whole symbol, which SentencePiece cannot encode`,
+          detail: `${source}: the text spells control piece ${quoted(piece)} as a whole symbol, which SentencePiece cannot encode`,
         });
       } else ids.push(id);
     });

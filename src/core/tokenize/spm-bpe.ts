@@ -122,16 +122,16 @@ export class SpmBpe {
     }
   }
 
-  private resegment(piece: string, sink: PieceSink): void {
-    const id = this.vocab.reserved.get(piece) ?? this.vocab.normal.get(piece) ?? this.vocab.unkId;
-    if (this.vocab.unused[id] === 1) {
-      const split = this.revMerge.get(piece);
-      if (split !== undefined) {
-        this.resegment(split[0], sink);
-        this.resegment(split[1], sink);
-        return;
-      }
+  /** The reference's recursive split, with a stack of its own (a model's chains can be long). */
+  private resegment(whole: string, sink: PieceSink): void {
+    const pending = [whole];
+    while (pending.length > 0) {
+      const piece = pending.pop()!;
+      const id = this.vocab.reserved.get(piece) ?? this.vocab.normal.get(piece) ?? this.vocab.unkId;
+      const split = this.vocab.unused[id] === 1 ? this.revMerge.get(piece) : undefined;
+      if (split !== undefined)
+        pending.push(split[1], split[0]); // left first
+      else sink(piece, id);
     }
-    sink(piece, id);
   }
 }

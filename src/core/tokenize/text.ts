@@ -34,6 +34,23 @@ export function checkText(text: string): void {
   }
 }
 
+/**
+ * A value from a tokenizer file, as an error message shows it: a string quoted and cut to
+ * `max` characters (a file's strings can be megabytes), anything else by its kind — never
+ * serialized whole (JSON.stringify recurses once per level of a hostile file's nesting).
+ */
+export function quoted(value: unknown, max = 80): string {
+  if (typeof value === 'string') {
+    return value.length <= max
+      ? JSON.stringify(value)
+      : `${JSON.stringify(value.slice(0, max))}… (${value.length} characters)`;
+  }
+  if (typeof value === 'number' || typeof value === 'boolean' || value === null || value === undefined) {
+    return String(value);
+  }
+  return Array.isArray(value) ? `an array of ${value.length}` : 'an object';
+}
+
 const UTF8 = new TextEncoder();
 
 export function utf8Bytes(text: string): Uint8Array {

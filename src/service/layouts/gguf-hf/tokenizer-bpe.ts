@@ -37,11 +37,18 @@ export interface BpeVocabulary {
 
 const isObject = (v: unknown): v is JsonObject => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/**
+ * Sequences nested deeper than this are not looked into (the walks recurse once per level, and
+ * a file's nesting is its author's): they hold no regex and no template here, and the tokenizer
+ * (src/core/tokenize) refuses them.
+ */
+const MAX_SEQUENCE_DEPTH = 16;
+
 /** The split regexes of a pre_tokenizer (a Split, or a Sequence holding Splits). */
-function splitPatterns(pre: unknown): string[] {
-  if (!isObject(pre)) return [];
+function splitPatterns(pre: unknown, depth = 0): string[] {
+  if (!isObject(pre) || depth > MAX_SEQUENCE_DEPTH) return [];
   if (pre['type'] === 'Sequence' && Array.isArray(pre['pretokenizers'])) {
-    return pre['pretokenizers'].flatMap(splitPatterns);
+    return pre['pretokenizers'].flatMap((p) => splitPatterns(p, depth + 1));
   }
   const pattern = pre['pattern'];
   if (pre['type'] === 'Split' && isObject(pattern) && typeof pattern['Regex'] === 'string') {
@@ -68,10 +75,10 @@ function mergeText(merge: unknown, path: string): string {
 }
 
 /** Whether the post-processor's template puts a special token first (`at` 0) or last (-1). */
-function templateSpecialAt(post: unknown, at: 0 | -1): boolean {
-  if (!isObject(post)) return false;
+function templateSpecialAt(post: unknown, at: 0 | -1, depth = 0): boolean {
+  if (!isObject(post) || depth > MAX_SEQUENCE_DEPTH) return false;
   if (post['type'] === 'Sequence' && Array.isArray(post['processors'])) {
-    return post['processors'].some((p) => templateSpecialAt(p, at));
+    return post['processors'].some((p) => templateSpecialAt(p, at, depth + 1));
   }
   const single = post['single'];
   const item: unknown = Array.isArray(single) ? single.at(at) : undefined;
