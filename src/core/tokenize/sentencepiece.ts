@@ -118,7 +118,11 @@ function vocabulary(spec: SentencePieceSpec, source: string): SpmVocabulary & { 
   return { normal, reserved, scores, unused, unkId, byteIds };
 }
 
-/** Whether a piece merges can form holds `a` then `b`, where `inSet` tells a space symbol. */
+/**
+ * Whether a piece merges can form (normal, user-defined or unused) holds a space symbol `ws`
+ * right after another character (`firstIsSpace` false), or another character right after a
+ * space symbol (true): if none does, no merge crosses such a place in a text.
+ */
 function someAdjacency(normal: ReadonlyMap<string, number>, ws: string, firstIsSpace: boolean): boolean {
   for (const piece of normal.keys()) {
     for (let i = 1; i < piece.length; i++) {
