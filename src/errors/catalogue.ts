@@ -177,6 +177,8 @@ export const catalogue = {
   LAYOUT_INVALID: bad('Malformed interop layout file', '{source}: tensor {tensor}: {detail}'),
   // a Hugging Face model folder (config.json, tokenizer files, shards) converted to GGUF
   HF_MODEL_INVALID: bad('Invalid Hugging Face model folder', '{path}: {detail}'),
+  // text a tokenizer cannot encode (not Unicode) or ids it cannot decode (src/core/tokenize)
+  TOKENIZER_INPUT_INVALID: bad('Invalid tokenizer input', '{detail}'),
   NOT_A_QTENSOR: bad(
     'Not a qtensor container',
     '{source}: no tensor carries quantd.qtensor/1 metadata; nothing to dequantize',

@@ -1,14 +1,20 @@
 /**
  * SentencePiece's `tokenizer.model`: a serialized `ModelProto` (sentencepiece_model.proto),
  * read with the protobuf wire reader of ./onnx-proto.ts. Only what a GGUF vocabulary needs:
- * the pieces (text, score, type), the model type, the special ids and whether the normalizer
- * adds a dummy prefix. Field numbers, from the public .proto:
+ * the pieces (text, score, type), the model type, the special ids, and what the tokenizer
+ * (src/core/tokenize/sentencepiece.ts) needs of the normalizer to encode as SentencePiece does.
+ * Field numbers, from the public .proto:
  *
- *   ModelProto      pieces = 1 (repeated SentencePiece) · trainer_spec = 2 · normalizer_spec = 3
+ *   ModelProto      pieces = 1 (repeated SentencePiece) · trainer_spec = 2 · normalizer_spec = 3 ·
+ *                   denormalizer_spec = 5
  *   SentencePiece   piece = 1 (string) · score = 2 (float) · type = 3 (enum, NORMAL when absent)
- *   TrainerSpec     model_type = 3 (UNIGRAM 1, BPE 2, WORD 3, CHAR 4) · byte_fallback = 35 ·
- *                   unk_id = 40 (default 0) · bos_id = 41 (1) · eos_id = 42 (2) · pad_id = 43 (-1)
- *   NormalizerSpec  add_dummy_prefix = 3 (default true)
+ *   TrainerSpec     model_type = 3 (UNIGRAM 1, BPE 2, WORD 3, CHAR 4) ·
+ *                   treat_whitespace_as_suffix = 24 (default false) · byte_fallback = 35 ·
+ *                   unk_id = 40 (default 0) · bos_id = 41 (1) · eos_id = 42 (2) · pad_id = 43 (-1) ·
+ *                   unk_surface = 44 (default " \u2047 ")
+ *   NormalizerSpec  name = 1 · precompiled_charsmap = 2 (bytes) · add_dummy_prefix = 3 (default
+ *                   true) · remove_extra_whitespaces = 4 (default true) · escape_whitespaces = 5
+ *                   (default true) · normalization_rule_tsv = 6
  */
 import { QuantdError } from '../errors/index.js';
 import {
@@ -44,6 +50,19 @@ export interface SentencePieceModel {
   readonly eosId: number;
   readonly padId: number;
   readonly addDummyPrefix: boolean;
+  /** NormalizerSpec.name ("identity", "nmt_nfkc", …; "" when absent). */
+  readonly normalizerName: string;
+  /** Bytes of the normalizer's precompiled character map (0: no rewriting rules, identity). */
+  readonly charsmapBytes: number;
+  /** Whether a custom normalization_rule_tsv is set (it is compiled into the charsmap). */
+  readonly hasRuleTsv: boolean;
+  readonly removeExtraWhitespaces: boolean;
+  readonly escapeWhitespaces: boolean;
+  readonly treatWhitespaceAsSuffix: boolean;
+  /** Bytes of the denormalizer's character map (decoding rewrites; 0 when none). */
+  readonly denormalizerCharsmapBytes: number;
+  /** What decoding shows for the unknown piece. */
+  readonly unkSurface: string;
 }
 
 function float32(f: ProtoField): number {
@@ -75,6 +94,14 @@ export function parseSentencePieceModel(bytes: Uint8Array, source: string): Sent
     eosId: 2,
     padId: -1,
     addDummyPrefix: true,
+    normalizerName: '',
+    charsmapBytes: 0,
+    hasRuleTsv: false,
+    removeExtraWhitespaces: true,
+    escapeWhitespaces: true,
+    treatWhitespaceAsSuffix: false,
+    denormalizerCharsmapBytes: 0,
+    unkSurface: ' \u2047 ',
   };
   try {
     for (const f of protoFields(bytes)) {
@@ -93,15 +120,26 @@ export function parseSentencePieceModel(bytes: Uint8Array, source: string): Sent
       } else if (f.field === 2) {
         for (const t of protoFields(message(f))) {
           if (t.field === 3) model.modelType = int(t);
+          else if (t.field === 24) model.treatWhitespaceAsSuffix = int(t) !== 0;
           else if (t.field === 35) model.byteFallback = int(t) !== 0;
           else if (t.field === 40) model.unkId = int(t);
           else if (t.field === 41) model.bosId = int(t);
           else if (t.field === 42) model.eosId = int(t);
           else if (t.field === 43) model.padId = int(t);
+          else if (t.field === 44) model.unkSurface = utf8(t);
         }
       } else if (f.field === 3) {
         for (const n of protoFields(message(f))) {
-          if (n.field === 3) model.addDummyPrefix = int(n) !== 0;
+          if (n.field === 1) model.normalizerName = utf8(n);
+          else if (n.field === 2) model.charsmapBytes = message(n).length;
+          else if (n.field === 3) model.addDummyPrefix = int(n) !== 0;
+          else if (n.field === 4) model.removeExtraWhitespaces = int(n) !== 0;
+          else if (n.field === 5) model.escapeWhitespaces = int(n) !== 0;
+          else if (n.field === 6) model.hasRuleTsv = utf8(n) !== '';
+        }
+      } else if (f.field === 5) {
+        for (const n of protoFields(message(f))) {
+          if (n.field === 2) model.denormalizerCharsmapBytes = message(n).length;
         }
       }
     }

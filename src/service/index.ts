@@ -19,3 +19,4 @@ export * from './model-folder.js';
 export * from './envelope.js';
 export * from './client-errors.js';
 export * from './live-streams.js';
+export * from './load-tokenizer.js';

@@ -116,6 +116,24 @@ describe('HF folder → GGUF: refusals', () => {
     expect(err.message).toMatch(/is not a BPE tokenizer/);
   });
 
+  it('a tokenizer.json whose Sequences nest deep enough to exhaust the stack', async () => {
+    // written as text: JSON.stringify itself recurses once per level
+    const depth = 100_000;
+    const deep =
+      '{"type":"Sequence","pretokenizers":['.repeat(depth) + '{"type":"ByteLevel"}' + ']}'.repeat(depth);
+    const dir = folder((d) => {
+      const path = join(d, 'tokenizer.json');
+      const tok = JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>;
+      tok['pre_tokenizer'] = 'DEEP';
+      tok['post_processor'] = 'DEEPER';
+      const post = deep.replaceAll('pretokenizers', 'processors');
+      writeFileSync(path, JSON.stringify(tok).replace('"DEEP"', deep).replace('"DEEPER"', post));
+    }, 'llama3-bpe');
+    const err = await failure(dir);
+    expect(err.code).toBe('HF_MODEL_INVALID');
+    expect(err.message).toMatch(/its pre-tokenizer \(no split regex\) is not one llama\.cpp implements/);
+  });
+
   it('options that config.json decides', async () => {
     const err = await failure(fixtureDir('llama-spm'), { heads: '4' });
     expect(err.code).toBe('OPTION_INVALID');

@@ -37,11 +37,18 @@ export interface BpeVocabulary {
 
 const isObject = (v: unknown): v is JsonObject => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/**
+ * Sequences nested deeper than this are not looked into (the walks recurse once per level, and
+ * a file's nesting is its author's): they hold no regex and no template here, and the tokenizer
+ * (src/core/tokenize) refuses them.
+ */
+const MAX_SEQUENCE_DEPTH = 16;
+
 /** The split regexes of a pre_tokenizer (a Split, or a Sequence holding Splits). */
-function splitPatterns(pre: unknown): string[] {
-  if (!isObject(pre)) return [];
+function splitPatterns(pre: unknown, depth = 0): string[] {
+  if (!isObject(pre) || depth > MAX_SEQUENCE_DEPTH) return [];
   if (pre['type'] === 'Sequence' && Array.isArray(pre['pretokenizers'])) {
-    return pre['pretokenizers'].flatMap(splitPatterns);
+    return pre['pretokenizers'].flatMap((p) => splitPatterns(p, depth + 1));
   }
   const pattern = pre['pattern'];
   if (pre['type'] === 'Split' && isObject(pattern) && typeof pattern['Regex'] === 'string') {
@@ -67,18 +74,24 @@ function mergeText(merge: unknown, path: string): string {
   throw hfInvalid(path, `has a merge that is neither "a b" nor ["a", "b"]: ${JSON.stringify(merge)}`);
 }
 
-function startsWithSpecial(post: unknown): boolean {
-  if (!isObject(post)) return false;
+/** Whether the post-processor's template puts a special token first (`at` 0) or last (-1). */
+function templateSpecialAt(post: unknown, at: 0 | -1, depth = 0): boolean {
+  if (!isObject(post) || depth > MAX_SEQUENCE_DEPTH) return false;
   if (post['type'] === 'Sequence' && Array.isArray(post['processors'])) {
-    return post['processors'].some(startsWithSpecial);
+    return post['processors'].some((p) => templateSpecialAt(p, at, depth + 1));
   }
   const single = post['single'];
-  return post['type'] === 'TemplateProcessing' && Array.isArray(single) && isObject(single[0])
-    ? 'SpecialToken' in single[0]
-    : false;
+  const item: unknown = Array.isArray(single) ? single.at(at) : undefined;
+  return post['type'] === 'TemplateProcessing' && isObject(item) ? 'SpecialToken' in item : false;
 }
 
-export async function bpeVocabulary(path: string, vocabSize: number): Promise<BpeVocabulary> {
+/** Whether the post-processor puts a special token first (Llama 3's BOS). */
+export const startsWithSpecial = (post: unknown): boolean => templateSpecialAt(post, 0);
+/** Whether the post-processor puts a special token last. */
+export const endsWithSpecial = (post: unknown): boolean => templateSpecialAt(post, -1);
+
+/** A tokenizer.json, parsed and checked to be a BPE model with a vocabulary. */
+export async function readTokenizerJson(path: string): Promise<JsonObject> {
   let json: unknown;
   try {
     json = JSON.parse(await readFile(path, 'utf8'));
@@ -87,11 +100,14 @@ export async function bpeVocabulary(path: string, vocabSize: number): Promise<Bp
   }
   const model = isObject(json) ? json['model'] : undefined;
   if (!isObject(json) || !isObject(model) || model['type'] !== 'BPE' || !isObject(model['vocab'])) {
-    throw hfInvalid(
-      path,
-      'is not a BPE tokenizer (model.type "BPE" with a vocab); the GGUF conversion reads those',
-    );
+    throw hfInvalid(path, 'is not a BPE tokenizer (model.type "BPE" with a vocab); quantd reads those');
   }
+  return json;
+}
+
+export async function bpeVocabulary(path: string, vocabSize: number): Promise<BpeVocabulary> {
+  const json = await readTokenizerJson(path);
+  const model = json['model'] as JsonObject;
   const decoder = json['decoder'];
   if (!isObject(decoder) || decoder['type'] !== 'ByteLevel') {
     throw new QuantdError('FEATURE_UNSUPPORTED', {
@@ -113,7 +129,8 @@ export async function bpeVocabulary(path: string, vocabSize: number): Promise<Bp
     types[id] = type;
     idOf.set(text, id);
   };
-  for (const [text, id] of Object.entries(model['vocab'])) place(text, id, SP_PIECE_TYPES.NORMAL);
+  for (const [text, id] of Object.entries(model['vocab'] as JsonObject))
+    place(text, id, SP_PIECE_TYPES.NORMAL);
   const added = Array.isArray(json['added_tokens']) ? json['added_tokens'] : [];
   for (const a of added) {
     if (!isObject(a) || typeof a['content'] !== 'string')

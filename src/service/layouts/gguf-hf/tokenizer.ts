@@ -17,7 +17,11 @@ import { readFile } from 'node:fs/promises';
 import { QuantdError } from '../../../errors/index.js';
 import type { GgufKv } from '../../../format/gguf.js';
 import { errorDetail } from '../../../format/file-io.js';
-import { SP_PIECE_TYPES, parseSentencePieceModel } from '../../../format/sentencepiece-model.js';
+import {
+  SP_PIECE_TYPES,
+  parseSentencePieceModel,
+  type SentencePieceModel,
+} from '../../../format/sentencepiece-model.js';
 import { configBool, configString, hfInvalid, type HfFolder, type JsonObject } from './folder.js';
 import { bool, floats, int32s, str, strings, u32 } from './gguf-kv.js';
 import { bpeVocabulary } from './tokenizer-bpe.js';
@@ -35,21 +39,25 @@ interface Vocabulary {
   readonly ids: { bos: number; eos: number; unk: number; pad: number };
 }
 
+export interface ConfigAddedToken {
+  readonly id: number;
+  readonly content: string;
+  readonly special: boolean;
+}
+
 /**
  * tokenizer_config.json's added_tokens_decoder ({"32000": {"content": "<|endoftext|>",
- * "special": true}}): tokens outside tokenizer.model (Phi-3's chat tokens), placed at their ids;
- * special ones are control tokens, others user-defined.
+ * "special": true}}): tokens outside tokenizer.model (Phi-3's chat tokens) with their ids, each
+ * inside `vocabSize`.
  */
-function addedTokens(
-  tokens: string[],
-  types: number[],
+export function configAddedTokens(
   tokenizerConfig: JsonObject,
   vocabSize: number,
   path: string,
-): void {
+): ConfigAddedToken[] {
   const decoder = tokenizerConfig['added_tokens_decoder'];
-  if (typeof decoder !== 'object' || decoder === null) return;
-  for (const [key, token] of Object.entries(decoder as JsonObject)) {
+  if (typeof decoder !== 'object' || decoder === null) return [];
+  return Object.entries(decoder as JsonObject).map(([key, token]) => {
     const id = Number(key);
     const content = (token as JsonObject | null)?.['content'];
     if (!Number.isSafeInteger(id) || id < 0 || typeof content !== 'string') {
@@ -61,10 +69,27 @@ function addedTokens(
         `added token ${JSON.stringify(content)} has id ${id}, outside vocab_size ${vocabSize}`,
       );
     }
+    return { id, content, special: (token as JsonObject)['special'] === true };
+  });
+}
+
+/** The added tokens placed at their ids: special ones are control tokens, others user-defined. */
+function addedTokens(
+  tokens: string[],
+  types: number[],
+  tokenizerConfig: JsonObject,
+  vocabSize: number,
+  path: string,
+): void {
+  for (const { id, content, special } of configAddedTokens(tokenizerConfig, vocabSize, path)) {
     tokens[id] = content;
-    types[id] =
-      (token as JsonObject)['special'] === true ? SP_PIECE_TYPES.CONTROL : SP_PIECE_TYPES.USER_DEFINED;
+    types[id] = special ? SP_PIECE_TYPES.CONTROL : SP_PIECE_TYPES.USER_DEFINED;
   }
+}
+
+/** A tokenizer.model, parsed. */
+export async function readSentencePiece(path: string): Promise<SentencePieceModel> {
+  return parseSentencePieceModel(await readBytes(path), path);
 }
 
 async function sentencePieceVocabulary(
@@ -73,7 +98,7 @@ async function sentencePieceVocabulary(
   tokenizerConfig: JsonObject,
   tokenizerConfigPath: string,
 ): Promise<Vocabulary> {
-  const sp = parseSentencePieceModel(await readBytes(path), path);
+  const sp = await readSentencePiece(path);
   if (sp.modelType !== 1 && sp.modelType !== 2) {
     throw hfInvalid(
       path,
@@ -110,7 +135,7 @@ async function sentencePieceVocabulary(
 }
 
 /** A special token of tokenizer_config.json ("<s>" or {"content": "<s>", ...}), as text. */
-function tokenText(value: unknown): string | undefined {
+export function tokenText(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
   if (typeof value === 'object' && value !== null && typeof (value as JsonObject)['content'] === 'string') {
     return (value as JsonObject)['content'] as string;
@@ -119,7 +144,7 @@ function tokenText(value: unknown): string | undefined {
 }
 
 /** A *_token_id of config.json: a number, or a list whose first entry counts (Llama 3.1's eos). */
-function configId(config: JsonObject, key: string): number | undefined {
+export function configId(config: JsonObject, key: string): number | undefined {
   const v = config[key];
   const id = Array.isArray(v) ? (v as unknown[])[0] : v;
   return typeof id === 'number' && Number.isSafeInteger(id) && id >= 0 ? id : undefined;
