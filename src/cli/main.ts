@@ -335,6 +335,8 @@ async function dispatch(argv: readonly string[], io: Io): Promise<number | void>
       return serveUntilSignalled(io);
     case 'calibrate':
       return (await import('./calibrate-command.js')).calibrate(parsed, io);
+    case 'eval':
+      return (await import('./eval-command.js')).evalCommand(parsed, io);
     default:
       return transform(parsed, io);
   }

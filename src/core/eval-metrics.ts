@@ -112,10 +112,13 @@ export interface EvalSummary {
   };
 }
 
-/** Mean of per-window means weighted by tokens, and its standard error over windows. */
+/**
+ * The mean per token of per-window sums (`values`, over `weights` tokens each), and its standard
+ * error from the spread of the windows' own means.
+ */
 function estimate(values: readonly number[], weights: readonly number[]): Estimate {
   const total = weights.reduce((a, b) => a + b, 0);
-  const mean = values.reduce((a, v, i) => a + v * weights[i]!, 0) / total;
+  const mean = values.reduce((a, v) => a + v, 0) / total;
   const n = values.length;
   if (n < 2) return { mean, se: 0 };
   const perWindow = values.map((v, i) => v / weights[i]!);

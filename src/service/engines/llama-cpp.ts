@@ -87,16 +87,22 @@ export class GgufSession {
     return new GgufSession(model, context, vocab);
   }
 
-  /** Logits [ids.length, vocab] of one window, evaluated from an empty context. */
-  async logits(ids: ArrayLike<number>): Promise<Float32Array> {
+  /**
+   * Logits [ids.length, vocab] of one window, evaluated from an empty context; rows before
+   * `from` are left zero (not asked of llama.cpp: each row asked costs a call of its own).
+   */
+  async logits(ids: ArrayLike<number>, from = 0): Promise<Float32Array> {
     const sequence = this.context.getSequence();
     try {
-      const items = Array.from(ids, (t) => [t, { generateNext: { logits: true } }] as const);
+      const items = Array.from(ids, (t, i) =>
+        i < from ? t : ([t, { generateNext: { logits: true } }] as const),
+      );
       const out = await sequence.controlledEvaluate(
         items as unknown as Parameters<typeof sequence.controlledEvaluate>[0],
       );
       const rows = new Float32Array(ids.length * this.vocab);
       out.forEach((o, i) => {
+        if (i < from) return;
         const logits = o?.next?.logits;
         if (!logits)
           throw new QuantdError('INTERNAL', { detail: `llama.cpp gave no logits after token ${i}` });

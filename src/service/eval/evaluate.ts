@@ -108,9 +108,10 @@ export async function evaluate(
     const scores: WindowScore[] = [];
     for (const [i, ids] of windows.entries()) {
       throwIfAborted(options.signal);
-      const r = await reference.logits(ids);
-      const q = quantized ? await quantized.logits(ids) : null;
-      scores.push(scoreWindow(ids, r, reference.vocab, q, quantized?.vocab ?? 0, options.seqLen >> 1));
+      const from = options.seqLen >> 1;
+      const r = await reference.logits(ids, from);
+      const q = quantized ? await quantized.logits(ids, from) : null;
+      scores.push(scoreWindow(ids, r, reference.vocab, q, quantized?.vocab ?? 0, from));
       options.onProgress?.(i + 1, windows.length);
     }
     const layerWindows = windows.slice(0, options.layerWindows ?? 4);

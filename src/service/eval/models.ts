@@ -30,7 +30,8 @@ export interface LogitSource {
   /** What it is and what runs it, for reports: "GGUF in llama.cpp". */
   readonly describe: string;
   readonly vocab: number;
-  logits(ids: Int32Array): Promise<Float32Array>;
+  /** Logits [ids.length, vocab]; rows before `from` may be left zero (unscored). */
+  logits(ids: Int32Array, from: number): Promise<Float32Array>;
   /** Each layer's output [seq, hidden] for the window (ONNX Runtime decoders built here). */
   hidden?(ids: Int32Array, layers: number): Promise<Float32Array[]>;
   close(): Promise<void>;
@@ -173,7 +174,7 @@ export async function openLogitSource(path: string, ctx: SourceContext): Promise
     return {
       describe: `${basename(path)} (GGUF in llama.cpp)`,
       vocab: session.vocab,
-      logits: (ids) => session.logits(ids),
+      logits: (ids, from) => session.logits(ids, from),
       close: () => session.close(),
     };
   }
