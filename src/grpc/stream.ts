@@ -15,11 +15,13 @@
  */
 import { once } from 'node:events';
 import type { ServerDuplexStream } from '@grpc/grpc-js';
-import { encodeHeader, parseSafetensors, type TensorEntry } from '../format/index.js';
+import type { TensorEntry } from '../format/index.js';
 import { QuantdError } from '../errors/index.js';
 import {
   OPERATIONS,
+  encodeResultHeader,
   operationRequest,
+  parseBody,
   planOperation,
   runBufferOperation,
   singleTensorFile,
@@ -117,7 +119,8 @@ interface Plan {
   readonly total: number;
   readonly chunkSize: number;
   /** The input as a file, once its bytes have arrived. */
-  readonly file: (bytes: Uint8Array) => InMemoryFile;
+  /** The input as a file (a safetensors input parsed with the event loop turning meanwhile). */
+  readonly file: (bytes: Uint8Array) => Promise<InMemoryFile>;
 }
 
 function planOf(header: StreamHeader, deps: StreamDeps): Plan {
@@ -146,10 +149,10 @@ function planOf(header: StreamHeader, deps: StreamDeps): Plan {
       request,
       total,
       chunkSize,
-      file: (bytes) => singleTensorFile(name, dtype, shape, bytes, 'stream tensor'),
+      file: async (bytes) => singleTensorFile(name, dtype, shape, bytes, 'stream tensor'),
     };
   }
-  return { request, total, chunkSize, file: (bytes) => parseSafetensors(bytes, 'stream') };
+  return { request, total, chunkSize, file: (bytes) => parseBody(bytes, 'stream') };
 }
 
 /** A growable SharedArrayBuffer (ES2024, Node 20): its address space reserved, memory committed on grow(). */
@@ -276,7 +279,7 @@ function readInput(call: Call, deps: StreamDeps): Promise<{ plan: Plan; bytes: U
 export async function handleStream(call: Call, deps: StreamDeps): Promise<void> {
   const { plan, bytes } = await readInput(call, deps);
   const result = await runBufferOperation(
-    plan.file(bytes),
+    await plan.file(bytes),
     'stream',
     plan.request,
     deps.compute,
@@ -288,7 +291,7 @@ export async function handleStream(call: Call, deps: StreamDeps): Promise<void> 
     for (const o of result.outputs) deps.compute.release?.(o);
   });
   deps.onResult?.();
-  const head = encodeHeader(result.plan.tensors, result.plan.metadata).bytes;
+  const head = await encodeResultHeader(result.plan);
   const parts = [head, ...result.outputs];
   const total = parts.reduce((n, p) => n + p.byteLength, 0);
   const metadata = { ...result.plan.metadata };

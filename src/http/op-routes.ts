@@ -9,14 +9,14 @@
 import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { QuantdError } from '../errors/index.js';
-import { parseSafetensors } from '../format/index.js';
 import {
   OPERATIONS,
   floatStDType,
   singleTensorFile,
   type InMemoryFile,
   operationRequest,
-  planOperation,
+  parseBody,
+  planBuffer,
   runBufferPlan,
   PlanCache,
   type BufferResult,
@@ -75,8 +75,12 @@ function planKey(request: FastifyRequest, safetensors: boolean): string | undefi
 }
 
 /** The body as the file it stands for: a safetensors file, or one raw tensor named "tensor". */
-function bodyFile(request: FastifyRequest, body: Uint8Array, safetensors: boolean): InMemoryFile {
-  if (safetensors) return parseSafetensors(body, 'request body');
+async function bodyFile(
+  request: FastifyRequest,
+  body: Uint8Array,
+  safetensors: boolean,
+): Promise<InMemoryFile> {
+  if (safetensors) return parseBody(body, 'request body');
   const dtypeHeader = String(request.headers['x-tensor-dtype'] ?? '');
   const dtype = floatStDType(dtypeHeader);
   if (!dtype) {
@@ -151,8 +155,10 @@ async function handle(
   const cached = plans.find(key);
   // options are checked before the body (a bad option is reported first), unless known good
   const opRequest = cached ? undefined : operationRequest(op, request.query as RequestParams);
-  const file = bodyFile(request, request.body, safetensors);
-  const prepared = cached ?? plans.prepare(key, planOperation(file.header, opRequest!, 'request body'));
+  const file = await bodyFile(request, request.body, safetensors);
+  // A body of tens of thousands of tensors is parsed, planned and its answer's header encoded
+  // in slices of time, so that the event loop answers other requests meanwhile.
+  const prepared = cached ?? plans.prepare(key, await planBuffer(file.header, opRequest!, 'request body'));
   // Every request whose work can reach the pool can be cancelled (client gone) and timed out,
   // however small its body (QUANTD_INLINE_LIMIT).
   const signal = needsSignal(request.body, deps.inlineLimit)
@@ -170,7 +176,7 @@ async function handle(
     }
     return reply.type('application/json').send(asJson(result));
   }
-  const header = prepared.header;
+  const header = await prepared.encodedHeader();
   const length = result.outputs.reduce((n, o) => n + o.byteLength, header.byteLength);
   reply.header('Content-Length', String(length)).type(SAFETENSORS_TYPE);
   const parts = [asBuffer(header), ...result.outputs.map(asBuffer)];

@@ -15,9 +15,10 @@ import { open, stat } from 'node:fs/promises';
 import { basename, extname, join, relative, sep } from 'node:path';
 import { QuantdError } from '../errors/index.js';
 import { ST_DTYPE_SIZE } from '../core/dtypes.js';
+import { completeYielding } from '../core/time-slice.js';
 import { SafetensorsFileReader } from '../format/index.js';
 import {
-  planOperation,
+  planOperationWork,
   resolveModelInput,
   runModel,
   type Compute,
@@ -79,7 +80,9 @@ export async function validatePlan(plan: JobPlan, input: string, model?: ModelIn
     try {
       const shard = resolved.index !== null;
       if (plan.kind === 'model') {
-        const planned = planOperation(reader.header, plan.request, basename(file), shard);
+        const planned = await completeYielding(
+          planOperationWork(reader.header, plan.request, basename(file), shard),
+        );
         outputBytes += planned.tensors.reduce(
           (n, t) => n + elementCount(t.shape) * ST_DTYPE_SIZE[t.dtype],
           0,
