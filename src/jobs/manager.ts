@@ -281,6 +281,19 @@ export class JobManager {
   }
 
   /** A succeeded job whose result is damaged: failed, never served. */
+  /**
+   * A result file of job `id` failed its checksum as it was served (verify.ts): the job is marked
+   * failed with `problem` (RESULT_CORRUPT), as a missing result file marks it, so that no later
+   * download serves it. Never throws: it is told from a transfer that is already failing.
+   */
+  async resultCorrupt(id: string, problem: QuantdError): Promise<void> {
+    const entry = this.book.entries.get(id);
+    if (entry === undefined || entry.record.job.state !== 'succeeded') return;
+    await this.failResult(entry, problem).catch((err: unknown) =>
+      this.log.error({ err, job: id }, `jobs: corrupt result not recorded: ${(err as Error).message}`),
+    );
+  }
+
   private async failResult(entry: Entry, problem: QuantdError): Promise<void> {
     this.log.warn(
       { job: entry.record.job.id, code: problem.code },
