@@ -63,12 +63,23 @@ export class LoopSlice {
   }
 }
 
-/** Runs `work` to its end, yielding to the event loop whenever a slice of `sliceMs` is spent. */
-export async function completeYielding<T>(work: Resumable<T>, sliceMs = SLICE_MS): Promise<T> {
+/**
+ * Runs `work` to its end, yielding to the event loop whenever a slice of `sliceMs` is spent. An
+ * aborted `signal` (the client gone, the request's time up) stops it at the next pause with the
+ * signal's reason: seconds of planning are not spent for nobody.
+ */
+export async function completeYielding<T>(
+  work: Resumable<T>,
+  signal?: AbortSignal,
+  sliceMs = SLICE_MS,
+): Promise<T> {
   const slice = new LoopSlice(sliceMs);
   for (;;) {
     const next = work.next();
     if (next.done) return next.value;
-    if (slice.due()) await slice.pause();
+    if (slice.due()) {
+      await slice.pause();
+      if (signal?.aborted) throw signal.reason;
+    }
   }
 }

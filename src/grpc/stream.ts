@@ -120,7 +120,7 @@ interface Plan {
   readonly chunkSize: number;
   /** The input as a file, once its bytes have arrived. */
   /** The input as a file (a safetensors input parsed with the event loop turning meanwhile). */
-  readonly file: (bytes: Uint8Array) => Promise<InMemoryFile>;
+  readonly file: (bytes: Uint8Array, signal: AbortSignal) => Promise<InMemoryFile>;
 }
 
 function planOf(header: StreamHeader, deps: StreamDeps): Plan {
@@ -152,7 +152,7 @@ function planOf(header: StreamHeader, deps: StreamDeps): Plan {
       file: async (bytes) => singleTensorFile(name, dtype, shape, bytes, 'stream tensor'),
     };
   }
-  return { request, total, chunkSize, file: (bytes) => parseBody(bytes, 'stream') };
+  return { request, total, chunkSize, file: (bytes, signal) => parseBody(bytes, 'stream', signal) };
 }
 
 /** A growable SharedArrayBuffer (ES2024, Node 20): its address space reserved, memory committed on grow(). */
@@ -279,7 +279,7 @@ function readInput(call: Call, deps: StreamDeps): Promise<{ plan: Plan; bytes: U
 export async function handleStream(call: Call, deps: StreamDeps): Promise<void> {
   const { plan, bytes } = await readInput(call, deps);
   const result = await runBufferOperation(
-    await plan.file(bytes),
+    await plan.file(bytes, deps.signal),
     'stream',
     plan.request,
     deps.compute,
@@ -291,7 +291,7 @@ export async function handleStream(call: Call, deps: StreamDeps): Promise<void> 
     for (const o of result.outputs) deps.compute.release?.(o);
   });
   deps.onResult?.();
-  const head = await encodeResultHeader(result.plan);
+  const head = await encodeResultHeader(result.plan, deps.signal);
   const parts = [head, ...result.outputs];
   const total = parts.reduce((n, p) => n + p.byteLength, 0);
   const metadata = { ...result.plan.metadata };

@@ -179,13 +179,13 @@ export async function runUnary(
     request.input === 'tensor' && request.tensor
       ? tensorFile(request.tensor, toUint8(request.tensor.data), 'request tensor')
       : request.input === 'safetensors' && request.safetensors
-        ? await parseBody(toUint8(request.safetensors), 'request safetensors')
+        ? await parseBody(toUint8(request.safetensors), 'request safetensors', signal)
         : null;
   if (!file) {
     throw new QuantdError('USAGE', { detail: 'OperationRequest needs `safetensors` or `tensor`' });
   }
   // tens of thousands of tensors are parsed and planned with the event loop turning meanwhile
-  const prepared = cached ?? plans.prepare(key, await planBuffer(file.header, opRequest!, 'request'));
+  const prepared = cached ?? plans.prepare(key, await planBuffer(file.header, opRequest!, 'request', signal));
   const result = await runBufferPlan(prepared.plan, file, compute, signal);
   try {
     if (request.form === 'TENSORS') {
@@ -199,7 +199,7 @@ export async function runUnary(
       checkResultSize(tensorsResponseSize(tensors, metadata), maxMessage);
       return { tensors: tensors.map((t) => ({ ...t, data: Buffer.from(t.data) })), metadata };
     }
-    const header = await prepared.encodedHeader();
+    const header = await prepared.encodedHeader(signal);
     const length = result.outputs.reduce((n, o) => n + o.byteLength, header.byteLength);
     checkResultSize(bytesFieldSize(length), maxMessage);
     return { safetensors: Buffer.concat([header, ...result.outputs], length) };

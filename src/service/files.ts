@@ -30,20 +30,24 @@ export async function runBufferOperation(
   compute: Compute,
   signal?: AbortSignal,
 ): Promise<BufferResult> {
-  return runBufferPlan(await planBuffer(file.header, request, source), file, compute, signal);
+  return runBufferPlan(await planBuffer(file.header, request, source, signal), file, compute, signal);
 }
 
 /**
  * A request body parsed as a safetensors file, the event loop turning meanwhile: a header of
  * 65,535 tensors takes a few hundred milliseconds to check (../core/time-slice.ts).
  */
-export function parseBody(bytes: Uint8Array, source: string): Promise<ParsedSafetensors> {
-  return completeYielding(parseSafetensorsWork(bytes, source));
+export function parseBody(
+  bytes: Uint8Array,
+  source: string,
+  signal?: AbortSignal,
+): Promise<ParsedSafetensors> {
+  return completeYielding(parseSafetensorsWork(bytes, source), signal);
 }
 
 /** The safetensors header a result starts with, encoded with the event loop turning (parseBody). */
-export async function encodeResultHeader(plan: Plan): Promise<Uint8Array> {
-  return (await completeYielding(encodeHeaderWork(plan.tensors, plan.metadata))).bytes;
+export async function encodeResultHeader(plan: Plan, signal?: AbortSignal): Promise<Uint8Array> {
+  return (await completeYielding(encodeHeaderWork(plan.tensors, plan.metadata), signal)).bytes;
 }
 
 /** planOperation for a request, the event loop turning meanwhile (parseBody). */
@@ -51,8 +55,9 @@ export function planBuffer(
   header: SafetensorsHeader,
   request: OperationRequest,
   source: string,
+  signal?: AbortSignal,
 ): Promise<Plan> {
-  return completeYielding(planOperationWork(header, request, source));
+  return completeYielding(planOperationWork(header, request, source), signal);
 }
 
 /** runBufferOperation with the plan made already (PlanCache): `plan` must be `file`'s. */

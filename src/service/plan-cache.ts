@@ -26,9 +26,9 @@ export class PreparedPlan {
    * takes most of a second to encode (../core/time-slice.ts). A one-tensor plan costs what the
    * getter does.
    */
-  async encodedHeader(): Promise<Uint8Array> {
+  async encodedHeader(signal?: AbortSignal): Promise<Uint8Array> {
     if (this.headerBytes === undefined) {
-      const bytes = await encodeResultHeader(this.plan);
+      const bytes = await encodeResultHeader(this.plan, signal);
       this.headerBytes ??= bytes;
     }
     return this.headerBytes;

@@ -10,7 +10,7 @@
  */
 import { completeNow, floatDTypeOfSt, type Resumable } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
-import { UnusablePattern, linearGlob } from './name-patterns.js';
+import { PATTERN_LIMIT, UnusableGlob, anyGlob } from './name-patterns.js';
 import {
   SCALE_SUFFIX,
   ZERO_POINT_SUFFIX,
@@ -37,19 +37,24 @@ export function companionOf(header: SafetensorsHeader, name: string): string | u
 
 function matcher(globs: readonly string[]): (name: string) => boolean {
   if (globs.length === 0) return () => false;
-  const tests = globs.map((glob) => {
-    try {
-      return linearGlob(glob);
-    } catch (err) {
-      if (!(err instanceof UnusablePattern)) throw err;
-      throw new QuantdError('OPTION_INVALID', {
-        option: 'include/exclude',
-        detail: `is not a usable glob (it ${err.message})`,
-        value: glob.length > 80 ? `${glob.slice(0, 77)}...` : glob,
-      });
-    }
-  });
-  return (name) => tests.some((t) => t(name));
+  if (globs.length > PATTERN_LIMIT) {
+    throw new QuantdError('OPTION_INVALID', {
+      option: 'include/exclude',
+      detail: `lists ${globs.length} globs; a list takes at most ${PATTERN_LIMIT}`,
+      value: `${globs.slice(0, 3).join(', ')}, ...`,
+    });
+  }
+  try {
+    return anyGlob(globs);
+  } catch (err) {
+    if (!(err instanceof UnusableGlob)) throw err;
+    const { glob } = err;
+    throw new QuantdError('OPTION_INVALID', {
+      option: 'include/exclude',
+      detail: `is not a usable glob (it ${err.message})`,
+      value: glob.length > 80 ? `${glob.slice(0, 77)}...` : glob,
+    });
+  }
 }
 
 /** The selection in words, for NO_TENSOR_SELECTED. */

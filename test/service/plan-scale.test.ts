@@ -11,9 +11,11 @@ import { describe, expect, it } from 'vitest';
 
 import type { SafetensorsHeader, TensorEntry } from '../../src/format/index.js';
 import { serializeSafetensors } from '../../src/format/index.js';
+import { expectQuantdError } from '../format/helpers.js';
 import {
   encodeResultHeader,
   operationRequest,
+  parseRecipe,
   parseBody,
   planBuffer,
   planOperation,
@@ -119,5 +121,48 @@ describe("a server's request of 65,535 tensors", () => {
     // Each phase takes hundreds of milliseconds here and yields every 10 ms of work; a phase run
     // in one synchronous call would give no turn at all.
     for (const [name, p] of Object.entries(phases)) expect(p.turns, name).toBeGreaterThanOrEqual(5);
+  });
+});
+
+describe('the patterns a request may send (PATTERN_LIMIT)', () => {
+  // include / exclude as repeated query parameters give lists
+  const globs = (n: number): string[] => Array.from({ length: n }, (_, i) => `model.layers.${i}.*.weight`);
+
+  it('257 include or exclude globs are OPTION_INVALID, before any tensor is tested', () => {
+    for (const key of ['include', 'exclude']) {
+      const request = operationRequest('quantize', { qdtype: 'int8', [key]: globs(257) });
+      const err = expectQuantdError(() => planOperation(rankOneHeader(10), request, 'h'), 'OPTION_INVALID');
+      expect(err.message).toContain('lists 257 globs; a list takes at most 256');
+    }
+  });
+
+  it('a recipe of 257 rules is RECIPE_INVALID', () => {
+    const rules = Array.from({ length: 257 }, (_, i) => ({ glob: `layer.${i}.*`, skip: true }));
+    const err = expectQuantdError(() => parseRecipe({ rules }), 'RECIPE_INVALID');
+    expect(err.message).toContain('has 257 rules');
+  });
+
+  it('the most a request may send, 256 include and 256 exclude globs against 65,536 tensors, plans in seconds', () => {
+    // every name matches an include glob, none an exclude glob: each tests up to all 512
+    const include = [...globs(255), '**'];
+    const request = operationRequest('quantize', { qdtype: 'int8', include, exclude: globs(256) });
+    const start = performance.now();
+    const plan = planOperation(rankOneHeader(65_536), request, 'header');
+    const ms = performance.now() - start;
+    console.log(`256 + 256 globs x 65,536 tensors: planned in ${ms.toFixed(0)} ms`);
+    expect(plan.steps).toHaveLength(65_536);
+    // one by one they took 23 s here; as one alternation per list, 1.2-1.5 s
+    expect(ms).toBeLessThan(10_000);
+  });
+});
+
+describe("a request's signal", () => {
+  it('stops planning at the next pause: a request timed out or gone costs no more', async () => {
+    const stop = new AbortController();
+    const reason = new Error('the client closed the connection');
+    const request = operationRequest('quantize', { qdtype: 'int8' });
+    const planning = planBuffer(rankOneHeader(100_000), request, 'header', stop.signal);
+    stop.abort(reason);
+    await expect(planning).rejects.toBe(reason);
   });
 });
