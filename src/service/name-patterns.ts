@@ -26,6 +26,26 @@ const MAX_PATTERN = 65_536;
  */
 export const PATTERN_LIMIT = 256;
 
+/**
+ * Characters the patterns of one list may hold together. Compiling is synchronous and costs up
+ * to about 7 ms per KiB of pattern here (a 64 KiB `a*a*…` glob took 436 ms): 256 patterns of the
+ * 64 KiB each allows would hold the event loop for minutes. 8 Ki characters compile in at most
+ * about 100 ms; real recipes take a few hundred.
+ */
+export const PATTERN_TEXT_LIMIT = 8_192;
+
+/** Why a list of patterns is too much to compile, or null. */
+export function patternListProblem(patterns: readonly string[]): string | null {
+  if (patterns.length > PATTERN_LIMIT) {
+    return `holds ${patterns.length} patterns; a list takes at most ${PATTERN_LIMIT}`;
+  }
+  const chars = patterns.reduce((n, p) => n + p.length, 0);
+  if (chars > PATTERN_TEXT_LIMIT) {
+    return `holds ${chars} characters of patterns; a list takes at most ${PATTERN_TEXT_LIMIT}`;
+  }
+  return null;
+}
+
 /** An unanchored test (like grep) of a regex against a name. */
 export function linearRegex(pattern: string): (name: string) => boolean {
   let compiled: RE2JS;
@@ -88,23 +108,41 @@ export class UnusableGlob extends UnusablePattern {
  */
 export function anyGlob(globs: readonly string[]): (name: string) => boolean {
   if (globs.length === 0) return () => false;
-  const bodies = globs.map((glob) => {
+  const one = (glob: string): ((name: string) => boolean) => {
     try {
-      linearGlob(glob); // each on its own first: its own error, naming it
+      return linearGlob(glob);
+    } catch (err) {
+      if (err instanceof UnusablePattern) throw new UnusableGlob(glob, err);
+      throw err;
+    }
+  };
+  const bodies = globs.map((glob) => {
+    if (glob.length > MAX_PATTERN) one(glob); // throws, naming it
+    try {
       return new GlobTranslator(glob).translate();
     } catch (err) {
       if (err instanceof UnusablePattern) throw new UnusableGlob(glob, err);
       throw err;
     }
   });
-  const compiled = RE2JS.compile(`^(?:${bodies.map((b) => `(?:${b})`).join('|')})$`, RE2JS.DOTALL);
-  return (name) => compiled.testExact(name);
+  try {
+    // compiled once, together (compiling is most of the cost of a long glob)
+    const compiled = RE2JS.compile(`^(?:${bodies.map((b) => `(?:${b})`).join('|')})$`, RE2JS.DOTALL);
+    return (name) => compiled.testExact(name);
+  } catch {
+    // one glob that does not compile (named by its own error), or an alternation too large for
+    // RE2 where each glob is not (then one by one)
+    const tests = globs.map(one);
+    return (name) => tests.some((t) => t(name));
+  }
 }
 
 /** A pattern as a recipe rule gives it: a glob (whole name) or a regex (unanchored). */
 export interface NamePattern {
   readonly kind: 'glob' | 'regex';
   readonly pattern: string;
+  /** The pattern compiled alone (linearGlob / linearRegex), if the caller has it. */
+  readonly test?: (name: string) => boolean;
 }
 
 /** Patterns tested together as one alternation by firstMatch. */
@@ -121,7 +159,10 @@ const BLOCK = 16;
  * \Q…) is tested pattern by pattern.
  */
 export function firstMatch(patterns: readonly NamePattern[]): (name: string) => number {
-  const single = patterns.map((p) => (p.kind === 'glob' ? linearGlob(p.pattern) : linearRegex(p.pattern)));
+  // compiled already where the caller has them (a recipe's rules)
+  const single = patterns.map(
+    (p) => p.test ?? (p.kind === 'glob' ? linearGlob(p.pattern) : linearRegex(p.pattern)),
+  );
   const blocks: Array<{ readonly from: number; readonly any: ((name: string) => boolean) | null }> = [];
   for (let from = 0; from < patterns.length; from += BLOCK) {
     const bodies = patterns

@@ -13,7 +13,7 @@
  */
 import { SPEC_OPTION_NAMES, numelOf, parseSpec, type QuantSpec, type SpecOptions } from '../core/index.js';
 import { QuantdError, isQuantdError } from '../errors/index.js';
-import { PATTERN_LIMIT, UnusablePattern, firstMatch, linearGlob, linearRegex } from './name-patterns.js';
+import { UnusablePattern, firstMatch, linearGlob, linearRegex, patternListProblem } from './name-patterns.js';
 
 /** The spec keys a recipe's default and rules take: the spec option table's names. */
 export const SPEC_OPTIONS = SPEC_OPTION_NAMES;
@@ -166,12 +166,14 @@ export function parseRecipe(value: unknown): Recipe {
   checkKeys('', value, RECIPE_KEYS);
   const rules = value['rules'] ?? [];
   if (!Array.isArray(rules)) throw invalid('', '"rules" must be an array');
-  if (rules.length > PATTERN_LIMIT) {
-    throw invalid(
-      '',
-      `has ${rules.length} rules (skip= and rule= included); a recipe takes at most ${PATTERN_LIMIT}`,
-    );
-  }
+  // the rules' patterns are compiled together (firstMatch): bounded as a list, before any is
+  const patterns = rules.map((r: unknown) => {
+    const rule = isObject(r) ? r : {};
+    const pattern = rule['glob'] ?? rule['regex'];
+    return typeof pattern === 'string' ? pattern : '';
+  });
+  const problem = patternListProblem(patterns);
+  if (problem !== null) throw invalid('', `its rules (skip= and rule= included) ${problem}`);
   let defaultSpec: QuantSpec | null;
   let defaultOptions: SpecOptions = {};
   const d = value['default'];

@@ -10,7 +10,7 @@
  */
 import { completeNow, floatDTypeOfSt, type Resumable } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
-import { PATTERN_LIMIT, UnusableGlob, anyGlob } from './name-patterns.js';
+import { UnusableGlob, anyGlob, patternListProblem } from './name-patterns.js';
 import {
   SCALE_SUFFIX,
   ZERO_POINT_SUFFIX,
@@ -37,11 +37,12 @@ export function companionOf(header: SafetensorsHeader, name: string): string | u
 
 function matcher(globs: readonly string[]): (name: string) => boolean {
   if (globs.length === 0) return () => false;
-  if (globs.length > PATTERN_LIMIT) {
+  const problem = patternListProblem(globs);
+  if (problem !== null) {
     throw new QuantdError('OPTION_INVALID', {
       option: 'include/exclude',
-      detail: `lists ${globs.length} globs; a list takes at most ${PATTERN_LIMIT}`,
-      value: `${globs.slice(0, 3).join(', ')}, ...`,
+      detail: `${problem} (a list is compiled before any tensor is tested)`,
+      value: `${globs.length} globs: ${globs.slice(0, 3).join(', ').slice(0, 77)}...`,
     });
   }
   try {
