@@ -291,9 +291,10 @@ export function parseHeader(json: Uint8Array, dataLength: number, source: string
 }
 
 /**
- * The longest JSON text of one tensor's entry: its dtype, shape and offsets take under 200
- * characters at any real rank. The cap keeps one hostile entry (a shape of 30 million zeros in a
- * 60 MB header took 2.8 s to parse) from holding the event loop as one unit.
+ * The longest JSON text of one tensor's entry, and of its name: its dtype, shape and offsets take
+ * under 200 characters at any real rank, names a few hundred. The cap keeps one hostile entry (a
+ * shape of 30 million zeros in a 60 MB header took 2.8 s to parse) or name (matched, hashed and
+ * quoted by every step after) from holding the event loop as one unit.
  */
 export const ENTRY_TEXT_LIMIT = 65_536;
 
@@ -381,6 +382,13 @@ export function* parseHeaderWork(
     if (m.key === METADATA_KEY) {
       values.push(yield* metadataValue(text, m, source));
     } else {
+      if (m.key.length > ENTRY_TEXT_LIMIT) {
+        // every step after this one handles the name (matched, hashed, quoted, written out)
+        throw invalid(
+          source,
+          `a tensor name of ${m.key.length} characters (${quoted(m.key.slice(0, 40))}...), more than the ${ENTRY_TEXT_LIMIT} a name may take`,
+        );
+      }
       const length = m.end - m.start;
       if (length > ENTRY_TEXT_LIMIT) {
         throw invalid(
