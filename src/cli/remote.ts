@@ -22,7 +22,7 @@ import {
   tempPathFor,
   writeError,
 } from '../format/file-io.js';
-import { memberBytes, memberPathProblem, TAR_BLOCK, TAR_END, tarHeader } from '../format/tar.js';
+import { memberBytes, memberPathProblem, shownName, TAR_BLOCK, TAR_END, tarHeader } from '../format/tar.js';
 import type { Io } from './io.js';
 import type { ParsedCommand } from './args.js';
 import { defaultReportPath, readRecipeFile, usesRecipe } from './model-options.js';
@@ -199,7 +199,7 @@ async function folderArchive(dir: string): Promise<{ stream: Readable; bytes: nu
     const problem = memberPathProblem(folder, name);
     if (problem !== null) {
       throw new QuantdError('FEATURE_UNSUPPORTED', {
-        detail: `--remote cannot upload ${path}: ${folder}/${name} is ${problem}`,
+        detail: `--remote cannot upload ${shownName(path)}: ${shownName(`${folder}/${name}`)} is ${problem}`,
       });
     }
     files.push({ name, path, size: s.size });

@@ -16,3 +16,4 @@ export * from './tensor.js';
 export * from './validate-qparams.js';
 export * from './quality.js';
 export * from './error-histogram.js';
+export * from './time-slice.js';

@@ -6,6 +6,7 @@
  */
 import {
   QDTYPE_INFO,
+  completeNow,
   hasFloatZeroPoint,
   isFloatDType,
   parseSpec,
@@ -14,6 +15,7 @@ import {
   type FloatDType,
   type Layout,
   type QuantSpec,
+  type Resumable,
   type StDType,
 } from '../core/index.js';
 import { QuantdError, isQuantdError, shapeText } from '../errors/index.js';
@@ -176,6 +178,14 @@ export function formatOf(header: SafetensorsHeader): string | null {
  * Returns [] for a file of another format.
  */
 export function findQuantizedGroups(header: SafetensorsHeader, source: string): QuantizedGroup[] {
+  return completeNow(findQuantizedGroupsWork(header, source));
+}
+
+/** findQuantizedGroups in units of one metadata entry (../core/time-slice.ts). */
+export function* findQuantizedGroupsWork(
+  header: SafetensorsHeader,
+  source: string,
+): Resumable<QuantizedGroup[]> {
   if (formatOf(header) !== QTENSOR_FORMAT || header.metadata === null) return [];
   const groups: QuantizedGroup[] = [];
   for (const [name, text] of Object.entries(header.metadata)) {
@@ -190,6 +200,7 @@ export function findQuantizedGroups(header: SafetensorsHeader, source: string): 
       companion(source, header, name, p),
     ) as [TensorEntry, TensorEntry, TensorEntry];
     groups.push({ ...parsed, codes, scale, zeroPoint });
+    yield;
   }
   return groups;
 }

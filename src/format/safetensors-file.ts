@@ -8,6 +8,7 @@ import { createHash, type Hash } from 'node:crypto';
 import { open, type FileHandle } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
+import { completeYielding } from '../core/time-slice.js';
 import { QuantdError } from '../errors/index.js';
 import {
   BackgroundFlush,
@@ -29,7 +30,7 @@ import {
 import {
   DEFAULT_HEADER_LIMIT,
   encodeHeader,
-  parseHeader,
+  parseHeaderWork,
   readHeaderLength,
   SNIFF_BYTES,
   type SafetensorsHeader,
@@ -101,7 +102,8 @@ export class SafetensorsFileReader {
       const prefix = await readExactly(fh, 0, Math.min(SNIFF_BYTES, size), path, 'the header length');
       const n = readHeaderLength(prefix, size, path, limit);
       const json = await readExactly(fh, PREFIX_BYTES, n, path, 'the header');
-      const header = parseHeader(json, size - PREFIX_BYTES - n, path);
+      // in units, the event loop turning meanwhile: a server's job opens files of 65,536 tensors
+      const header = await completeYielding(parseHeaderWork(json, size - PREFIX_BYTES - n, path));
       return new SafetensorsFileReader(fh, path, size, header);
     } catch (err) {
       await fh.close().catch(() => undefined);

@@ -7,8 +7,9 @@
  * data section exactly, as the reference Rust implementation requires.
  */
 import { isStDType, ST_DTYPE_SIZE, type StDType } from '../core/dtypes.js';
+import { completeNow, type Resumable } from '../core/time-slice.js';
 import { QuantdError, shapeText } from '../errors/index.js';
-import { topLevelKeys } from './json-keys.js';
+import { objectMembersWork, type MemberSpan } from './json-members.js';
 import { describeOtherFormat } from './sniff.js';
 
 /** Largest header we parse by default; the reference implementation also caps it at 100 MB. */
@@ -286,41 +287,136 @@ function checkTiling(source: string, entries: readonly TensorEntry[], dataLength
 
 /** Parses and validates the JSON header; `dataLength` is the size of the data section. */
 export function parseHeader(json: Uint8Array, dataLength: number, source: string): SafetensorsHeader {
-  let text: string;
-  try {
-    // ignoreBOM keeps a BOM in the text, so that JSON.parse rejects it as the Rust reader does.
-    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(json);
-  } catch {
-    throw invalid(source, 'the header is not valid UTF-8');
-  }
+  return completeNow(parseHeaderWork(json, dataLength, source));
+}
+
+/**
+ * The longest JSON text of one tensor's entry, and of its name: its dtype, shape and offsets take
+ * under 200 characters at any real rank, names a few hundred. The cap keeps one hostile entry (a
+ * shape of 30 million zeros in a 60 MB header took 2.8 s to parse) or name (matched, hashed and
+ * quoted by every step after) from holding the event loop as one unit.
+ */
+export const ENTRY_TEXT_LIMIT = 65_536;
+
+/** The error of a header that is not a JSON object, in JSON.parse's words. */
+function notJson(text: string, source: string): QuantdError {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    throw invalid(source, `the header is not valid JSON (${(err as Error).message})`);
+    return invalid(source, `the header is not valid JSON (${(err as Error).message})`);
   }
-  if (!isPlainObject(parsed)) {
-    throw invalid(source, `the header must be a JSON object, got ${show(parsed)}`);
-  }
+  if (!isPlainObject(parsed)) return invalid(source, `the header must be a JSON object, got ${show(parsed)}`);
+  return internal('the header scan refused a JSON object that JSON.parse accepts');
+}
 
-  const keys = topLevelKeys(text);
-  const count = keys.length - (Object.hasOwn(parsed, METADATA_KEY) ? 1 : 0);
+/** One member's value, parsed; a value that is not JSON fails the header (notJson). */
+function jsonValue(text: string, member: MemberSpan, source: string): unknown {
+  try {
+    return JSON.parse(text.slice(member.start, member.end));
+  } catch {
+    throw notJson(text, source);
+  }
+}
+
+/**
+ * The value of __metadata__: an object is parsed member by member (a qtensor container of 65,536
+ * tensors holds as many entries, 13 MB of text), into what JSON.parse would give: keys in
+ * assignment order, the last of duplicates kept, "__proto__" an ordinary key (no prototype).
+ */
+function* metadataValue(text: string, member: MemberSpan, source: string): Resumable<unknown> {
+  if (text.charCodeAt(member.start) !== 0x7b) return jsonValue(text, member, source); // not "{"
+  const inner = yield* objectMembersWork(text, member.start, member.end);
+  if (inner === null) throw notJson(text, source);
+  const value = Object.create(null) as Record<string, unknown>;
+  for (const m of inner) {
+    value[m.key] = jsonValue(text, m, source);
+    yield;
+  }
+  return value;
+}
+
+/** Bytes of header text decoded in one unit of parseHeaderWork. */
+const DECODE_RUN = 1 << 20;
+
+/**
+ * parseHeader in units of one tensor entry (../core/time-slice.ts): a server parses a body's
+ * header of tens of thousands of tensors without holding its event loop: the text is decoded a
+ * megabyte at a time, and each member of the JSON object parsed on its own (./json-members.ts).
+ */
+export function* parseHeaderWork(
+  json: Uint8Array,
+  dataLength: number,
+  source: string,
+): Resumable<SafetensorsHeader> {
+  let text = '';
+  // ignoreBOM keeps a BOM in the text, so that JSON.parse rejects it as the Rust reader does.
+  const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+  // a megabyte at a time (a few milliseconds each): a 100 MB header took 300 ms in one call
+  for (let at = 0; at < json.length; at += DECODE_RUN) {
+    try {
+      text += decoder.decode(json.subarray(at, at + DECODE_RUN), { stream: true });
+    } catch {
+      throw invalid(source, 'the header is not valid UTF-8');
+    }
+    yield;
+  }
+  try {
+    text += decoder.decode(); // a sequence cut off at the end
+  } catch {
+    throw invalid(source, 'the header is not valid UTF-8');
+  }
+  // The object's members, scanned; each value is parsed on its own (./json-members.ts).
+  const members = yield* objectMembersWork(text);
+  if (members === null) throw notJson(text, source);
+  // Refused here, before any entry is parsed, and so before anything is planned for them.
+  const hasMetadata = members.some((m) => m.key === METADATA_KEY);
+  const count = members.length - (hasMetadata ? 1 : 0);
   if (count > TENSOR_LIMIT) {
     throw new QuantdError('SAFETENSORS_TOO_MANY_TENSORS', { source, count, limit: TENSOR_LIMIT });
+  }
+  // Every value is parsed before any is checked, so that a header that is not JSON is reported
+  // as such, whatever else is wrong with it.
+  const values: unknown[] = [];
+  for (const m of members) {
+    if (m.key === METADATA_KEY) {
+      values.push(yield* metadataValue(text, m, source));
+    } else {
+      if (m.key.length > ENTRY_TEXT_LIMIT) {
+        // every step after this one handles the name (matched, hashed, quoted, written out)
+        throw invalid(
+          source,
+          `a tensor name of ${m.key.length} characters (${quoted(m.key.slice(0, 40))}...), more than the ${ENTRY_TEXT_LIMIT} a name may take`,
+        );
+      }
+      const length = m.end - m.start;
+      if (length > ENTRY_TEXT_LIMIT) {
+        throw invalid(
+          source,
+          `tensor ${quoted(m.key)}: its entry is ${length} characters of JSON, more than the ${ENTRY_TEXT_LIMIT} an entry may take`,
+        );
+      }
+      values.push(jsonValue(text, m, source));
+    }
+    yield;
   }
   const seen = new Set<string>();
   let metadata: Readonly<Record<string, string>> | null = null;
   const entries: TensorEntry[] = [];
   // Document order, not Object.keys order: JS objects move integer-like keys ("0") first.
-  for (const key of keys) {
+  for (const [i, { key }] of members.entries()) {
     if (seen.has(key)) throw new QuantdError('SAFETENSORS_DUPLICATE_KEY', { source, tensor: key });
     seen.add(key);
-    if (key === METADATA_KEY) metadata = parseMetadata(source, parsed[key]);
-    else entries.push(parseEntry(source, key, parsed[key], dataLength));
+    if (key === METADATA_KEY) metadata = parseMetadata(source, values[i]);
+    else entries.push(parseEntry(source, key, values[i], dataLength));
+    yield;
   }
   // Stable sort: entries with equal offsets (zero-length tensors) keep document order, and a
-  // zero-length tensor sorts before the tensor that begins where it sits.
-  entries.sort((a, b) => a.begin - b.begin || a.end - b.end);
+  // zero-length tensor sorts before the tensor that begins where it sits. Writers list tensors
+  // in data order, so the sort is skipped when one pass finds them sorted already.
+  const byOffsets = (a: TensorEntry, b: TensorEntry): number => a.begin - b.begin || a.end - b.end;
+  if (entries.some((e, i) => i > 0 && byOffsets(entries[i - 1]!, e) > 0)) entries.sort(byOffsets);
+  yield;
   checkTiling(source, entries, dataLength);
 
   return Object.freeze({
@@ -341,6 +437,16 @@ export function parseHeaderPrefix(
   source: string,
   limit = DEFAULT_HEADER_LIMIT,
 ): { header: SafetensorsHeader; dataOffset: number } {
+  return completeNow(parseHeaderPrefixWork(bytes, fileSize, source, limit));
+}
+
+/** parseHeaderPrefix in units (parseHeaderWork). */
+export function* parseHeaderPrefixWork(
+  bytes: Uint8Array,
+  fileSize: number,
+  source: string,
+  limit = DEFAULT_HEADER_LIMIT,
+): Resumable<{ header: SafetensorsHeader; dataOffset: number }> {
   const dataOffset = PREFIX_BYTES + readHeaderLength(bytes.subarray(0, SNIFF_BYTES), fileSize, source, limit);
   if (dataOffset > bytes.length) {
     throw new QuantdError('SAFETENSORS_TRUNCATED', {
@@ -350,8 +456,15 @@ export function parseHeaderPrefix(
       actual: bytes.length,
     });
   }
-  const header = parseHeader(bytes.subarray(PREFIX_BYTES, dataOffset), fileSize - dataOffset, source);
+  const json = bytes.subarray(PREFIX_BYTES, dataOffset);
+  const header = yield* parseHeaderWork(json, fileSize - dataOffset, source);
   return { header, dataOffset };
+}
+
+/** A safetensors file held in memory: its header, and each tensor's bytes as a view. */
+export interface ParsedSafetensors {
+  readonly header: SafetensorsHeader;
+  tensorBytes(entry: TensorEntry): Uint8Array;
 }
 
 /** Parses a whole file held in memory; tensor bytes are views into `bytes`, not copies. */
@@ -359,8 +472,17 @@ export function parseSafetensors(
   bytes: Uint8Array,
   source: string,
   limit = DEFAULT_HEADER_LIMIT,
-): { header: SafetensorsHeader; tensorBytes(entry: TensorEntry): Uint8Array } {
-  const { header, dataOffset } = parseHeaderPrefix(bytes, bytes.length, source, limit);
+): ParsedSafetensors {
+  return completeNow(parseSafetensorsWork(bytes, source, limit));
+}
+
+/** parseSafetensors in units (parseHeaderWork), for a server's request bodies. */
+export function* parseSafetensorsWork(
+  bytes: Uint8Array,
+  source: string,
+  limit = DEFAULT_HEADER_LIMIT,
+): Resumable<ParsedSafetensors> {
+  const { header, dataOffset } = yield* parseHeaderPrefixWork(bytes, bytes.length, source, limit);
   return {
     header,
     tensorBytes: (entry) => bytes.subarray(dataOffset + entry.begin, dataOffset + entry.end),
@@ -381,16 +503,38 @@ const UTF8 = new TextEncoder();
 export function encodeHeader(
   plan: readonly TensorPlan[],
   metadata: Readonly<Record<string, string>> | null,
-): { bytes: Uint8Array; entries: TensorEntry[] } {
+): EncodedHeader {
+  return completeNow(encodeHeaderWork(plan, metadata));
+}
+
+export interface EncodedHeader {
+  readonly bytes: Uint8Array;
+  readonly entries: TensorEntry[];
+}
+
+/** encodeHeader in units of one tensor (../core/time-slice.ts), for a server's responses. */
+export function* encodeHeaderWork(
+  plan: readonly TensorPlan[],
+  metadata: Readonly<Record<string, string>> | null,
+): Resumable<EncodedHeader> {
   // The JSON text is assembled by hand: an object would reorder integer-like tensor names and
   // treat a "__proto__" name specially.
-  const members: string[] = [];
+  const out = new Utf8Runs();
+  out.write('{');
   if (metadata !== null) {
-    for (const [key, value] of Object.entries(metadata)) {
+    // What JSON.stringify(metadata) writes, member by member (same order: Object.keys's, same
+    // quoting), so that a qtensor's 65,536 metadata entries are encoded in units too.
+    out.write(`${quoted(METADATA_KEY)}:{`);
+    let first = true;
+    for (const key of Object.keys(metadata)) {
+      const value = metadata[key];
       if (typeof value !== 'string')
         throw internal(`metadata ${quoted(key)} is not a string: ${show(value)}`);
+      out.write(`${first ? '' : ','}${quoted(key)}:${quoted(value)}`);
+      first = false;
+      yield;
     }
-    members.push(`${quoted(METADATA_KEY)}:${JSON.stringify(metadata)}`);
+    out.write('}');
   }
   const names = new Set<string>();
   const entries: TensorEntry[] = [];
@@ -410,17 +554,57 @@ export function encodeHeader(
       begin: offset,
       end: offset + length,
     });
+    const json = { dtype, shape: entry.shape, data_offsets: [entry.begin, entry.end] };
+    out.write(`${metadata !== null || entries.length > 0 ? ',' : ''}${quoted(name)}:${JSON.stringify(json)}`);
     entries.push(entry);
     offset = entry.end;
-    const json = { dtype, shape: entry.shape, data_offsets: [entry.begin, entry.end] };
-    members.push(`${quoted(name)}:${JSON.stringify(json)}`);
+    yield;
   }
-  const json = UTF8.encode(`{${members.join(',')}}`);
+  out.write('}');
+  const json = out.bytes();
   const padded = Math.ceil(json.length / HEADER_ALIGN) * HEADER_ALIGN;
   const bytes = new Uint8Array(PREFIX_BYTES + padded).fill(SPACE, PREFIX_BYTES + json.length);
   new DataView(bytes.buffer).setBigUint64(0, BigInt(padded), true);
   bytes.set(json, PREFIX_BYTES);
   return { bytes, entries };
+}
+
+/**
+ * Text encoded to UTF-8 a run at a time as it is written: joining and encoding a header of
+ * 200,000 tensors (15 MB) at the end was one step of 100 ms; a run of 64 Ki characters takes
+ * well under a millisecond.
+ */
+class Utf8Runs {
+  private static readonly RUN = 65_536;
+  private readonly runs: Uint8Array[] = [];
+  private pending: string[] = [];
+  private pendingLength = 0;
+  private length = 0;
+
+  write(text: string): void {
+    this.pending.push(text);
+    this.pendingLength += text.length;
+    if (this.pendingLength >= Utf8Runs.RUN) this.flush();
+  }
+
+  bytes(): Uint8Array {
+    this.flush();
+    const out = new Uint8Array(this.length);
+    let at = 0;
+    for (const run of this.runs) {
+      out.set(run, at);
+      at += run.length;
+    }
+    return out;
+  }
+
+  private flush(): void {
+    const run = UTF8.encode(this.pending.join(''));
+    this.runs.push(run);
+    this.length += run.length;
+    this.pending = [];
+    this.pendingLength = 0;
+  }
 }
 
 /** Serializes tensors, in the given order, to a complete in-memory safetensors file. */

@@ -27,10 +27,45 @@ function invalid(detail: string): QuantdError {
   return new QuantdError('ARCHIVE_INVALID', { detail });
 }
 
+/**
+ * Characters no member name may hold: C0 controls (newline, ESC, which opens ANSI escape
+ * sequences), DEL and C1 controls (CSI among them), and the Unicode bidirectional formatting
+ * characters (embeddings and overrides U+202A–U+202E, isolates U+2066–U+2069, the marks U+200E,
+ * U+200F and U+061C). A member name becomes a result file's name, which logs, terminals, the
+ * console and `Content-Disposition` show: a newline forges log lines, an escape sequence rewrites
+ * a terminal, an override makes `model\u202Efig.json` read as another name.
+ */
+function unshowable(code: number): boolean {
+  return (
+    code < 0x20 ||
+    (code >= 0x7f && code <= 0x9f) ||
+    code === 0x061c ||
+    code === 0x200e ||
+    code === 0x200f ||
+    (code >= 0x202a && code <= 0x202e) ||
+    (code >= 0x2066 && code <= 0x2069)
+  );
+}
+
+const hasUnshowable = (name: string): boolean => [...name].some((c) => unshowable(c.charCodeAt(0)));
+
+/**
+ * A name quoted for a message, every unshowable character written as its \uXXXX escape (JSON
+ * escapes only the C0 controls): the message must not do what the name was refused for.
+ */
+export function shownName(name: string): string {
+  return [...JSON.stringify(name)]
+    .map((c) => (unshowable(c.charCodeAt(0)) ? `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}` : c))
+    .join('');
+}
+
 /** Why `name` cannot be a member (a file of a job's directory), or null when it can. */
 export function memberNameProblem(name: string): string | null {
   if (name === '' || name.startsWith('.')) return 'an empty name or one starting with a dot';
   if (name.includes('/') || name.includes('\\') || name.includes('\0')) return 'a path, not a file name';
+  if (hasUnshowable(name)) {
+    return 'a name with a control character, an escape sequence or a bidirectional-text override';
+  }
   if (ascii.encode(name).length >= NAME_BYTES) return `a name of ${NAME_BYTES} bytes or more`;
   return null;
 }
@@ -56,7 +91,7 @@ export function memberPathProblem(folder: string, name: string): string | null {
 /** The header of the regular file FOLDER/NAME of `size` bytes. */
 export function tarHeader(folder: string, name: string, size: number, mtimeSeconds = 0): Uint8Array {
   const problem = memberPathProblem(folder, name);
-  if (problem !== null) throw invalid(`${JSON.stringify(`${folder}/${name}`)} is ${problem}`);
+  if (problem !== null) throw invalid(`${shownName(`${folder}/${name}`)} is ${problem}`);
   const header = new Uint8Array(TAR_BLOCK);
   header.set(ascii.encode(`${folder}/${name}`), 0);
   putOctal(header, 100, 8, 0o644);
@@ -176,28 +211,28 @@ export class TarReader {
     } catch {
       throw invalid('a member name that is not UTF-8');
     }
-    if (block[345] !== 0) throw invalid(`member ${JSON.stringify(path)} has a long path (ustar prefix)`);
+    if (block[345] !== 0) throw invalid(`member ${shownName(path)} has a long path (ustar prefix)`);
     const slash = path.indexOf('/');
     const folder = slash < 0 ? '' : path.slice(0, slash);
     const name = slash < 0 ? path : path.slice(slash + 1);
     if (this.folder !== null && folder !== this.folder) {
-      throw invalid(`member ${JSON.stringify(path)} is not in the folder ${JSON.stringify(this.folder)}`);
+      throw invalid(`member ${shownName(path)} is not in the folder ${shownName(this.folder)}`);
     }
     if (type === '5' && name === '') {
       // the folder's own entry, as tar writes it first
       const problem = memberNameProblem(folder);
-      if (problem !== null) throw invalid(`folder ${JSON.stringify(folder)} is ${problem}`);
+      if (problem !== null) throw invalid(`folder ${shownName(folder)} is ${problem}`);
       this.folder = folder;
       return;
     }
     if (type !== '0' && type !== '\0') {
-      throw invalid(`member ${JSON.stringify(path)} is not a regular file (type ${JSON.stringify(type)})`);
+      throw invalid(`member ${shownName(path)} is not a regular file (type ${shownName(type)})`);
     }
-    if (slash < 0) throw invalid(`member ${JSON.stringify(path)} is not in a folder (FOLDER/NAME)`);
+    if (slash < 0) throw invalid(`member ${shownName(path)} is not in a folder (FOLDER/NAME)`);
     const problem = memberPathProblem(folder, name);
-    if (problem !== null) throw invalid(`member ${JSON.stringify(path)} is ${problem}`);
+    if (problem !== null) throw invalid(`member ${shownName(path)} is ${problem}`);
     this.folder = folder;
-    if (this.names.has(name)) throw invalid(`member ${JSON.stringify(path)} appears twice`);
+    if (this.names.has(name)) throw invalid(`member ${shownName(path)} appears twice`);
     if (++this.members > TAR_MEMBER_LIMIT) throw invalid(`more than ${TAR_MEMBER_LIMIT} members`);
     this.names.add(name);
     const size = readOctal(block, 124, 12, 'size');

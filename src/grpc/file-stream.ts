@@ -20,12 +20,21 @@ export const RESULT_CHUNK_BYTES = 1024 * 1024;
  */
 const IN_FLIGHT = 2;
 
+/**
+ * The check of a file as it is sent (a job's result: src/jobs/verify.ts): every chunk is added
+ * before it goes out, and `check` (which throws on a mismatch) runs before the last one does.
+ */
+export interface SentCheck {
+  add(bytes: Uint8Array): void;
+  check(): Promise<void>;
+}
+
 /** A file to stream: the name it is sent under, its data hash, and how to open it. */
 export interface OutgoingFile {
   readonly name: string;
   readonly data_sha256: string | null;
-  /** The file opened and checked (its size, its checksum) before a byte of it is sent. */
-  open(): Promise<{ readonly handle: FileHandle; readonly size: number }>;
+  /** The file opened (its size checked), and the check of its bytes as they are sent, if any. */
+  open(): Promise<{ readonly handle: FileHandle; readonly size: number; readonly sent?: SentCheck | null }>;
 }
 
 export type Streaming<Req> = (call: grpc.ServerWritableStream<Req, unknown>) => void;
@@ -88,7 +97,7 @@ async function sendFiles(
   /** Chunks handed to grpc-js and not yet written to the stream, oldest first. */
   const pending: Promise<void>[] = [];
   for (const file of files) {
-    const { handle, size } = await file.open();
+    const { handle, size, sent } = await file.open();
     try {
       let offset = 0;
       do {
@@ -99,6 +108,10 @@ async function sendFiles(
         if (bytesRead !== data.byteLength) {
           throw new QuantdError('INTERNAL', { detail: `file ${file.name} changed while being read` });
         }
+        sent?.add(data);
+        // the last chunk goes out only once the whole file has matched: a mismatch ends the call
+        // with its error (DATA_LOSS), the file one chunk short
+        if (offset + data.byteLength === size) await sent?.check();
         const first = offset === 0;
         const chunk = {
           file: file.name,

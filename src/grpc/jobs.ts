@@ -17,7 +17,7 @@ import { QuantdError } from '../errors/index.js';
 import type { JobManager } from '../jobs/manager.js';
 import type { ResultFile } from '../jobs/store.js';
 import { jobMessage, submissionOf, type SubmitJobMessage } from './job-messages.js';
-import { verifyResultFile } from '../jobs/verify.js';
+import { sendCheck } from '../jobs/verify.js';
 import { admittedUnary, type AdmissionDeps } from './admitted.js';
 import { admittedStreaming, type OutgoingFile } from './file-stream.js';
 
@@ -77,7 +77,8 @@ export function addJobsService(
           detail: `job ${id} has no result file ${JSON.stringify(wanted)} (files: ${result.files.map((f) => f.name).join(', ')})`,
         });
       }
-      return chosen.map((file) => resultFile(join(dir, file.name), file));
+      const onCorrupt = (problem: QuantdError): Promise<void> => jobs.resultCorrupt(id, problem);
+      return chosen.map((file) => resultFile(join(dir, file.name), file, onCorrupt));
     }),
     Report: streaming<{ id?: string }>('Report', async (request, caller) => {
       const path = await jobs.reportPath(request.id ?? '', caller);
@@ -107,8 +108,15 @@ async function fileStat(path: string, shown: string): Promise<Stats> {
   });
 }
 
-/** A result file as streamed: its size as recorded and its checksums verified before it is sent. */
-function resultFile(path: string, file: ResultFile): OutgoingFile {
+/**
+ * A file as streamed: its size as recorded, and, given `onCorrupt` (a job's result file), its
+ * bytes hashed as they are sent and checked before the last chunk goes out (src/jobs/verify.ts).
+ */
+function resultFile(
+  path: string,
+  file: ResultFile,
+  onCorrupt?: (problem: QuantdError) => Promise<void>,
+): OutgoingFile {
   return {
     name: file.name,
     data_sha256: file.data_sha256,
@@ -121,8 +129,8 @@ function resultFile(path: string, file: ResultFile): OutgoingFile {
             detail: `result file ${file.name} changed while being opened`,
           });
         }
-        await verifyResultFile(path, handle, file);
-        return { handle, size };
+        const sent = onCorrupt === undefined ? null : await sendCheck(path, file, onCorrupt);
+        return { handle, size, sent };
       } catch (err) {
         await handle.close();
         throw err;

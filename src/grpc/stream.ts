@@ -15,11 +15,14 @@
  */
 import { once } from 'node:events';
 import type { ServerDuplexStream } from '@grpc/grpc-js';
-import { encodeHeader, parseSafetensors, type TensorEntry } from '../format/index.js';
+import type { TensorEntry } from '../format/index.js';
 import { QuantdError } from '../errors/index.js';
 import {
   OPERATIONS,
+  encodeResultHeader,
   operationRequest,
+  parseBody,
+  planBuffer,
   planOperation,
   planOutputBytes,
   runBufferPlan,
@@ -123,7 +126,8 @@ interface Plan {
   readonly total: number;
   readonly chunkSize: number;
   /** The input as a file, once its bytes have arrived. */
-  readonly file: (bytes: Uint8Array) => InMemoryFile;
+  /** The input as a file (a safetensors input parsed with the event loop turning meanwhile). */
+  readonly file: (bytes: Uint8Array, signal: AbortSignal) => Promise<InMemoryFile>;
 }
 
 function planOf(header: StreamHeader, deps: StreamDeps): Plan {
@@ -152,10 +156,10 @@ function planOf(header: StreamHeader, deps: StreamDeps): Plan {
       request,
       total,
       chunkSize,
-      file: (bytes) => singleTensorFile(name, dtype, shape, bytes, 'stream tensor'),
+      file: async (bytes) => singleTensorFile(name, dtype, shape, bytes, 'stream tensor'),
     };
   }
-  return { request, total, chunkSize, file: (bytes) => parseSafetensors(bytes, 'stream') };
+  return { request, total, chunkSize, file: (bytes, signal) => parseBody(bytes, 'stream', signal) };
 }
 
 /** A growable SharedArrayBuffer (ES2024, Node 20): its address space reserved, memory committed on grow(). */
@@ -283,8 +287,9 @@ function readInput(call: Call, deps: StreamDeps): Promise<{ plan: Plan; bytes: U
 
 export async function handleStream(call: Call, deps: StreamDeps): Promise<void> {
   const { plan, bytes } = await readInput(call, deps);
-  const file = plan.file(bytes);
-  const planned = planOperation(file.header, plan.request, 'stream');
+  const file = await plan.file(bytes, deps.signal);
+  // tens of thousands of tensors are planned with the event loop turning meanwhile
+  const planned = await planBuffer(file.header, plan.request, 'stream', deps.signal);
   const resultBytes = planOutputBytes(planned);
   deps.charge?.(resultBytes, `a result of ${resultBytes} bytes`);
   const result = await runBufferPlan(planned, file, deps.compute, deps.signal);
@@ -294,7 +299,7 @@ export async function handleStream(call: Call, deps: StreamDeps): Promise<void> 
     for (const o of result.outputs) deps.compute.release?.(o);
   });
   deps.onResult?.();
-  const head = encodeHeader(result.plan.tensors, result.plan.metadata).bytes;
+  const head = await encodeResultHeader(result.plan, deps.signal);
   const parts = [head, ...result.outputs];
   const total = parts.reduce((n, p) => n + p.byteLength, 0);
   const metadata = { ...result.plan.metadata };

@@ -4,12 +4,12 @@
  */
 import { SPEC_OPTION_NAMES, ST_DTYPE_SIZE, type SpecOptionRow, type StDType } from '../core/index.js';
 import { QuantdError, shapeText } from '../errors/index.js';
-import { parseSafetensors } from '../format/index.js';
 import {
   SELECTION_OPTION_ROWS,
   floatStDType,
   operationRequest,
-  planOperation,
+  parseBody,
+  planBuffer,
   runBufferPlan,
   planOutputBytes,
   singleTensorFile,
@@ -182,12 +182,13 @@ export async function runUnary(
     request.input === 'tensor' && request.tensor
       ? tensorFile(request.tensor, toUint8(request.tensor.data), 'request tensor')
       : request.input === 'safetensors' && request.safetensors
-        ? parseSafetensors(toUint8(request.safetensors), 'request safetensors')
+        ? await parseBody(toUint8(request.safetensors), 'request safetensors', signal)
         : null;
   if (!file) {
     throw new QuantdError('USAGE', { detail: 'OperationRequest needs `safetensors` or `tensor`' });
   }
-  const prepared = cached ?? plans.prepare(key, planOperation(file.header, opRequest!, 'request'));
+  // tens of thousands of tensors are parsed and planned with the event loop turning meanwhile
+  const prepared = cached ?? plans.prepare(key, await planBuffer(file.header, opRequest!, 'request', signal));
   charge?.(planOutputBytes(prepared.plan));
   const result = await runBufferPlan(prepared.plan, file, compute, signal);
   try {
@@ -202,7 +203,7 @@ export async function runUnary(
       checkResultSize(tensorsResponseSize(tensors, metadata), maxMessage);
       return { tensors: tensors.map((t) => ({ ...t, data: Buffer.from(t.data) })), metadata };
     }
-    const header = prepared.header;
+    const header = await prepared.encodedHeader(signal);
     const length = result.outputs.reduce((n, o) => n + o.byteLength, header.byteLength);
     checkResultSize(bytesFieldSize(length), maxMessage);
     return { safetensors: Buffer.concat([header, ...result.outputs], length) };

@@ -7,8 +7,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { QuantdError } from '../errors/index.js';
-import { parseHeaderPrefix } from '../format/safetensors.js';
-import { summarizeFile } from '../service/inspect.js';
+import { inspectHeaderBytes } from '../service/inspect.js';
 
 const SOURCE = 'request body';
 
@@ -58,11 +57,8 @@ export function registerInspectRoute(app: FastifyInstance): void {
         });
       }
       const size = sizeOf((request.query ?? {}) as Record<string, unknown>, body);
-      const { header } = parseHeaderPrefix(body, size, SOURCE);
-      return reply
-        .code(200)
-        .type('application/json')
-        .send(JSON.stringify(summarizeFile(header, SOURCE, size)));
+      const summary = await inspectHeaderBytes(body, size, SOURCE);
+      return reply.code(200).type('application/json').send(JSON.stringify(summary));
     },
   );
 }

@@ -36,7 +36,7 @@ import { receiveUpload, type ResultFile } from '../jobs/store.js';
 import { OCTET_TYPE, SAFETENSORS_TYPE, bodyStopReason, declaredLength, onBodyCutShort } from './body.js';
 import { readJsonText } from './json-body.js';
 import { jobRouteSchemas } from './openapi.js';
-import { verifyResultFile } from '../jobs/verify.js';
+import { checkedReadStream, sendCheck } from '../jobs/verify.js';
 import { registerJobEvents } from './job-events.js';
 import type { LiveStreams } from '../service/index.js';
 
@@ -249,12 +249,16 @@ async function openFile(path: string, shown: string): Promise<FileHandle> {
 }
 
 /**
- * Streams one result file, once its checksum is verified (verify.ts): Content-Length, and ETag =
- * its data SHA-256 where it has one.
+ * Streams one result file of job `id`, hashed as it is sent (verify.ts): Content-Length, and ETag
+ * = its data SHA-256 where it has one. A file that does not match what the job recorded is cut
+ * short of its Content-Length (or refused with RESULT_CORRUPT when no byte went out yet), and the
+ * job is marked failed.
  */
 async function sendFile(
   request: FastifyRequest,
   reply: FastifyReply,
+  jobs: JobManager,
+  id: string,
   dir: string,
   file: ResultFile,
 ): Promise<FastifyReply> {
@@ -270,12 +274,15 @@ async function sendFile(
   }
   const path = join(dir, file.name);
   const handle = await openFile(path, file.name);
-  const size = (await handle.stat()).size;
+  let body: Readable;
+  let size: number;
   try {
+    size = (await handle.stat()).size;
     if (size !== file.bytes) {
       throw new QuantdError('INTERNAL', { detail: `result file ${file.name} changed while being opened` });
     }
-    await verifyResultFile(path, handle, file);
+    const sent = await sendCheck(path, file, (problem) => jobs.resultCorrupt(id, problem));
+    body = checkedReadStream(handle, size, sent);
   } catch (err) {
     await handle.close();
     throw err;
@@ -284,7 +291,7 @@ async function sendFile(
     .header('Content-Length', String(size))
     .header('Content-Disposition', `attachment; filename="${file.name.replace(/[^\x20-\x7e]|["\\]/g, '_')}"`)
     .type(TYPES[extname(file.name)] ?? OCTET_TYPE)
-    .send(handle.createReadStream());
+    .send(body);
 }
 
 /**
@@ -361,7 +368,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
         const { id } = request.params as { id: string };
         const { result, dir } = await jobs.result(id, callerOf(request));
         if (!result.sharded && result.files.length === 1)
-          return sendFile(request, reply, dir, result.files[0]!);
+          return sendFile(request, reply, jobs, id, dir, result.files[0]!);
         return sendJson(reply, 200, {
           sharded: result.sharded,
           files: result.files.map((f) => ({
@@ -384,7 +391,7 @@ export function registerJobRoutes(app: FastifyInstance, deps: JobRouteDeps): Pro
             detail: `job ${id} has no result file ${JSON.stringify(file)} (files: ${result.files.map((f) => f.name).join(', ')})`,
           });
         }
-        return sendFile(request, reply, dir, found);
+        return sendFile(request, reply, jobs, id, dir, found);
       },
     );
 

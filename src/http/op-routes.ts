@@ -8,15 +8,16 @@
  */
 import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { completeYielding, type Resumable } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
-import { parseSafetensors } from '../format/index.js';
 import {
   OPERATIONS,
   floatStDType,
   singleTensorFile,
   type InMemoryFile,
   operationRequest,
-  planOperation,
+  parseBody,
+  planBuffer,
   runBufferPlan,
   planOutputBytes,
   PlanCache,
@@ -77,8 +78,13 @@ function planKey(request: FastifyRequest, safetensors: boolean): string | undefi
 }
 
 /** The body as the file it stands for: a safetensors file, or one raw tensor named "tensor". */
-function bodyFile(request: FastifyRequest, body: Uint8Array, safetensors: boolean): InMemoryFile {
-  if (safetensors) return parseSafetensors(body, 'request body');
+async function bodyFile(
+  request: FastifyRequest,
+  body: Uint8Array,
+  safetensors: boolean,
+  signal: AbortSignal | undefined,
+): Promise<InMemoryFile> {
+  if (safetensors) return parseBody(body, 'request body', signal);
   const dtypeHeader = String(request.headers['x-tensor-dtype'] ?? '');
   const dtype = floatStDType(dtypeHeader);
   if (!dtype) {
@@ -119,11 +125,13 @@ const asBuffer = (v: Uint8Array): Buffer => Buffer.from(v.buffer, v.byteOffset, 
  * is written member by member, in the container's order: built as a JavaScript object, a tensor
  * named "__proto__" would set its prototype (and vanish) and integer-like names would move first.
  */
-function asJson(result: BufferResult): string {
-  const members = result.plan.tensors.map((t, i) => {
+function* asJson(result: BufferResult): Resumable<string> {
+  const members: string[] = [];
+  for (const [i, t] of result.plan.tensors.entries()) {
     const value = { dtype: t.dtype, shape: t.shape, data: asBuffer(result.outputs[i]!).toString('base64') };
-    return `${JSON.stringify(t.name)}:${JSON.stringify(value)}`;
-  });
+    members.push(`${JSON.stringify(t.name)}:${JSON.stringify(value)}`);
+    yield; // in units of one tensor (../core/time-slice.ts): a result may hold 200,000
+  }
   return `{"metadata":${JSON.stringify(result.plan.metadata)},"tensors":{${members.join(',')}}}`;
 }
 
@@ -153,19 +161,22 @@ async function handle(
   const cached = plans.find(key);
   // options are checked before the body (a bad option is reported first), unless known good
   const opRequest = cached ? undefined : operationRequest(op, request.query as RequestParams);
-  const file = bodyFile(request, request.body, safetensors);
-  const prepared = cached ?? plans.prepare(key, planOperation(file.header, opRequest!, 'request body'));
+  // Every request whose work can reach the pool can be cancelled (client gone) and timed out,
+  // however small its body (QUANTD_INLINE_LIMIT); so can its parsing and planning.
+  const signal = needsSignal(request.body, deps.inlineLimit)
+    ? requestSignal(reply, deps.requestTimeoutMs)
+    : undefined;
+  const file = await bodyFile(request, request.body, safetensors, signal);
+  // A body of tens of thousands of tensors is parsed, planned and its answer's header encoded
+  // in slices of time, so that the event loop answers other requests meanwhile.
+  const prepared =
+    cached ?? plans.prepare(key, await planBuffer(file.header, opRequest!, 'request body', signal));
   // the result's memory, charged before it is computed (503 when the budget cannot hold it now)
   const resultBytes = planOutputBytes(prepared.plan);
   slotOf(request.raw)?.charge(
     resultBytes * (format === 'json' ? JSON_RESULT_FACTOR : RESULT_FACTOR),
     `a result of ${resultBytes} bytes`,
   );
-  // Every request whose work can reach the pool can be cancelled (client gone) and timed out,
-  // however small its body (QUANTD_INLINE_LIMIT).
-  const signal = needsSignal(request.body, deps.inlineLimit)
-    ? requestSignal(reply, deps.requestTimeoutMs)
-    : undefined;
   const result = await runBufferPlan(prepared.plan, file, deps.compute, signal);
   const release = (): void => result.outputs.forEach((o) => deps.compute.release?.(o));
   reply.raw.once('close', release);
@@ -176,9 +187,9 @@ async function handle(
         type: `application/json for a ${bytes}-byte result (JSON is for results up to ${JSON_LIMIT} bytes)`,
       });
     }
-    return reply.type('application/json').send(asJson(result));
+    return reply.type('application/json').send(await completeYielding(asJson(result), signal));
   }
-  const header = prepared.header;
+  const header = await prepared.encodedHeader(signal);
   const length = result.outputs.reduce((n, o) => n + o.byteLength, header.byteLength);
   reply.header('Content-Length', String(length)).type(SAFETENSORS_TYPE);
   const parts = [asBuffer(header), ...result.outputs.map(asBuffer)];

@@ -23,7 +23,7 @@ import { existsSync } from 'node:fs';
 import { EVERYONE, type Caller } from '../service/auth.js';
 import { QuantdError } from '../errors/index.js';
 import type { Compute } from '../service/index.js';
-import { DataDir, clientError, newJobId, resolveInputPath } from './paths.js';
+import { DataDir, checkUploadedFolder, clientError, newJobId, resolveInputPath } from './paths.js';
 import type { Cluster } from './cluster.js';
 import { ClusterRuns, type ClusterStats } from './cluster-runs.js';
 import { referenceEncoding, type Encoding } from '../kernels/encoders.js';
@@ -31,7 +31,7 @@ import type { JobLog } from './log.js';
 import { patientCompute, patientEncoding } from './patient-compute.js';
 import { JobBook, RecordConflict, now, owns, type Entry } from './records.js';
 import { unpackedFolder } from './folder-upload.js';
-import { isLayoutJob, jobPlan, type JobPlan } from './request.js';
+import { isLayoutJob, jobPlan, namedFiles, type JobPlan } from './request.js';
 import { runJob, totalBytes, validatePlan, type RunDeps } from './runner.js';
 import {
   FINISHED,
@@ -281,6 +281,19 @@ export class JobManager {
   }
 
   /** A succeeded job whose result is damaged: failed, never served. */
+  /**
+   * A result file of job `id` failed its checksum as it was served (verify.ts): the job is marked
+   * failed with `problem` (RESULT_CORRUPT), as a missing result file marks it, so that no later
+   * download serves it. Never throws: it is told from a transfer that is already failing.
+   */
+  async resultCorrupt(id: string, problem: QuantdError): Promise<void> {
+    const entry = this.book.entries.get(id);
+    if (entry === undefined || entry.record.job.state !== 'succeeded') return;
+    await this.failResult(entry, problem).catch((err: unknown) =>
+      this.log.error({ err, job: id }, `jobs: corrupt result not recorded: ${(err as Error).message}`),
+    );
+  }
+
   private async failResult(entry: Entry, problem: QuantdError): Promise<void> {
     this.log.warn(
       { job: entry.record.job.id, code: problem.code },
@@ -318,7 +331,7 @@ export class JobManager {
   async submitPath(submission: Submission, input: string, caller: Caller = EVERYONE): Promise<Job> {
     const plan = this.checkSubmission(submission);
     this.checkQuota(caller);
-    const resolved = await resolveInputPath(this.data, input);
+    const resolved = await resolveInputPath(this.data, input, namedFiles(plan));
     const outputBytes = await validatePlan(plan, resolved.path, resolved.model);
     await this.checkFreeSpace(outputBytes);
     const bytes = await totalBytes(resolved.model.files);
@@ -394,8 +407,10 @@ export class JobManager {
     if (!entry || entry.record.receiving === null) throw new QuantdError('JOB_NOT_FOUND', { id });
     const folder = entry.record.job.input.kind === 'upload' && entry.record.job.input.folder === true;
     try {
+      const plan = jobPlan(entry.record.submission);
       const input = folder ? await unpackedFolder(this.data.uploadFolder(id)) : this.data.uploadFile(id);
-      await validatePlan(jobPlan(entry.record.submission), input);
+      const model = folder ? await checkUploadedFolder(this.data, id, input, namedFiles(plan)) : undefined;
+      await validatePlan(plan, input, model);
       entry.record = { ...entry.record, receiving: null };
       // the job exists from now: it is created now, and listed after those created before
       this.book.update(entry, {

@@ -220,3 +220,9 @@ export function jobPlan(submission: Submission): JobPlan {
   }
   return { kind: 'layout', text, layout, options };
 }
+
+/** The files a plan's layout options name beside the model's weights (calibration=, imatrix=). */
+export function namedFiles(plan: JobPlan): string[] {
+  if (plan.kind !== 'layout') return [];
+  return ['imatrix', 'calibration'].flatMap((key) => plan.options[key] ?? []);
+}

@@ -15,9 +15,10 @@ import { open, stat } from 'node:fs/promises';
 import { basename, extname, join, relative, sep } from 'node:path';
 import { QuantdError } from '../errors/index.js';
 import { ST_DTYPE_SIZE } from '../core/dtypes.js';
+import { completeYielding } from '../core/time-slice.js';
 import { SafetensorsFileReader } from '../format/index.js';
 import {
-  planOperation,
+  planOperationWork,
   resolveModelInput,
   runModel,
   type Compute,
@@ -30,11 +31,11 @@ import { writeLayoutOutput } from '../service/layouts/write-folder.js';
 import { isDirectory } from '../service/model-folder.js';
 import { layoutReport } from '../service/layouts/report.js';
 import type { JobLog } from './log.js';
-import { DataDir, UPLOAD_RESULT_NAME, clientError, resolveInputPath } from './paths.js';
+import { DataDir, UPLOAD_RESULT_NAME, checkUploadedFolder, clientError, resolveInputPath } from './paths.js';
 import { RecordConflict, now, type Entry, type JobBook } from './records.js';
 import type { Encoding } from '../kernels/encoders.js';
 import { unpackedFolder } from './folder-upload.js';
-import { jobPlan, type JobPlan } from './request.js';
+import { jobPlan, namedFiles, type JobPlan } from './request.js';
 import { jobError, type Artifacts, type JobProgress, type ResultFile } from './store.js';
 import { fileSha256 } from './verify.js';
 
@@ -79,7 +80,9 @@ export async function validatePlan(plan: JobPlan, input: string, model?: ModelIn
     try {
       const shard = resolved.index !== null;
       if (plan.kind === 'model') {
-        const planned = planOperation(reader.header, plan.request, basename(file), shard);
+        const planned = await completeYielding(
+          planOperationWork(reader.header, plan.request, basename(file), shard),
+        );
         outputBytes += planned.tensors.reduce(
           (n, t) => n + elementCount(t.shape) * ST_DTYPE_SIZE[t.dtype],
           0,
@@ -337,7 +340,9 @@ async function paths(
   if (job.input.kind === 'upload' && job.input.folder === true) {
     // an uploaded folder (input/FOLDER) is named like a folder by path: after its index or weights
     const input = await unpackedFolder(deps.data.uploadFolder(job.id));
-    const output = outputPath(plan, resultDir, { kind: 'path', model: await resolveModelInput(input) });
+    // checked again as it is about to be read: every file of it must still be the upload's own
+    const model = await checkUploadedFolder(deps.data, job.id, input, namedFiles(plan));
+    const output = outputPath(plan, resultDir, { kind: 'path', model });
     if (output !== resultDir) await deps.store.makeDir(resultDir);
     return { input, output };
   }
@@ -346,7 +351,7 @@ async function paths(
     return { input: deps.data.uploadFile(job.id), output: outputPath(plan, resultDir, { kind: 'upload' }) };
   }
   // resolved again: what the path names may have changed since the submission
-  const resolved = await resolveInputPath(deps.data, job.input.path);
+  const resolved = await resolveInputPath(deps.data, job.input.path, namedFiles(plan));
   const output = outputPath(plan, resultDir, { kind: 'path', model: resolved.model });
   if (output !== resultDir) await deps.store.makeDir(resultDir);
   return { input: resolved.path, output };

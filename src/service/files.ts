@@ -1,9 +1,15 @@
 /** An operation on a safetensors file held in memory (a request body). */
-import { ST_DTYPE_SIZE } from '../core/index.js';
-import type { SafetensorsHeader, TensorEntry } from '../format/index.js';
+import { ST_DTYPE_SIZE, completeYielding } from '../core/index.js';
+import {
+  encodeHeaderWork,
+  parseSafetensorsWork,
+  type ParsedSafetensors,
+  type SafetensorsHeader,
+  type TensorEntry,
+} from '../format/index.js';
 import type { Compute } from './compute.js';
 import { executePlan, type Allocate, type RunSummary } from './execute.js';
-import { planOperation, type OperationRequest, type Plan } from './plan.js';
+import { planOperationWork, type OperationRequest, type Plan } from './plan.js';
 
 /** The outputs of an operation on a file held in memory, one per planned output tensor. */
 export interface BufferResult {
@@ -24,7 +30,34 @@ export async function runBufferOperation(
   compute: Compute,
   signal?: AbortSignal,
 ): Promise<BufferResult> {
-  return runBufferPlan(planOperation(file.header, request, source), file, compute, signal);
+  return runBufferPlan(await planBuffer(file.header, request, source, signal), file, compute, signal);
+}
+
+/**
+ * A request body parsed as a safetensors file, the event loop turning meanwhile: a header of
+ * 65,535 tensors takes a few hundred milliseconds to check (../core/time-slice.ts).
+ */
+export function parseBody(
+  bytes: Uint8Array,
+  source: string,
+  signal?: AbortSignal,
+): Promise<ParsedSafetensors> {
+  return completeYielding(parseSafetensorsWork(bytes, source), signal);
+}
+
+/** The safetensors header a result starts with, encoded with the event loop turning (parseBody). */
+export async function encodeResultHeader(plan: Plan, signal?: AbortSignal): Promise<Uint8Array> {
+  return (await completeYielding(encodeHeaderWork(plan.tensors, plan.metadata), signal)).bytes;
+}
+
+/** planOperation for a request, the event loop turning meanwhile (parseBody). */
+export function planBuffer(
+  header: SafetensorsHeader,
+  request: OperationRequest,
+  source: string,
+  signal?: AbortSignal,
+): Promise<Plan> {
+  return completeYielding(planOperationWork(header, request, source), signal);
 }
 
 /**

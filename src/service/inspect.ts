@@ -3,8 +3,22 @@
  * compression ratio against its source dtype. A quantized tensor's scale and zero point are
  * counted in its row, not listed on their own.
  */
-import { QDTYPE_INFO, ST_DTYPE_SIZE, numelOf, type StDType } from '../core/index.js';
-import { DATA_SHA256_KEY, findQuantizedGroups, formatOf, type SafetensorsHeader } from '../format/index.js';
+import {
+  QDTYPE_INFO,
+  ST_DTYPE_SIZE,
+  completeNow,
+  completeYielding,
+  numelOf,
+  type Resumable,
+  type StDType,
+} from '../core/index.js';
+import {
+  DATA_SHA256_KEY,
+  findQuantizedGroupsWork,
+  formatOf,
+  parseHeaderPrefixWork,
+  type SafetensorsHeader,
+} from '../format/index.js';
 
 export interface TensorSummary {
   readonly name: string;
@@ -47,11 +61,22 @@ export function summarizeFile(
   size: number,
   verified = false,
 ): FileSummary {
-  const groups = findQuantizedGroups(header, file);
+  return completeNow(summarizeFileWork(header, file, size, verified));
+}
+
+/** summarizeFile in units of one tensor (../core/time-slice.ts), for the server's /v1/inspect. */
+export function* summarizeFileWork(
+  header: SafetensorsHeader,
+  file: string,
+  size: number,
+  verified = false,
+): Resumable<FileSummary> {
+  const groups = yield* findQuantizedGroupsWork(header, file);
   const byCodes = new Map(groups.map((g) => [g.codes.name, g]));
   const companions = new Set(groups.flatMap((g) => [g.scale.name, g.zeroPoint.name]));
   const tensors: TensorSummary[] = [];
   for (const entry of header.entries) {
+    yield;
     if (companions.has(entry.name)) continue;
     const group = byCodes.get(entry.name);
     if (group) {
@@ -100,4 +125,17 @@ export function summarizeFile(
     tensors,
     total: { bytes, source_bytes: sourceBytes, ratio: ratio(sourceBytes, bytes) },
   };
+}
+
+/**
+ * The summary of a file from its first bytes (POST /v1/inspect: the header, and the file's size),
+ * parsed and summarized with the event loop turning meanwhile (../core/time-slice.ts).
+ */
+export function inspectHeaderBytes(bytes: Uint8Array, size: number, source: string): Promise<FileSummary> {
+  return completeYielding(
+    (function* (): Resumable<FileSummary> {
+      const { header } = yield* parseHeaderPrefixWork(bytes, size, source);
+      return yield* summarizeFileWork(header, source, size);
+    })(),
+  );
 }

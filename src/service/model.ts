@@ -14,6 +14,7 @@
 import { mkdir, rename, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { completeYielding } from '../core/index.js';
 import { QuantdError } from '../errors/index.js';
 import { SafetensorsFileReader, SafetensorsFileWriter, writeFileAtomic } from '../format/index.js';
 import { forgetTemp, trackTempDirectory } from '../format/temp-files.js';
@@ -26,7 +27,7 @@ import {
   type RunSummary,
   type StepReport,
 } from './execute.js';
-import { planOperation, type OperationRequest, type Plan } from './plan.js';
+import { planOperationWork, type OperationRequest, type Plan } from './plan.js';
 import { unusedRules } from './recipe.js';
 import {
   companionFiles,
@@ -111,7 +112,8 @@ async function planAll(model: ModelInput, request: OperationRequest): Promise<Pl
       const reader = await SafetensorsFileReader.open(input);
       let plan: PlannedFile['plan'];
       try {
-        plan = planOperation(reader.header, request, input, sharded);
+        // in units, the event loop turning meanwhile (a server's job: ../core/time-slice.ts)
+        plan = await completeYielding(planOperationWork(reader.header, request, input, sharded));
       } catch (err) {
         // a file whose plan fails is not in `planned` yet: close it here, not at garbage collection
         await reader.close();

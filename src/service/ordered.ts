@@ -5,6 +5,7 @@
  * bounded by the budget (or by the largest unit, which may always run alone).
  */
 import { setMaxListeners } from 'node:events';
+import { LoopSlice } from '../core/index.js';
 import { throwIfAborted } from '../errors/index.js';
 
 export interface OrderedWork<T> {
@@ -46,6 +47,10 @@ export async function runInOrder<T>(work: OrderedWork<T>, options: OrderedOption
     if (options.signal?.aborted) forward();
     else options.signal?.addEventListener('abort', forward, { once: true });
   }
+  // Units computed in this thread (small tensors) settle as microtasks, one after another, and
+  // microtasks never let the event loop turn: 65,535 one-element tensors held it for a second.
+  // Between units, the loop gets its turn once a slice of time is spent.
+  const slice = new LoopSlice();
   const running: Array<Promise<T> | undefined> = new Array(work.count);
   let started = 0;
   let held = 0;
@@ -67,7 +72,10 @@ export async function runInOrder<T>(work: OrderedWork<T>, options: OrderedOption
       run.then(
         () => {
           inFlight--;
-          launch();
+          // a unit that ends starts the next one: this chain too runs as microtasks, and ran a
+          // whole plan's units ahead while the loop below paused, so it waits its turn as well
+          if (slice.due()) void slice.pause().then(launch);
+          else launch();
         },
         () => {
           inFlight--;
@@ -87,6 +95,7 @@ export async function runInOrder<T>(work: OrderedWork<T>, options: OrderedOption
       await work.finish(i, result);
       held -= work.cost(i);
       launch();
+      if (slice.due()) await slice.pause();
     }
   } catch (err) {
     failed = true;

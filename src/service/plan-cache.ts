@@ -8,6 +8,7 @@
  * afresh each time), and plans are frozen data, shared by concurrent requests.
  */
 import { encodeHeader } from '../format/index.js';
+import { encodeResultHeader } from './files.js';
 import type { Plan } from './plan.js';
 
 /** A plan with its output's safetensors header (the bytes a response starts with), encoded once. */
@@ -18,6 +19,19 @@ export class PreparedPlan {
 
   get header(): Uint8Array {
     return (this.headerBytes ??= encodeHeader(this.plan.tensors, this.plan.metadata).bytes);
+  }
+
+  /**
+   * The header, encoded with the event loop turning meanwhile: a plan of 200,000 output tensors
+   * takes most of a second to encode (../core/time-slice.ts). A one-tensor plan costs what the
+   * getter does.
+   */
+  async encodedHeader(signal?: AbortSignal): Promise<Uint8Array> {
+    if (this.headerBytes === undefined) {
+      const bytes = await encodeResultHeader(this.plan, signal);
+      this.headerBytes ??= bytes;
+    }
+    return this.headerBytes;
   }
 }
 

@@ -5,11 +5,13 @@
  */
 import {
   checkFakeQuantizable,
+  completeNow,
   floatDTypeOfSt,
   planLayout,
   type FloatDType,
   type Layout,
   type QuantSpec,
+  type Resumable,
 } from '../core/index.js';
 import { QuantdError, isQuantdError } from '../errors/index.js';
 import {
@@ -21,7 +23,7 @@ import {
   codesPlan,
   encodeMeta,
   entryByName,
-  findQuantizedGroups,
+  findQuantizedGroupsWork,
   qparamPlans,
   type QuantizedGroup,
   type SafetensorsHeader,
@@ -30,7 +32,7 @@ import {
 } from '../format/index.js';
 import type { GivenEntries } from './given-qparams.js';
 import { decide, type Decision, type Recipe } from './recipe.js';
-import { companionOf, lowRankNamed, selectTensors, type Selection } from './selection.js';
+import { companionOf, lowRankNamed, selectTensorsWork, type Selection } from './selection.js';
 
 export const OPERATIONS = ['quantize', 'dequantize', 'fake-quantize', 'qparams'] as const;
 export type Operation = (typeof OPERATIONS)[number];
@@ -108,35 +110,39 @@ function layoutFor(entry: TensorEntry, spec: QuantSpec, by: string, recipe: bool
   }
 }
 
-function finish(
+function* finish(
   request: OperationRequest,
   steps: Step[],
   metadata: Record<string, string>,
   source: string,
-): Plan {
-  const tensors = steps.flatMap((s) => s.outputs);
+): Resumable<Plan> {
+  const container = metadata['format'] === QTENSOR_FORMAT || metadata['format'] === QPARAMS_FORMAT;
+  const tensors: TensorPlan[] = [];
   const seen = new Set<string>();
-  for (const t of tensors) {
-    if (seen.has(t.name)) throw new QuantdError('NAME_COLLISION', { source, tensor: t.name });
-    seen.add(t.name);
-    const container = metadata['format'] === QTENSOR_FORMAT || metadata['format'] === QPARAMS_FORMAT;
-    if (container && RESERVED_METADATA.includes(t.name)) {
-      throw new QuantdError('TENSOR_NAME_RESERVED', { source, tensor: t.name });
+  for (const step of steps) {
+    for (const t of step.outputs) {
+      if (seen.has(t.name)) throw new QuantdError('NAME_COLLISION', { source, tensor: t.name });
+      seen.add(t.name);
+      if (container && RESERVED_METADATA.includes(t.name)) {
+        throw new QuantdError('TENSOR_NAME_RESERVED', { source, tensor: t.name });
+      }
+      tensors.push(t);
     }
+    yield;
   }
   return { request, steps, tensors, metadata };
 }
 
-function planTransform(
+function* planTransform(
   header: SafetensorsHeader,
   request: OperationRequest,
   source: string,
   allowEmpty: boolean,
-): Plan {
+): Resumable<Plan> {
   if (request.op === 'fake-quantize' && !request.recipe) checkFakeQuantizable(request.spec);
-  const selected = new Set(selectTensors(header, request, allowEmpty).map((e) => e.name));
+  const selected = new Set((yield* selectTensorsWork(header, request, allowEmpty)).map((e) => e.name));
   // A qtensor container passes through: keep the metadata of its quantized tensors.
-  const carried = findQuantizedGroups(header, source);
+  const carried = yield* findQuantizedGroupsWork(header, source);
   const metadata = metadataObject(
     request.op === 'quantize'
       ? { format: QTENSOR_FORMAT }
@@ -150,7 +156,12 @@ function planTransform(
   if (kept.length > 0) metadata['format'] = QTENSOR_FORMAT;
   for (const g of kept) metadata[g.name] = g.meta;
   const steps: Step[] = [];
+  // Asked once here, not per tensor: the answer is the header's, and one scan per tensor made
+  // planning quadratic in the tensor count (16,000 rank-1 tensors held the event loop 30 s).
+  let lowRank: boolean | undefined;
+  const quantizeLowRank = (): boolean => (lowRank ??= lowRankNamed(header, request, allowEmpty));
   for (const entry of header.entries) {
+    yield;
     const base = companionOf(header, entry.name);
     const consumed = base !== undefined && selected.has(base);
     if (!selected.has(entry.name)) {
@@ -160,7 +171,7 @@ function planTransform(
     }
     const decision: Decision = request.recipe
       ? decide(request.recipe, entry.name, entry.shape)
-      : entry.shape.length < 2 && !lowRankNamed(header, request, allowEmpty)
+      : entry.shape.length < 2 && !quantizeLowRank()
         ? { action: 'pass', reason: `${entry.shape.length}-D tensor`, by: 'default' }
         : { action: 'quantize', spec: request.spec, by: 'request' };
     if (decision.action === 'pass') {
@@ -201,7 +212,7 @@ function planTransform(
       outputs,
     });
   }
-  return finish(request, steps, metadata, source);
+  return yield* finish(request, steps, metadata, source);
 }
 
 function unselectedReason(entry: TensorEntry): string {
@@ -214,18 +225,19 @@ function outputStDType(dtype: FloatDType): 'F32' | 'F16' | 'BF16' {
   return dtype === 'float32' ? 'F32' : dtype === 'float16' ? 'F16' : 'BF16';
 }
 
-function planDequantize(
+function* planDequantize(
   header: SafetensorsHeader,
   request: OperationRequest,
   source: string,
   shard: boolean,
-): Plan {
-  const groups = findQuantizedGroups(header, source);
+): Resumable<Plan> {
+  const groups = yield* findQuantizedGroupsWork(header, source);
   if (groups.length === 0 && !shard) throw new QuantdError('NOT_A_QTENSOR', { source });
   const byCodes = new Map(groups.map((g) => [g.codes.name, g]));
   const consumed = new Set(groups.flatMap((g) => [g.scale.name, g.zeroPoint.name]));
   const steps: Step[] = [];
   for (const entry of header.entries) {
+    yield;
     const group = byCodes.get(entry.name);
     if (group) {
       steps.push({
@@ -237,7 +249,7 @@ function planDequantize(
       steps.push(copyStep(entry));
     }
   }
-  return finish(request, steps, metadataObject({ ...FLOAT_OUTPUT_METADATA }), source);
+  return yield* finish(request, steps, metadataObject({ ...FLOAT_OUTPUT_METADATA }), source);
 }
 
 /**
@@ -250,6 +262,19 @@ export function planOperation(
   source: string,
   shard = false,
 ): Plan {
+  return completeNow(planOperationWork(header, request, source, shard));
+}
+
+/**
+ * planOperation in units of one tensor (../core/time-slice.ts): servers plan a body of tens of
+ * thousands of tensors with completeYielding, so that the event loop turns meanwhile.
+ */
+export function planOperationWork(
+  header: SafetensorsHeader,
+  request: OperationRequest,
+  source: string,
+  shard = false,
+): Resumable<Plan> {
   return request.op === 'dequantize'
     ? planDequantize(header, request, source, shard)
     : planTransform(header, request, source, shard);

@@ -13,7 +13,7 @@
  */
 import { SPEC_OPTION_NAMES, numelOf, parseSpec, type QuantSpec, type SpecOptions } from '../core/index.js';
 import { QuantdError, isQuantdError } from '../errors/index.js';
-import { UnusablePattern, linearGlob, linearRegex } from './name-patterns.js';
+import { UnusablePattern, firstMatch, linearGlob, linearRegex, patternListProblem } from './name-patterns.js';
 
 /** The spec keys a recipe's default and rules take: the spec option table's names. */
 export const SPEC_OPTIONS = SPEC_OPTION_NAMES;
@@ -21,6 +21,7 @@ export const SPEC_OPTIONS = SPEC_OPTION_NAMES;
 export interface RecipeRule {
   /** How reports and errors name it: `rule 2 ("*.mlp.*")`. */
   readonly label: string;
+  readonly kind: 'glob' | 'regex';
   readonly pattern: string;
   readonly test: (name: string) => boolean;
   /** null: the tensors it matches pass through. */
@@ -35,6 +36,8 @@ export interface Recipe {
   readonly defaultSpec: QuantSpec | null;
   readonly defaultOptions: SpecOptions;
   readonly rules: readonly RecipeRule[];
+  /** The first rule matching a name (../name-patterns.ts, firstMatch), if any. */
+  readonly ruleFor: (name: string) => RecipeRule | undefined;
   readonly minSize: number;
   readonly skip1d: boolean;
 }
@@ -147,6 +150,7 @@ function ruleOf(value: unknown, index: number): RecipeRule {
   }
   return {
     label,
+    kind,
     pattern,
     test,
     spec: skip ? null : specFrom(label, options),
@@ -162,6 +166,14 @@ export function parseRecipe(value: unknown): Recipe {
   checkKeys('', value, RECIPE_KEYS);
   const rules = value['rules'] ?? [];
   if (!Array.isArray(rules)) throw invalid('', '"rules" must be an array');
+  // the rules' patterns are compiled together (firstMatch): bounded as a list, before any is
+  const patterns = rules.map((r: unknown) => {
+    const rule = isObject(r) ? r : {};
+    const pattern = rule['glob'] ?? rule['regex'];
+    return typeof pattern === 'string' ? pattern : '';
+  });
+  const problem = patternListProblem(patterns);
+  if (problem !== null) throw invalid('', `its rules (skip= and rule= included) ${problem}`);
   let defaultSpec: QuantSpec | null;
   let defaultOptions: SpecOptions = {};
   const d = value['default'];
@@ -175,10 +187,13 @@ export function parseRecipe(value: unknown): Recipe {
   } else {
     throw invalid('default', `must be a spec object or "skip", got ${JSON.stringify(d)}`);
   }
+  const parsed = rules.map(ruleOf);
+  const first = firstMatch(parsed);
   return {
     defaultSpec,
     defaultOptions,
-    rules: rules.map(ruleOf),
+    rules: parsed,
+    ruleFor: (name) => parsed[first(name)],
     minSize: sizeOf('', value['min_size']) ?? 0,
     skip1d: flagOf('', 'skip_1d', value['skip_1d']) ?? true,
   };
@@ -266,7 +281,7 @@ export function combineRecipe(parts: RecipeParts): Recipe {
 
 /** The decision for one float tensor of this shape. */
 export function decide(recipe: Recipe, name: string, shape: readonly number[]): Decision {
-  const rule = recipe.rules.find((r) => r.test(name));
+  const rule = recipe.ruleFor(name);
   const by = rule?.label ?? 'default';
   const spec = rule ? rule.spec : recipe.defaultSpec;
   if (spec === null) return { action: 'pass', reason: rule ? 'skipped by rule' : 'default is skip', by };
@@ -282,7 +297,7 @@ export function decide(recipe: Recipe, name: string, shape: readonly number[]): 
 export function unusedRules(recipe: Recipe, names: readonly string[]): string[] {
   const used = new Set<RecipeRule>();
   for (const name of names) {
-    const rule = recipe.rules.find((r) => r.test(name));
+    const rule = recipe.ruleFor(name);
     if (rule) used.add(rule);
   }
   return recipe.rules.filter((r) => !used.has(r)).map((r) => r.label);

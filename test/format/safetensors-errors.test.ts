@@ -132,6 +132,19 @@ const cases: Case[] = [
 
   // --- one entry -------------------------------------------------------------------------------------
   {
+    what: 'a tensor name of more than 65,536 characters',
+    file: rawFile(`{"${'w'.repeat(70_000)}": ${u8('[0]', '[0, 0]')}}`),
+    code: 'SAFETENSORS_INVALID',
+    says: ['a tensor name of 70000 characters', 'more than the 65536 a name may take'],
+  },
+  {
+    // refused by its length before it is parsed: one such entry held the event loop seconds
+    what: 'an entry of more than 65,536 characters of JSON (a shape of 40,000 zeros)',
+    file: rawFile(`{"w": ${u8(`[${Array(40_000).fill(0).join(',')}]`, '[0, 0]')}}`),
+    code: 'SAFETENSORS_INVALID',
+    says: ['tensor "w": its entry is 80', 'more than the 65536 an entry may take'],
+  },
+  {
     what: 'the empty tensor name',
     file: rawFile(`{"": ${u8('[0]', '[0, 0]')}}`),
     code: 'SAFETENSORS_INVALID',

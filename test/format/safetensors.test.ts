@@ -61,6 +61,19 @@ describe('serializeSafetensors / parseSafetensors round trip', () => {
     expect(header.metadata!['__proto__']).toBe('kept as data');
   });
 
+  it('reads __metadata__ as JSON.parse would: the last of duplicate keys, integer-like keys first', () => {
+    // parsed member by member (src/format/json-members.ts), into the object JSON.parse gives
+    const text = '{"__metadata__": {"b": "1", "10": "x", "b": "2", "__proto__": "p"}}';
+    const expected = (JSON.parse(text) as { __metadata__: object }).__metadata__;
+    const { header: parsed } = parseSafetensors(rawFile(text), 'mem');
+    expect(Object.entries(parsed.metadata!)).toEqual(Object.entries(expected));
+    expect(Object.entries(parsed.metadata!)).toEqual([
+      ['10', 'x'],
+      ['b', '2'],
+      ['__proto__', 'p'],
+    ]);
+  });
+
   it('returns views into the input, not copies', () => {
     const view = tensorBytes(header.entries[0]!);
     expect(view.buffer).toBe(bytes.buffer);

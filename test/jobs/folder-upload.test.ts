@@ -182,6 +182,38 @@ describe('a folder archive is checked as it is unpacked', () => {
     expect(leftovers()).toEqual([]);
   });
 
+  // A member's name becomes a result file's name (logs, terminals, the console, downloads).
+  it.each([
+    ['a newline', 'm/config\n.json', '\\n'],
+    ['an ANSI escape sequence', 'm/\u001b[31mred.json', '\\u001b'],
+    ['DEL', 'm/a\u007f.json', '\\u007f'],
+    ['a C1 control (CSI)', 'm/a\u009b2J.json', '\\u009b'],
+    ['a right-to-left override', 'm/model\u202enosj.txt', '\\u202e'],
+    ['a left-to-right embedding', 'm/a\u202ab.json', '\\u202a'],
+    ['a first-strong isolate', 'm/a\u2068b.json', '\\u2068'],
+    ['a pop directional isolate', 'm/a\u2069b.json', '\\u2069'],
+    ['a right-to-left mark', 'm/a\u200fb.json', '\\u200f'],
+    ['an Arabic letter mark', 'm/a\u061cb.json', '\\u061c'],
+    ['a bidi override in the folder name', 'm\u202e/config.json', '\\u202e'],
+  ])(
+    'a member name with %s: 400 ARCHIVE_INVALID, the name escaped, nothing left',
+    async (_what, name, shown) => {
+      const reply = await postTar(archiveWithName(name));
+      expectProblem(reply, 'ARCHIVE_INVALID', [
+        'control character, an escape sequence or a bidirectional-text override',
+      ]);
+      const detail = (JSON.parse(reply.body.toString()) as { detail: string }).detail;
+      expect(detail).toContain(shown);
+      expect(
+        [...detail].some(
+          (c) => c.charCodeAt(0) < 0x20 || (c.charCodeAt(0) >= 0x7f && c.charCodeAt(0) <= 0x9f),
+        ),
+      ).toBe(false);
+      expect(/[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/.test(detail)).toBe(false);
+      expect(leftovers()).toEqual([]);
+    },
+  );
+
   it('a folder that is not a model: the model check refuses it, nothing left behind', async () => {
     const reply = await postTar(archive('m', { 'notes.txt': new TextEncoder().encode('hello') }));
     expect(reply.status).toBe(400);
@@ -189,11 +221,11 @@ describe('a folder archive is checked as it is unpacked', () => {
   });
 });
 
-/** An archive with one member whose name field is `name` (a checksum that matches). */
+/** An archive with one member whose name field is `name`, in UTF-8 (a checksum that matches). */
 function archiveWithName(name: string): Buffer {
   const body = archive('m', { 'x.json': new TextEncoder().encode('{}') });
   body.fill(0, 0, 100);
-  body.write(name, 0, 'ascii');
+  body.write(name, 0, 'utf8');
   body.fill(0x20, 148, 156);
   let sum = 0;
   for (let i = 0; i < TAR_BLOCK; i++) sum += body[i]!;

@@ -1,8 +1,10 @@
 /**
  * A result is served only as it was written: every result file records its whole-file SHA-256
- * when the job finishes, and a file that no longer matches (one byte flipped on disk) is refused
- * with RESULT_CORRUPT — over HTTP (500) and over gRPC (DATA_LOSS) — instead of being served with
- * its old ETag. Put back as it was, it is served again.
+ * when the job finishes, every download hashes what it sends, and a file that no longer matches
+ * (one byte flipped on disk) is refused with RESULT_CORRUPT — over HTTP (500, or, for a file of
+ * several chunks, a response cut short: test/reliability/corrupt-result.test.ts) and over gRPC
+ * (DATA_LOSS) — instead of being served with its old ETag. The job is then failed with
+ * RESULT_CORRUPT: put back as it was, the file is not served again (run the job again).
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -53,7 +55,7 @@ function flipByte(path: string): () => void {
 }
 
 describe('result files are verified by their checksum before they are served', () => {
-  it('a damaged safetensors result is 500 RESULT_CORRUPT over HTTP and DATA_LOSS over gRPC', async () => {
+  it('a damaged safetensors result is 500 RESULT_CORRUPT over HTTP, and its job failed', async () => {
     const job = await waitJob(
       t.port,
       (await submitUpload(t.port, modelBytes(smallModel(1)), '?qdtype=int8')).id,
@@ -67,22 +69,39 @@ describe('result files are verified by their checksum before they are served', (
 
     const restore = flipByte(join(data, 'jobs', job.id, 'result', file.name));
     try {
+      // one chunk: nothing was sent when the hash failed, so the answer is a clean problem
       const bad = await send(t.port, `/v1/jobs/${job.id}/result`);
       expectProblem(bad, 'RESULT_CORRUPT', [file.name, file.sha256!]);
-      const client = await jobsClient(`127.0.0.1:${t.server.grpcPort}`);
-      try {
-        const { error } = await receive(client.Result({ id: job.id }));
-        expect(error?.code).toBe(grpc.status.DATA_LOSS);
-        expect(error?.metadata.get('quantd-code')).toEqual(['RESULT_CORRUPT']);
-      } finally {
-        client.close();
-      }
     } finally {
       restore();
     }
-    const again = await send(t.port, `/v1/jobs/${job.id}/result`);
-    expect(again.status).toBe(200);
-    expect(sha256(again.body)).toBe(file.sha256);
+    const failed = await waitJob(t.port, job.id, finished);
+    expect(failed).toMatchObject({ state: 'failed', error: { code: 'RESULT_CORRUPT' }, result: null });
+    expectProblem(await send(t.port, `/v1/jobs/${job.id}/result`), 'JOB_NOT_READY', ['failed']);
+  });
+
+  it('over gRPC a damaged result is DATA_LOSS RESULT_CORRUPT, and its job failed', async () => {
+    const job = await waitJob(
+      t.port,
+      (await submitUpload(t.port, modelBytes(smallModel(4)), '?qdtype=int8')).id,
+      finished,
+    );
+    const file = job.result!.files[0]!;
+    flipByte(join(data, 'jobs', job.id, 'result', file.name));
+    const client = await jobsClient(`127.0.0.1:${t.server.grpcPort}`);
+    try {
+      const { error } = await receive(client.Result({ id: job.id }));
+      expect(error?.code).toBe(grpc.status.DATA_LOSS);
+      expect(error?.metadata.get('quantd-code')).toEqual(['RESULT_CORRUPT']);
+      const again = await receive(client.Result({ id: job.id }));
+      expect(again.error?.metadata.get('quantd-code')).toEqual(['JOB_NOT_READY']);
+    } finally {
+      client.close();
+    }
+    expect(await waitJob(t.port, job.id, finished)).toMatchObject({
+      state: 'failed',
+      error: { code: 'RESULT_CORRUPT' },
+    });
   });
 
   it('a layout result without a data checksum (GGUF) is verified too', async () => {
@@ -96,12 +115,11 @@ describe('result files are verified by their checksum before they are served', (
     expect(job.state, JSON.stringify(job.error)).toBe('succeeded');
     const name = job.result!.files[0]!.name;
     expect(job.result!.files[0]!.data_sha256).toBeNull();
-    const restore = flipByte(join(data, 'jobs', job.id, 'result', name));
-    try {
-      expectProblem(await send(t.port, `/v1/jobs/${job.id}/result`), 'RESULT_CORRUPT', [name]);
-    } finally {
-      restore();
-    }
-    expect((await send(t.port, `/v1/jobs/${job.id}/result`)).status).toBe(200);
+    flipByte(join(data, 'jobs', job.id, 'result', name));
+    expectProblem(await send(t.port, `/v1/jobs/${job.id}/result`), 'RESULT_CORRUPT', [name]);
+    expect(await waitJob(t.port, job.id, finished)).toMatchObject({
+      state: 'failed',
+      error: { code: 'RESULT_CORRUPT' },
+    });
   });
 });

@@ -4,7 +4,8 @@
 Random weights make every quality claim a coin toss; this model has learned English from the
 machine's own manual pages, so quantization errors show up as they do on real models (outliers,
 sensitive layers, a perplexity that moves). Run from the repository root with Debian's packages
-(apt-get install python3-torch python3-sentencepiece groff):
+(apt-get install python3-torch python3-sentencepiece groff libopenblas0-pthread; without OpenBLAS,
+Debian's torch multiplies matrices with the reference BLAS, about 12 times slower):
 
     /usr/bin/python3 test/trained-llama/train.py [--steps N] [--threads N]
 
@@ -273,7 +274,7 @@ def perplexity(model, wins):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--steps", type=int, default=1200)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
