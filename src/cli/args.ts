@@ -64,6 +64,17 @@ export const COMMAND_OPTIONS: Record<string, Record<string, OptionConfig>> = {
     statistics: { type: 'string' },
     force: { type: 'boolean' },
     quiet: { type: 'boolean', short: 'q' },
+    // calibration from text: the model runs on it
+    text: { type: 'string' },
+    dataset: { type: 'string' },
+    imatrix: { type: 'string' },
+    gptq: { type: 'string' },
+    'gptq-options': { type: 'string' },
+    'seq-len': { type: 'string' },
+    samples: { type: 'string' },
+    seed: { type: 'string' },
+    threads: { type: 'string' },
+    'no-progress': { type: 'boolean' },
   },
   eval: {
     reference: { type: 'string' },

@@ -334,7 +334,9 @@ async function dispatch(argv: readonly string[], io: Io): Promise<number | void>
     case 'serve':
       return serveUntilSignalled(io);
     case 'calibrate':
-      return (await import('./calibrate-command.js')).calibrate(parsed, io);
+      return parsed.values['text'] !== undefined || parsed.values['dataset'] !== undefined
+        ? (await import('./calibrate-text-command.js')).calibrateText(parsed, io)
+        : (await import('./calibrate-command.js')).calibrate(parsed, io);
     case 'eval':
       return (await import('./eval-command.js')).evalCommand(parsed, io);
     default:

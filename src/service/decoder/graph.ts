@@ -345,8 +345,11 @@ export interface BlockOptions {
 
 /** What a block graph computes, and the names it reads its weights by. */
 export interface BlockGraph {
-  /** The output: `gram` [in, in] for a stage, else `hidden_out` [batch, sequence, hidden]. */
-  readonly output: string;
+  /**
+   * The outputs: for a stage `gram` [in, in] (Σ xᵀx over the tokens) and `abs_sum` [in] (Σ |x|),
+   * else `hidden_out` [batch, sequence, hidden].
+   */
+  readonly outputs: readonly string[];
   /** The tap at the stage (undefined for the layer's output). */
   readonly tap?: TapPoint;
 }
@@ -374,10 +377,16 @@ export function buildBlock(
     const t = g.op('Transpose', [rows], `${name}/gram/Transpose`, { perm: [1, 0] });
     const gram = g.op('MatMul', [t, rows], `${name}/gram/MatMul`);
     g.output(gram, { name: 'gram', elemType: F, dims: [features, features] });
+    const abs = g.op('Abs', [rows], `${name}/abs`);
+    g.output(g.op('ReduceSum', [abs, g.int64([0])], `${name}/abs_sum`, { keepdims: 0 }), {
+      name: 'abs_sum',
+      elemType: F,
+      dims: [features],
+    });
     tapped = { name, weights, features };
   };
   const result = buildLayer(g, spec, w, options.layer, x, ctx, ['', ''], tap, options.stage);
-  if (options.stage !== undefined) return { output: 'gram', tap: tapped! };
+  if (options.stage !== undefined) return { outputs: ['gram', 'abs_sum'], tap: tapped! };
   g.output(result!.x, { name: 'hidden_out', elemType: F, dims: ['batch_size', 'sequence_length', h.hidden] });
-  return { output: 'hidden_out' };
+  return { outputs: ['hidden_out'] };
 }

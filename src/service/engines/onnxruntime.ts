@@ -125,3 +125,58 @@ async function createSession(
     });
   }
 }
+
+/** A float32 tensor to feed: its values and dims. */
+export interface FloatFeed {
+  readonly data: Float32Array;
+  readonly dims: readonly number[];
+}
+
+/**
+ * Any graph in ONNX Runtime fed float32 tensors by name (the calibration block graphs, whose
+ * weights are inputs) plus an all-ones attention mask for the sequence: each run returns the
+ * requested outputs. Inputs the graph does not declare are not fed, so one set of feeds serves
+ * graphs that use different parts of it.
+ */
+export class GraphSession {
+  private readonly inputs: ReadonlySet<string>;
+
+  private constructor(
+    private readonly ort: Ort,
+    private readonly session: import('onnxruntime-node').InferenceSession,
+  ) {
+    this.inputs = new Set(session.inputNames);
+  }
+
+  static async open(model: Uint8Array, purpose: string, options: OrtSessionOptions = {}): Promise<GraphSession> {
+    const ort = await loadOnnxRuntime(purpose);
+    return new GraphSession(ort, await createSession(ort, model, options));
+  }
+
+  /** Runs with `feeds` (and `attention_mask` of batch × sequence ones when the graph takes one). */
+  async run(
+    feeds: ReadonlyMap<string, FloatFeed>,
+    mask: { readonly batch: number; readonly sequence: number },
+    outputs: readonly string[],
+  ): Promise<Record<string, Float32Array>> {
+    const tensors: Record<string, import('onnxruntime-node').Tensor> = {};
+    for (const [name, f] of feeds) {
+      if (this.inputs.has(name)) tensors[name] = new this.ort.Tensor('float32', f.data, [...f.dims]);
+    }
+    if (this.inputs.has('attention_mask')) {
+      tensors['attention_mask'] = new this.ort.Tensor(
+        'int64',
+        new BigInt64Array(mask.batch * mask.sequence).fill(1n),
+        [mask.batch, mask.sequence],
+      );
+    }
+    const result = await this.session.run(tensors, [...outputs]);
+    const out: Record<string, Float32Array> = {};
+    for (const name of outputs) out[name] = result[name]!.data as Float32Array;
+    return out;
+  }
+
+  async close(): Promise<void> {
+    await this.session.release();
+  }
+}

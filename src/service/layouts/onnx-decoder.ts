@@ -19,7 +19,7 @@ import { copyFileAtomic, writeFileAtomic } from '../../format/file-io.js';
 import { GraphBuilder } from '../../format/onnx-graph.js';
 import { ONNX_DTYPE, ONNX_OF_ST } from '../../format/onnx.js';
 import { OnnxFileWriter, onnxDataPath, type OnnxTensorPlan } from '../../format/onnx-file.js';
-import { buildDecoder } from '../decoder/graph.js';
+import { buildDecoder, type DecoderTaps, type TapPoint } from '../decoder/graph.js';
 import { decoderSpec, type DecoderSpec } from '../decoder/spec.js';
 import { initializerWeights, type NBitsWeight } from '../decoder/weights.js';
 import { genaiConfig } from '../decoder/genai-config.js';
@@ -99,8 +99,17 @@ export async function writeOnnxDecoder(
   output: string,
   params: DecoderParams,
   hooks: LayoutHooks = {},
-  /** For quantd's own runs: each layer's output too, and rotary tables for this many positions. */
-  graph: { readonly hiddenStates?: boolean; readonly maxPositions?: number } = {},
+  /**
+   * For quantd's own runs: each layer's output, the embeddings, calibration taps (whose points
+   * `onTaps` is told), and rotary tables for this many positions.
+   */
+  graph: {
+    readonly hiddenStates?: boolean;
+    readonly embeddings?: boolean;
+    readonly taps?: DecoderTaps;
+    readonly onTaps?: (taps: readonly TapPoint[]) => void;
+    readonly maxPositions?: number;
+  } = {},
 ): Promise<LayoutWriteResult> {
   const folder = await readHfFolder(dir);
   const configPath = `${dir}/config.json`;
@@ -128,10 +137,13 @@ export async function writeOnnxDecoder(
     const { tensors, dtypes, nbits } = tensorPlan(planned, params);
     const g = new GraphBuilder();
     g.reserve(tensors.map((t) => t.name));
-    buildDecoder(g, spec, initializerWeights(dtypes, nbits), {
+    const taps = buildDecoder(g, spec, initializerWeights(dtypes, nbits), {
       maxPositions: graph.maxPositions ?? spec.h.context,
       hiddenStates: graph.hiddenStates === true,
+      embeddings: graph.embeddings === true,
+      ...(graph.taps !== undefined && { taps: graph.taps }),
     });
+    graph.onTaps?.(taps);
     const writer = await OnnxFileWriter.create(
       output,
       {
