@@ -17,7 +17,7 @@ import { LAYER_STATS_KEY } from '../../format/layer-stats.js';
 import type { EncodeTask, EncoderCall, Encoding } from '../../kernels/encoders.js';
 import { LINEAR_WEIGHT } from '../layouts/linear-common.js';
 import type { CalibrationContext } from './context.js';
-import { LayerRunner, STAGES, type LayerWeights, type StageStats } from './layers.js';
+import { LayerRunner, STAGES, type StageStats } from './layers.js';
 
 export interface GptqCalibrationOptions {
   readonly params: GptqParams;

@@ -148,7 +148,11 @@ export class GraphSession {
     this.inputs = new Set(session.inputNames);
   }
 
-  static async open(model: Uint8Array, purpose: string, options: OrtSessionOptions = {}): Promise<GraphSession> {
+  static async open(
+    model: Uint8Array,
+    purpose: string,
+    options: OrtSessionOptions = {},
+  ): Promise<GraphSession> {
     const ort = await loadOnnxRuntime(purpose);
     return new GraphSession(ort, await createSession(ort, model, options));
   }
