@@ -70,6 +70,8 @@ export const COMMAND_OPTIONS: Record<string, Record<string, OptionConfig>> = {
     imatrix: { type: 'string' },
     gptq: { type: 'string' },
     'gptq-options': { type: 'string' },
+    awq: { type: 'string' },
+    'awq-options': { type: 'string' },
     'seq-len': { type: 'string' },
     samples: { type: 'string' },
     seed: { type: 'string' },

@@ -1,7 +1,8 @@
 /**
  * `quantd calibrate MODEL --text FILE` (or `--dataset FILE.jsonl`): runs the model on the text
  * and writes what is asked — `--imatrix OUT.gguf` (llama.cpp's importance matrix), `--gptq
- * STATS.safetensors` (GPTQ's sequential statistics, for --layout gptq:calibration=STATS) — with
+ * STATS.safetensors` (GPTQ's sequential statistics, for --layout gptq:calibration=STATS), `--awq
+ * STATS.safetensors` (AWQ's scales chosen on the block output, for --layout awq:calibration=STATS) — with
  * `--seq-len L` tokens a window, `--samples N` windows chosen with `--seed S`.
  */
 import { availableParallelism } from 'node:os';
@@ -12,6 +13,8 @@ import { createCompute } from '../pool/index.js';
 import { calibrateFromText } from '../service/calibrate/run.js';
 import type { GptqCalibrationOptions } from '../service/calibrate/gptq.js';
 import { gptqAlgorithm, gptqParams } from '../service/layouts/gptq.js';
+import { awqParams } from '../service/layouts/awq.js';
+import { AWQ_GRID, type AwqCalibrationOptions } from '../service/calibrate/awq.js';
 import { parseLayout } from '../service/layouts/parse.js';
 import type { ParsedCommand } from './args.js';
 import type { Io } from './io.js';
@@ -54,6 +57,12 @@ function gptqOptions(text: string | undefined): GptqCalibrationOptions {
   };
 }
 
+/** --awq-options as the awq layout's options (group_size), and the grid. */
+function awqOptions(text: string | undefined): AwqCalibrationOptions {
+  const { options } = parseLayout(`awq${text ? `:${text}` : ''}`);
+  return { groupSize: awqParams(options).groupSize, nGrid: AWQ_GRID };
+}
+
 export async function calibrateText(parsed: ParsedCommand, io: Io): Promise<void> {
   const text = (parsed.values['text'] ?? parsed.values['dataset']) as string;
   if (parsed.values['text'] !== undefined && parsed.values['dataset'] !== undefined) {
@@ -79,9 +88,15 @@ export async function calibrateText(parsed: ParsedCommand, io: Io): Promise<void
     throw new QuantdError('USAGE', { detail: '--gptq-options goes with --gptq STATS.safetensors' });
   }
   const gptq = gptqOut === undefined ? undefined : { output: gptqOut, options: gptqOptions(gptqText) };
+  const awqOut = parsed.values['awq'] as string | undefined;
+  const awqText = parsed.values['awq-options'] as string | undefined;
+  if (awqText !== undefined && awqOut === undefined) {
+    throw new QuantdError('USAGE', { detail: '--awq-options goes with --awq STATS.safetensors' });
+  }
+  const awq = awqOut === undefined ? undefined : { output: awqOut, options: awqOptions(awqText) };
   await guardOutputs(
     [text],
-    { files: [imatrix, gptqOut].filter((f): f is string => f !== undefined) },
+    { files: [imatrix, gptqOut, awqOut].filter((f): f is string => f !== undefined) },
     parsed.values['force'] === true,
   );
   const quiet = parsed.values['quiet'] === true;
@@ -100,6 +115,7 @@ export async function calibrateText(parsed: ParsedCommand, io: Io): Promise<void
         seed: positiveInt(parsed.values, 'seed', 1)!,
         imatrix,
         gptq,
+        awq,
         ort: { threads: positiveInt(parsed.values, 'threads', availableParallelism())! },
         onProgress: (_stage, done, total) =>
           progress?.update({
@@ -118,6 +134,7 @@ export async function calibrateText(parsed: ParsedCommand, io: Io): Promise<void
         result.tokensPerSecond === undefined
           ? ''
           : `, forward pass ${Math.round(result.tokensPerSecond)} tokens/s`;
+      for (const note of result.notes) io.stderr(note);
       io.stderr(
         `calibrated on ${result.windows} windows of ${result.seqLen} tokens (${result.tokens} tokens) in ${result.seconds.toFixed(1)} s${rate}; wrote ${result.files.join(', ')}`,
       );

@@ -20,6 +20,11 @@ import { entryByName, type TensorEntry } from './safetensors.js';
 import { SafetensorsFileReader, SafetensorsFileWriter } from './safetensors-file.js';
 
 export const LAYER_STATS_KEY = 'quantd.layer_statistics';
+/**
+ * Metadata of a statistics file that also holds AWQ's chosen scales (quantd calibrate --awq):
+ * `M.awq_scales` F64 [in] per scaled module, which the awq layout applies instead of searching.
+ */
+export const AWQ_SCALES_KEY = 'quantd.awq_scales';
 const SUFFIXES = ['.hessian', '.abs_sum', '.tokens'] as const;
 
 const bytesOf = (a: Float64Array): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);

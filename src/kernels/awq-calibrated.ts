@@ -104,7 +104,11 @@ export function awqScalesResult(
   const alpha = found.ratio / AWQ_SEARCH_DEFAULTS.nGrid;
   return {
     outputs: [bytesOf(found.scales)],
-    notes: [`AWQ scales α = ${alpha} from ${call.input.stats.tokens} tokens of ${call.input.name}`],
+    notes: [
+      found.ratio < 0
+        ? `AWQ scales: round-to-nearest kept (no grid step beat it) on ${call.input.stats.tokens} tokens of ${call.input.name}`
+        : `AWQ scales α = ${alpha} from ${call.input.stats.tokens} tokens of ${call.input.name}`,
+    ],
   };
 }
 

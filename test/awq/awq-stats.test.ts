@@ -35,8 +35,13 @@ describe('the AWQ search from layer statistics', () => {
       const w = decode(c.w, Float32Array);
       const stats = accumulateLinearStats('x', emptyLinearStats(c.in), x, [c.n, c.in]);
       const o = { bits: c.bits, groupSize: c.group_size, zeroPoint: c.zero_point, nGrid: 20, maxShrink: 0.5 };
-      const found = awqScalesFromStats(stats, [w], [c.out], o);
+      // AutoAWQ's grid alone, as the reference searches it
+      const found = awqScalesFromStats(stats, [w], [c.out], { ...o, keepRoundToNearest: false });
       expect(found.ratio).toBe(c.ratio);
+      // with round-to-nearest tried first: kept only when no grid step beats it
+      const kept = awqScalesFromStats(stats, [w], [c.out], o);
+      if (kept.ratio === -1) expect(kept.loss).toBeLessThanOrEqual(found.loss);
+      else expect(kept.ratio).toBe(c.ratio);
       const scales = decode(c.scales, Float64Array);
       found.scales.forEach((s, i) => expect(close(s, scales[i]!, 1e-12)).toBe(true));
 
@@ -76,5 +81,25 @@ describe('the AWQ search from layer statistics', () => {
     const whole = awqScalesFromStats(stats, [w], [c.out], o);
     expect(split.ratio).toBe(whole.ratio);
     expect(close(split.loss, whole.loss, 1e-12)).toBe(true);
+  });
+});
+
+describe('round-to-nearest in the AWQ scale search (issue 41)', () => {
+  it('is kept when every grid step makes the output error worse, and left when one is better', () => {
+    // inputs of equal size on every channel, weights whose groups quantize exactly: s = 1 is exact,
+    // any other scale moves the weights off their grid
+    const inF = 32;
+    const out = 8;
+    const n = 64;
+    const x = Float32Array.from({ length: n * inF }, (_, k) => ((k * 7) % 11) - 5);
+    const w = Float32Array.from({ length: out * inF }, (_, k) => ((k * 5) % 16) - 8);
+    const stats = accumulateLinearStats('x', emptyLinearStats(inF), x, [n, inF]);
+    const o = { bits: 4, groupSize: 32, zeroPoint: true, nGrid: 20 };
+    const kept = awqScalesFromStats(stats, [w], [out], o);
+    expect(kept.ratio).toBe(-1);
+    expect(kept.loss).toBe(0);
+    expect([...kept.scales].every((s) => s === 1)).toBe(true);
+    const grid = awqScalesFromStats(stats, [w], [out], { ...o, keepRoundToNearest: false });
+    expect(grid.loss).toBeGreaterThan(0);
   });
 });

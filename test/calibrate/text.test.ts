@@ -132,6 +132,48 @@ describe.skipIf(!HAVE_ONNXRUNTIME)('calibration from text', () => {
     expect(q.code, q.stderr).toBe(0);
   });
 
+  it('writes AWQ scales chosen on the block output that the awq layout applies', async () => {
+    const model = join(FIXTURES, 'llama-spm');
+    const stats = join(dir, 'awq.safetensors');
+    const r = quantd([
+      'calibrate',
+      model,
+      '--text',
+      TEXT,
+      '--seq-len',
+      '32',
+      '--samples',
+      '4',
+      '--awq',
+      stats,
+      '--awq-options',
+      'group_size=32',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    // one line per group of layers that share an input: the candidate chosen, against round-to-nearest
+    expect(r.stderr).toMatch(
+      /model\.layers\.0\.self_attn\.q_proj, .*k_proj, .*v_proj: (α = [\d.]+|round-to-nearest kept)/,
+    );
+    expect(r.stderr).toMatch(/model\.layers\.1\.mlp\.gate_proj, model\.layers\.1\.mlp\.up_proj: /);
+    const layers = await indexLayerStats(stats);
+    expect(layers.get('model.layers.0.self_attn.o_proj.input')!.inFeatures).toBe(64);
+    const out = join(dir, 'awq-cal');
+    const q = quantd([
+      'quantize',
+      model,
+      '-o',
+      out,
+      '--layout',
+      'awq:group_size=32',
+      '--calibration',
+      stats,
+      '--report',
+      join(dir, 'awq-report.json'),
+      '-q',
+    ]);
+    expect(q.code, q.stderr).toBe(0);
+  });
+
   it('refuses what it cannot do before the model runs', () => {
     const model = join(FIXTURES, 'llama-spm');
     const a = quantd(['calibrate', model, '--text', TEXT, '--seq-len', '32']);
@@ -158,5 +200,9 @@ describe.skipIf(!HAVE_ONNXRUNTIME)('calibration from text', () => {
       'bits=3',
     ]);
     expect(c.stderr).toMatch(/^error OPTION_INVALID: option gptq:bits/);
+    const d = quantd(['calibrate', join(FIXTURES, 'gemma2-spm'), '--text', TEXT, '--awq', join(dir, 'g.st')]);
+    expect(d.stderr).toMatch(
+      /^error FEATURE_UNSUPPORTED: AWQ calibration from text supports Llama, Mistral, Qwen 2 and Qwen 3/,
+    );
   });
 });

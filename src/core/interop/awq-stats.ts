@@ -31,7 +31,7 @@ import {
 export interface AwqScaleSearch {
   /** per input channel: the weights are multiplied by it, the inputs divided */
   readonly scales: Float64Array;
-  /** the grid step chosen (α = ratio / nGrid) */
+  /** the grid step chosen (α = ratio / nGrid); -1: round-to-nearest (s = 1) was kept */
   readonly ratio: number;
   /** the chosen step's mean squared output error over the stacked rows */
   readonly loss: number;
@@ -48,7 +48,15 @@ export function awqScalesFromStats(
   stats: LinearStats,
   weights: readonly Float32Array[],
   rows: readonly number[],
-  options: AwqQuantizer & { readonly nGrid: number },
+  options: AwqQuantizer & {
+    readonly nGrid: number;
+    /**
+     * Try round-to-nearest (s = 1) first, and keep it unless a grid step has a strictly smaller
+     * loss (default true): AutoAWQ's grid need not hold it (α = 0 is not s = 1), and on a model
+     * where no scale helps its search picked a worse one (issue 41). False: AutoAWQ's grid alone.
+     */
+    readonly keepRoundToNearest?: boolean;
+  },
   kernel?: QuadraticFormsKernel,
 ): AwqScaleSearch {
   const inF = stats.inFeatures;
@@ -61,8 +69,9 @@ export function awqScalesFromStats(
   let best = Infinity;
   let bestRatio = 0;
   let bestScales: Float64Array = new Float64Array(inF).fill(1);
-  for (let step = 0; step < options.nGrid; step++) {
-    const s = candidateScales(xMean, wMean, step / options.nGrid);
+  const first = options.keepRoundToNearest === false ? 0 : -1;
+  for (let step = first; step < options.nGrid; step++) {
+    const s = step < 0 ? bestScales : candidateScales(xMean, wMean, step / options.nGrid);
     let loss = 0;
     weights.forEach((w, k) => {
       for (let r0 = 0; r0 < rows[k]!; r0 += chunk) {

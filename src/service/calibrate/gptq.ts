@@ -14,9 +14,9 @@ import type { LinearStats } from '../../core/linear-stats.js';
 import { QuantdError } from '../../errors/index.js';
 import { SafetensorsFileWriter, type TensorPlan } from '../../format/index.js';
 import { LAYER_STATS_KEY } from '../../format/layer-stats.js';
-import type { EncodeTask, EncoderCall, Encoding } from '../../kernels/encoders.js';
 import { LINEAR_WEIGHT } from '../layouts/linear-common.js';
 import type { CalibrationContext } from './context.js';
+import { encodeOnPool } from './encode.js';
 import { LayerRunner, STAGES, type StageStats } from './layers.js';
 
 export interface GptqCalibrationOptions {
@@ -29,27 +29,6 @@ export interface GptqCalibrationOptions {
 
 const bytesOf = (a: ArrayBufferView): Uint8Array => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 
-/** Runs one encode task on the pool: inputs copied into task buffers, outputs of the given sizes. */
-async function encode(
-  encoding: Encoding,
-  call: EncoderCall,
-  inputs: readonly Uint8Array[],
-  outputBytes: readonly number[],
-  signal?: AbortSignal,
-): Promise<Uint8Array[]> {
-  const buffer = (n: number): Uint8Array =>
-    encoding.shared ? new Uint8Array(new SharedArrayBuffer(n)) : new Uint8Array(n);
-  const taskInputs = inputs.map((b) => {
-    const copy = buffer(b.byteLength);
-    copy.set(b);
-    return copy;
-  });
-  const outputs = outputBytes.map(buffer);
-  const task: EncodeTask = { op: 'encode', call, inputs: taskInputs, outputs };
-  await encoding.encode(task, signal);
-  return outputs;
-}
-
 /** W [out, in] quantized with GPTQ on `stats` and dequantized: what the gptq layout stores. */
 async function quantizeWeight(
   name: string,
@@ -61,8 +40,8 @@ async function quantizeWeight(
 ): Promise<Float32Array> {
   const s = gptqShapes(name, shape, options.params);
   const size = (d: readonly number[]): number => d.reduce((a, b) => a * b, 4);
-  const [qweight, qzeros, scales, gIdx] = await encode(
-    ctx.encoding,
+  const [[qweight, qzeros, scales, gIdx]] = await encodeOnPool(
+    ctx,
     {
       kind: 'gptq',
       tensor: name,
@@ -73,11 +52,10 @@ async function quantizeWeight(
     },
     [bytesOf(w)],
     [size(s.qweight), size(s.qzeros), s.scales[0] * s.scales[1] * 2, size(s.gIdx)],
-    ctx.signal,
   );
   const [out, inF] = shape as [number, number];
-  const [decoded] = await encode(
-    ctx.encoding,
+  const [[decoded]] = await encodeOnPool(
+    ctx,
     {
       kind: 'gptq-decode',
       source: 'calibration',
@@ -90,7 +68,6 @@ async function quantizeWeight(
     },
     [qweight!, qzeros!, scales!, gIdx!],
     [out * inF * 4],
-    ctx.signal,
   );
   // a copy in ordinary memory: ONNX Runtime does not take SharedArrayBuffer views
   return Float32Array.from(new Float32Array(decoded!.buffer, decoded!.byteOffset, out * inF));

@@ -13,8 +13,8 @@ import { floatDTypeOfSt } from '../../core/dtypes.js';
 import type { LinearStats } from '../../core/linear-stats.js';
 import { throwIfAborted } from '../../errors/index.js';
 import { GraphBuilder } from '../../format/onnx-graph.js';
-import { encodeModel } from '../../format/onnx.js';
-import { buildBlock, STAGES, type Stage, type TapPoint } from '../decoder/graph.js';
+import { encodeModel, ONNX_DTYPE } from '../../format/onnx.js';
+import { buildBlock, buildModule, STAGES, type Stage, type TapPoint } from '../decoder/graph.js';
 import type { DecoderSpec } from '../decoder/spec.js';
 import { inputWeights } from '../decoder/weights.js';
 import { GraphSession, type FloatFeed } from '../engines/onnxruntime.js';
@@ -93,6 +93,20 @@ export class LayerRunner {
       .map((t) => ({ name: t.entry.name, shape: t.entry.shape }));
   }
 
+  /** Layer `i`'s tensors (those of the network) by name, with their shapes. */
+  layerShapes(i: number): Array<[string, readonly number[]]> {
+    const prefix = layerPrefix(i);
+    return this.checkpoint.tensors
+      .filter((t) => t.ggufName !== null && t.entry.name.startsWith(prefix))
+      .map((t) => [t.entry.name, t.entry.shape]);
+  }
+
+  /** The name in its representative's block graph of layer `i`'s tensor `name`. */
+  graphName(i: number, name: string): string {
+    const from = layerPrefix(i);
+    return name.startsWith(from) ? layerPrefix(this.representative(i)) + name.slice(from.length) : name;
+  }
+
   /** The name in layer `i` of a tensor named in its representative's block graph. */
   nameIn(i: number, graphName: string): string {
     const to = layerPrefix(this.representative(i));
@@ -135,6 +149,71 @@ export class LayerRunner {
     return out;
   }
 
+  /**
+   * Layer `i` on each window: its output, and each stage's linear input (by stage name), the
+   * float layer's (what AWQ's searches take).
+   */
+  async capture(
+    i: number,
+    weights: LayerWeights,
+    hidden: readonly Float32Array[],
+  ): Promise<{ hidden: Float32Array[]; inputs: Map<Stage, Float32Array[]> }> {
+    const session = await this.session(i, undefined, true);
+    const out: Float32Array[] = [];
+    const inputs = new Map<Stage, Float32Array[]>(STAGES.map((s) => [s, []]));
+    for (const x of hidden) {
+      throwIfAborted(this.ctx.signal);
+      const r = await this.run(session, weights, x, ['hidden_out', ...STAGES]);
+      out.push(r['hidden_out']!);
+      for (const s of STAGES) inputs.get(s)!.push(r[s]!);
+    }
+    return { hidden: out, inputs };
+  }
+
+  /** The attention or the MLP of layer `i` alone on each window's normed input `x`. */
+  async module(
+    i: number,
+    part: 'attention' | 'mlp',
+    weights: LayerWeights,
+    x: readonly Float32Array[],
+  ): Promise<Float32Array[]> {
+    const session = await this.moduleSession(i, part);
+    const out: Float32Array[] = [];
+    for (const v of x) {
+      throwIfAborted(this.ctx.signal);
+      out.push((await this.run(session, weights, v, ['module_out']))['module_out']!);
+    }
+    return out;
+  }
+
+  /** The features of a stage's linear input. */
+  features(stage: Stage): number {
+    const { h } = this.spec;
+    return stage === 'attention_output' ? h.heads * h.headDim : stage === 'mlp_hidden' ? h.ffn : h.hidden;
+  }
+
+  /** Σ xᵀx, Σ |x| and tokens of rows `xs` (each [tokens, k] flattened) of `k` features. */
+  async gram(xs: readonly Float32Array[], k: number): Promise<LinearStats> {
+    const session = await this.gramSession(k);
+    const hessian = new Float64Array(k * k);
+    const absSum = new Float64Array(k);
+    let tokens = 0;
+    for (const x of xs) {
+      throwIfAborted(this.ctx.signal);
+      const r = await session.run(
+        new Map([['x', { data: x, dims: [x.length / k, k] }]]),
+        { batch: 1, sequence: 1 },
+        ['gram', 'abs_sum'],
+      );
+      const gram = r['gram']!;
+      for (let j = 0; j < gram.length; j++) hessian[j]! += gram[j]!;
+      const abs = r['abs_sum']!;
+      for (let j = 0; j < k; j++) absSum[j]! += abs[j]!;
+      tokens += x.length / k;
+    }
+    return { inFeatures: k, tokens, hessian, absSum };
+  }
+
   async close(): Promise<void> {
     for (const s of this.sessions.values()) await s.close().catch(() => undefined);
     this.sessions.clear();
@@ -144,8 +223,8 @@ export class LayerRunner {
     return this.checkpoint.tensors.find((t) => t.entry.name === name)!;
   }
 
-  private key(i: number, stage: Stage | undefined): string {
-    return `${this.representative(i)}:${stage ?? 'output'}`;
+  private key(i: number, stage: Stage | undefined, capture = false): string {
+    return `${this.representative(i)}:${capture ? 'capture' : (stage ?? 'output')}`;
   }
 
   private run(
@@ -160,23 +239,61 @@ export class LayerRunner {
     return session.run(feeds, { batch: 1, sequence }, outputs);
   }
 
-  private async session(i: number, stage: Stage | undefined): Promise<GraphSession> {
-    const key = this.key(i, stage);
-    const known = this.sessions.get(key);
-    if (known) return known;
+  private async session(i: number, stage: Stage | undefined, capture = false): Promise<GraphSession> {
+    const key = this.key(i, stage, capture);
     const layer = this.representative(i);
+    return this.cached(key, (g) => {
+      const block = buildBlock(g, this.spec, inputWeights(this.shapesOf(layer)), {
+        layer,
+        maxPositions: this.ctx.seqLen,
+        ...(stage !== undefined && { stage }),
+        capture,
+      });
+      if (block.tap) this.taps.set(key, block.tap);
+    });
+  }
+
+  private moduleSession(i: number, part: 'attention' | 'mlp'): Promise<GraphSession> {
+    const layer = this.representative(i);
+    return this.cached(`${layer}:${part}`, (g) =>
+      buildModule(g, this.spec, inputWeights(this.shapesOf(layer)), part, layer, this.ctx.seqLen),
+    );
+  }
+
+  /** x [tokens, k] → `gram` XᵀX [k, k] and `abs_sum` Σ |x| [k]. */
+  private gramSession(k: number): Promise<GraphSession> {
+    return this.cached(`gram:${k}`, (g) => {
+      const x = g.input({ name: 'x', elemType: ONNX_DTYPE.FLOAT, dims: ['tokens', k] });
+      const t = g.op('Transpose', [x], 'gram/Transpose', { perm: [1, 0] });
+      g.output(g.op('MatMul', [t, x], 'gram/MatMul'), {
+        name: 'gram',
+        elemType: ONNX_DTYPE.FLOAT,
+        dims: [k, k],
+      });
+      const abs = g.op('Abs', [x], 'abs');
+      g.output(g.op('ReduceSum', [abs, g.int64([0])], 'abs_sum', { keepdims: 0 }), {
+        name: 'abs_sum',
+        elemType: ONNX_DTYPE.FLOAT,
+        dims: [k],
+      });
+    });
+  }
+
+  private shapesOf(layer: number): Map<string, readonly number[]> {
     const shapes = new Map<string, readonly number[]>();
     const prefix = layerPrefix(layer);
     for (const t of this.checkpoint.tensors) {
       if (t.ggufName !== null && t.entry.name.startsWith(prefix)) shapes.set(t.entry.name, t.entry.shape);
     }
+    return shapes;
+  }
+
+  /** The session of `key`, built by `build` into a new graph the first time. */
+  private async cached(key: string, build: (g: GraphBuilder) => void): Promise<GraphSession> {
+    const known = this.sessions.get(key);
+    if (known) return known;
     const g = new GraphBuilder();
-    const block = buildBlock(g, this.spec, inputWeights(shapes), {
-      layer,
-      maxPositions: this.ctx.seqLen,
-      ...(stage !== undefined && { stage }),
-    });
-    if (block.tap) this.taps.set(key, block.tap);
+    build(g);
     const bytes = encodeModel({
       irVersion: 10,
       opsets: DECODER_OPSETS,
@@ -184,7 +301,7 @@ export class LayerRunner {
       producerVersion: '',
       docString: '',
       metadata: [],
-      graphName: `block_${key}`,
+      graphName: `calibration_${key.replace(/\W/g, '_')}`,
       nodes: g.nodes,
       inputs: g.inputs,
       outputs: g.outputs,

@@ -2,7 +2,8 @@
  * Calibration from text (`quantd calibrate MODEL --text FILE`): the model's tokenizer cuts the
  * text into windows (src/service/eval/text.ts), a seeded sample of them if asked, and the model
  * runs on them in ONNX Runtime to give what each output asks for — an importance matrix
- * (./imatrix.ts), GPTQ's sequential statistics (./gptq.ts). Everything that can be refused (the
+ * (./imatrix.ts), GPTQ's sequential statistics (./gptq.ts), AWQ's scales chosen on the block
+ * output (./awq.ts). Everything that can be refused (the
  * folder, its architecture, its weights against config.json, the text's length, the options) is
  * refused before the model runs.
  */
@@ -22,6 +23,7 @@ import { openCheckpoint } from '../layouts/gguf-hf/checkpoint.js';
 import { readHfFolder } from '../layouts/gguf-hf/folder.js';
 import { loadTokenizer } from '../load-tokenizer.js';
 import type { CalibrationContext } from './context.js';
+import { calibrateAwq, checkAwqArchitecture, type AwqCalibrationOptions } from './awq.js';
 import { calibrateGptq, type GptqCalibrationOptions } from './gptq.js';
 import { computeImatrix } from './imatrix.js';
 import { LayerRunner } from './layers.js';
@@ -39,6 +41,8 @@ export interface TextCalibration {
   readonly imatrix?: string | undefined;
   /** Where to write GPTQ's statistics, and GPTQ's options. */
   readonly gptq?: { readonly output: string; readonly options: GptqCalibrationOptions } | undefined;
+  /** Where to write AWQ's statistics and chosen scales, and AWQ's options. */
+  readonly awq?: { readonly output: string; readonly options: AwqCalibrationOptions } | undefined;
   readonly ort?: OrtSessionOptions;
   readonly signal?: AbortSignal | undefined;
   readonly onProgress?: ((stage: string, done: number, total: number) => void) | undefined;
@@ -49,6 +53,8 @@ export interface TextCalibrationResult {
   readonly tokens: number;
   readonly seqLen: number;
   readonly files: readonly string[];
+  /** What the searches chose (AWQ: per group of layers, which scales won). */
+  readonly notes: readonly string[];
   readonly seconds: number;
   /** Forward-pass throughput of the importance matrix's run, tokens per second. */
   readonly tokensPerSecond?: number;
@@ -59,15 +65,17 @@ export async function calibrateFromText(
   resources: { readonly compute: Compute; readonly encoding: Encoding },
 ): Promise<TextCalibrationResult> {
   const started = performance.now();
-  if (request.imatrix === undefined && request.gptq === undefined) {
+  if (request.imatrix === undefined && request.gptq === undefined && request.awq === undefined) {
     throw new QuantdError('USAGE', {
-      detail: 'calibration from text needs an output: --imatrix FILE.gguf, --gptq STATS.safetensors, or both',
+      detail:
+        'calibration from text needs an output: --imatrix FILE.gguf, --gptq STATS.safetensors, --awq STATS.safetensors',
     });
   }
   const folder = await readHfFolder(request.model);
   const configPath = join(request.model, 'config.json');
   const arch = architectureOf(folder.config, configPath);
   const spec = decoderSpec(folder.config, configPath);
+  if (request.awq !== undefined) checkAwqArchitecture(spec);
   if (request.seqLen > spec.h.context) {
     throw new QuantdError('OPTION_INVALID', {
       option: 'seq_len',
@@ -106,20 +114,28 @@ export async function calibrateFromText(
       });
       files.push(request.imatrix);
     }
-    if (request.gptq !== undefined) {
+    const notes: string[] = [];
+    for (const method of ['gptq', 'awq'] as const) {
+      const asked = request[method];
+      if (asked === undefined) continue;
       const runner = new LayerRunner(spec, checkpoint, ctx);
       try {
-        await calibrateGptq(runner, windows, request.gptq.output, request.gptq.options, ctx);
+        if (method === 'gptq') {
+          await calibrateGptq(runner, windows, asked.output, request.gptq!.options, ctx);
+        } else {
+          notes.push(...(await calibrateAwq(runner, windows, asked.output, request.awq!.options, ctx)));
+        }
       } finally {
         await runner.close();
       }
-      files.push(request.gptq.output);
+      files.push(asked.output);
     }
     return {
       windows: windows.length,
       tokens: windows.length * request.seqLen,
       seqLen: request.seqLen,
       files,
+      notes,
       seconds: (performance.now() - started) / 1000,
       ...(tokensPerSecond !== undefined && { tokensPerSecond }),
     };

@@ -142,29 +142,33 @@ interface LayerResult {
   readonly presentValue: string;
 }
 
+interface AttentionResult {
+  /** o_proj's output (before Gemma 2's post-attention norm). */
+  readonly out: string;
+  readonly presentKey: string;
+  readonly presentValue: string;
+}
+
 /**
- * Layer `i` on the residual stream `x`. `past`: the kv cache inputs ('' for none). `stop`: return
- * as soon as that stage's linear input is tapped (the rest of the layer is not built).
+ * Layer `i`'s attention on its normed input `hIn`, to o_proj's output. `past`: the kv cache
+ * inputs ('' for none). `stop`: return null once that stage's linear input is tapped.
  */
-function buildLayer(
+function buildAttention(
   g: GraphBuilder,
   spec: DecoderSpec,
   w: DecoderWeights,
   i: number,
-  x: string,
+  hIn: string,
   ctx: AttentionContext,
   past: readonly [string, string],
   tap: TapSink,
   stop?: Stage,
-): LayerResult | null {
+): AttentionResult | null {
   const { h } = spec;
   const p = layerPrefix(i);
   const name = `model.layers.${i}`;
-  const norm = (v: string, weight: string, n: string): string => rmsNorm(g, spec, w, v, weight, n);
   const qWidth = h.heads * h.headDim;
   const kvWidth = h.kvHeads * h.headDim;
-  const residual = x;
-  const hIn = norm(x, `${p}input_layernorm.weight`, `${name}/input_layernorm`);
   let q: string;
   let k: string;
   let v: string;
@@ -191,12 +195,8 @@ function buildLayer(
   }
   if (spec.qkNorm) {
     const headNorm = (y: string, n: string): string => {
-      const heads = g.op(
-        'Reshape',
-        [y, g.int64([0, 0, -1, h.headDim])],
-        `${name}/self_attn/${n}_norm/Reshape`,
-      );
-      const normed = norm(heads, `${p}self_attn.${n}_norm.weight`, `${name}/self_attn/${n}_norm`);
+      const heads = g.op('Reshape', [y, g.int64([0, 0, -1, h.headDim])], `${name}/self_attn/${n}_norm/Reshape`);
+      const normed = rmsNorm(g, spec, w, heads, `${p}self_attn.${n}_norm.weight`, `${name}/self_attn/${n}_norm`);
       return g.op('Reshape', [normed, g.int64([0, 0, -1])], `${name}/self_attn/${n}_norm/Reshape_back`);
     };
     q = headNorm(q, 'q');
@@ -224,14 +224,22 @@ function buildLayer(
   ) as [string, string, string];
   tap(attention, 'attention_output', [`${p}self_attn.o_proj.weight`], qWidth, `${name}.self_attn.o_proj`);
   if (stop === 'attention_output') return null;
-  let o = w.linear(g, attention, `${p}self_attn.o_proj.weight`);
-  if (spec.gemma) o = norm(o, `${p}post_attention_layernorm.weight`, `${name}/post_attention_layernorm`);
-  x = g.op('Add', [residual, o], `${name}/attention_residual`);
-  const hMlp = norm(
-    x,
-    spec.gemma ? `${p}pre_feedforward_layernorm.weight` : `${p}post_attention_layernorm.weight`,
-    `${name}/${spec.gemma ? 'pre_feedforward_layernorm' : 'post_attention_layernorm'}`,
-  );
+  return { out: w.linear(g, attention, `${p}self_attn.o_proj.weight`), presentKey, presentValue };
+}
+
+/** Layer `i`'s MLP on its normed input `hMlp`, to down_proj's output (before Gemma 2's post norm). */
+function buildMlp(
+  g: GraphBuilder,
+  spec: DecoderSpec,
+  w: DecoderWeights,
+  i: number,
+  hMlp: string,
+  tap: TapSink,
+  stop?: Stage,
+): string | null {
+  const { h } = spec;
+  const p = layerPrefix(i);
+  const name = `model.layers.${i}`;
   let gate: string;
   let up: string;
   if (spec.fused) {
@@ -257,11 +265,41 @@ function buildLayer(
   const product = g.op('Mul', [act, up], `${name}/mlp/Mul`);
   tap(product, 'mlp_hidden', [`${p}mlp.down_proj.weight`], h.ffn, `${name}.mlp.down_proj`);
   if (stop === 'mlp_hidden') return null;
-  let down = w.linear(g, product, `${p}mlp.down_proj.weight`);
-  if (spec.gemma)
-    down = norm(down, `${p}post_feedforward_layernorm.weight`, `${name}/post_feedforward_layernorm`);
+  return w.linear(g, product, `${p}mlp.down_proj.weight`);
+}
+
+/** Layer `i` on the residual stream `x` (see buildAttention for `past` and `stop`). */
+function buildLayer(
+  g: GraphBuilder,
+  spec: DecoderSpec,
+  w: DecoderWeights,
+  i: number,
+  x: string,
+  ctx: AttentionContext,
+  past: readonly [string, string],
+  tap: TapSink,
+  stop?: Stage,
+): LayerResult | null {
+  const p = layerPrefix(i);
+  const name = `model.layers.${i}`;
+  const norm = (v: string, weight: string, n: string): string => rmsNorm(g, spec, w, v, weight, n);
+  const hIn = norm(x, `${p}input_layernorm.weight`, `${name}/input_layernorm`);
+  const attention = buildAttention(g, spec, w, i, hIn, ctx, past, tap, stop);
+  if (attention === null) return null;
+  const o = spec.gemma
+    ? norm(attention.out, `${p}post_attention_layernorm.weight`, `${name}/post_attention_layernorm`)
+    : attention.out;
+  x = g.op('Add', [x, o], `${name}/attention_residual`);
+  const hMlp = spec.gemma
+    ? norm(x, `${p}pre_feedforward_layernorm.weight`, `${name}/pre_feedforward_layernorm`)
+    : norm(x, `${p}post_attention_layernorm.weight`, `${name}/post_attention_layernorm`);
+  const mlp = buildMlp(g, spec, w, i, hMlp, tap, stop);
+  if (mlp === null) return null;
+  const down = spec.gemma
+    ? norm(mlp, `${p}post_feedforward_layernorm.weight`, `${name}/post_feedforward_layernorm`)
+    : mlp;
   x = g.op('Add', [x, down], `${name}/mlp_residual`);
-  return { x, presentKey, presentValue };
+  return { x, presentKey: attention.presentKey, presentValue: attention.presentValue };
 }
 
 /** Builds the decoder into `g`; returns the calibration taps it added. */
@@ -341,6 +379,8 @@ export interface BlockOptions {
   readonly maxPositions: number;
   /** The stage whose linear input's Gram matrix XᵀX is the output; undefined: the layer's output. */
   readonly stage?: Stage;
+  /** With the layer's output, every stage's linear input, named by its stage (AWQ's searches). */
+  readonly capture?: boolean;
 }
 
 /** What a block graph computes, and the names it reads its weights by. */
@@ -352,6 +392,8 @@ export interface BlockGraph {
   readonly outputs: readonly string[];
   /** The tap at the stage (undefined for the layer's output). */
   readonly tap?: TapPoint;
+  /** With capture: each stage's linear input, its output named by the stage (`input`). */
+  readonly taps?: readonly TapPoint[];
 }
 
 /** One decoder layer (see the file's comment); `w` provides its weights as graph inputs. */
@@ -370,7 +412,12 @@ export function buildBlock(
   });
   const ctx = attentionContext(g, spec, mask, options.maxPositions);
   let tapped: TapPoint | undefined;
+  const taps: TapPoint[] = [];
   const tap: TapSink = (value, stage, weights, features, name) => {
+    if (options.capture) {
+      g.output(value, { name: stage, elemType: F, dims: ['batch_size', 'sequence_length', features] });
+      taps.push({ name, weights, features, input: stage });
+    }
     if (stage !== options.stage) return;
     // [batch, sequence, in] → [tokens, in] → XᵀX [in, in], the sum GPTQ's Hessian is made of
     const rows = g.op('Reshape', [value, g.int64([-1, features])], `${name}/gram/Reshape`);
@@ -388,5 +435,35 @@ export function buildBlock(
   const result = buildLayer(g, spec, w, options.layer, x, ctx, ['', ''], tap, options.stage);
   if (options.stage !== undefined) return { outputs: ['gram', 'abs_sum'], tap: tapped! };
   g.output(result!.x, { name: 'hidden_out', elemType: F, dims: ['batch_size', 'sequence_length', h.hidden] });
-  return { outputs: ['hidden_out'] };
+  return options.capture ? { outputs: ['hidden_out', ...STAGES], taps } : { outputs: ['hidden_out'] };
+}
+
+/**
+ * A part of layer `layer` alone, from its normed input `hidden` to its output `module_out` (what
+ * AutoAWQ's searches compare): 'attention', q/k/v to o_proj; 'mlp', gate/up to down_proj.
+ */
+export function buildModule(
+  g: GraphBuilder,
+  spec: DecoderSpec,
+  w: DecoderWeights,
+  part: 'attention' | 'mlp',
+  layer: number,
+  maxPositions: number,
+): void {
+  const { h } = spec;
+  const x = g.input({ name: 'hidden', elemType: F, dims: ['batch_size', 'sequence_length', h.hidden] });
+  const none: TapSink = () => {};
+  let out: string;
+  if (part === 'attention') {
+    const mask = g.input({
+      name: 'attention_mask',
+      elemType: ONNX_DTYPE.INT64,
+      dims: ['batch_size', 'sequence_length'],
+    });
+    const ctx = attentionContext(g, spec, mask, maxPositions);
+    out = buildAttention(g, spec, w, layer, x, ctx, ['', ''], none)!.out;
+  } else {
+    out = buildMlp(g, spec, w, layer, x, none)!;
+  }
+  g.output(out, { name: 'module_out', elemType: F, dims: ['batch_size', 'sequence_length', h.hidden] });
 }

@@ -19,7 +19,8 @@
  */
 import type { FloatDType } from '../../core/dtypes.js';
 import type { AwqParams } from '../../core/interop/awq.js';
-import { readLayerStats } from '../../format/layer-stats.js';
+import { AWQ_SCALES_KEY, readLayerStats } from '../../format/layer-stats.js';
+import { QuantdError } from '../../errors/index.js';
 import { SafetensorsFileReader } from '../../format/safetensors-file.js';
 import type { TensorEntry } from '../../format/safetensors.js';
 import { typedView } from '../../core/tensor.js';
@@ -129,6 +130,7 @@ export async function planAwqScales(
   params: AwqParams,
   hooks: LayoutHooks,
 ): Promise<AwqFolds> {
+  const chosen = await chosenScales(calibration.path);
   const readers = await Promise.all(files.map((f) => SafetensorsFileReader.open(f)));
   try {
     const byName = new Map<string, ModelEntry>();
@@ -142,6 +144,31 @@ export async function planAwqScales(
     );
     const notes = new Map<string, string>();
     const inputs = new Map<string, StatsEntry>();
+    if (chosen !== null) {
+      // the scales were chosen when the file was made (on the block's output): applied as they are
+      const scales = new Map<string, Float64Array>();
+      for (const g of groups) {
+        const s = chosen.get(g.members[0]!);
+        if (s === undefined) continue;
+        scales.set(g.members[0]!, s);
+        inputs.set(
+          g.members[0]!,
+          g.members.map((m) => statsFor(calibration, m)).find((e) => e !== undefined)!,
+        );
+        notes.set(
+          g.members[0]!,
+          s.every((v) => v === 1)
+            ? 'AWQ: round-to-nearest kept (no scale beat it on the block output)'
+            : 'AWQ scales chosen on the block output (quantd calibrate --awq)',
+        );
+      }
+      return foldsOf(
+        groups.filter((g) => scales.has(g.members[0]!)),
+        scales,
+        notes,
+        inputs,
+      );
+    }
     const jobs = groups.map((g): EncodeJob<ModelEntry> => {
       const weights = g.members.map((m) => byName.get(`${m}.weight`)!);
       const inF = inOf(shapes, g.members[0]!)!;
@@ -193,6 +220,35 @@ export async function planAwqScales(
     return foldsOf(groups, scales, notes, inputs);
   } finally {
     await Promise.all(readers.map((r) => r.close()));
+  }
+}
+
+/** The scales a statistics file holds (quantd calibrate --awq), by module; null when it holds none. */
+async function chosenScales(path: string): Promise<Map<string, Float64Array> | null> {
+  const reader = await SafetensorsFileReader.open(path);
+  try {
+    if (reader.header.metadata?.[AWQ_SCALES_KEY] === undefined) return null;
+    const chosen = new Map<string, Float64Array>();
+    for (const e of reader.header.entries) {
+      if (!e.name.endsWith('.awq_scales')) continue;
+      if (e.dtype !== 'F64' || e.shape.length !== 1) {
+        throw new QuantdError('CALIBRATION_INVALID', {
+          source: path.split('/').pop() ?? path,
+          detail: `${e.name} is ${e.dtype} [${e.shape.join(', ')}]; F64 [in] expected`,
+        });
+      }
+      const s = typedView(Float64Array, await reader.read(e)).slice();
+      if (s.some((v) => !(v > 0 && Number.isFinite(v)))) {
+        throw new QuantdError('CALIBRATION_INVALID', {
+          source: path.split('/').pop() ?? path,
+          detail: `${e.name} holds a scale that is not a positive number`,
+        });
+      }
+      chosen.set(e.name.slice(0, -'.awq_scales'.length), s);
+    }
+    return chosen;
+  } finally {
+    await reader.close();
   }
 }
 
