@@ -195,8 +195,19 @@ function buildAttention(
   }
   if (spec.qkNorm) {
     const headNorm = (y: string, n: string): string => {
-      const heads = g.op('Reshape', [y, g.int64([0, 0, -1, h.headDim])], `${name}/self_attn/${n}_norm/Reshape`);
-      const normed = rmsNorm(g, spec, w, heads, `${p}self_attn.${n}_norm.weight`, `${name}/self_attn/${n}_norm`);
+      const heads = g.op(
+        'Reshape',
+        [y, g.int64([0, 0, -1, h.headDim])],
+        `${name}/self_attn/${n}_norm/Reshape`,
+      );
+      const normed = rmsNorm(
+        g,
+        spec,
+        w,
+        heads,
+        `${p}self_attn.${n}_norm.weight`,
+        `${name}/self_attn/${n}_norm`,
+      );
       return g.op('Reshape', [normed, g.int64([0, 0, -1])], `${name}/self_attn/${n}_norm/Reshape_back`);
     };
     q = headNorm(q, 'q');
