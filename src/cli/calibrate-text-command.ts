@@ -5,10 +5,13 @@
  * STATS.safetensors` (AWQ's scales chosen on the block output, for --layout awq:calibration=STATS) — with
  * `--seq-len L` tokens a window, `--samples N` windows chosen with `--seed S`.
  */
+import { readFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 
 import { GPTQ_SOLVE_DEFAULTS } from '../core/interop/gptq-solve.js';
 import { QuantdError } from '../errors/index.js';
+import { errorCode } from '../format/file-io.js';
+import { parseCalibrationRecipe } from '../service/calibration/recipe.js';
 import { createCompute } from '../pool/index.js';
 import { calibrateFromText } from '../service/calibrate/run.js';
 import type { GptqCalibrationOptions } from '../service/calibrate/gptq.js';
@@ -63,6 +66,23 @@ function awqOptions(text: string | undefined): AwqCalibrationOptions {
   return { groupSize: awqParams(options).groupSize, nGrid: AWQ_GRID };
 }
 
+async function readJsonFile(path: string): Promise<unknown> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new QuantdError(errorCode(err) === 'ENOENT' ? 'FILE_NOT_FOUND' : 'FILE_UNREADABLE', {
+      path,
+      detail: (err as Error).message,
+    });
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (err) {
+    throw new QuantdError('RECIPE_INVALID', { where: path, detail: `not JSON: ${(err as Error).message}` });
+  }
+}
+
 export async function calibrateText(parsed: ParsedCommand, io: Io): Promise<void> {
   const text = (parsed.values['text'] ?? parsed.values['dataset']) as string;
   if (parsed.values['text'] !== undefined && parsed.values['dataset'] !== undefined) {
@@ -73,12 +93,25 @@ export async function calibrateText(parsed: ParsedCommand, io: Io): Promise<void
       detail: 'quantd calibrate MODEL --text FILE takes one model folder (the float model to run)',
     });
   }
-  for (const flag of ['observers', 'resume', 'save-state', 'statistics', 'output'] as const) {
+  for (const flag of ['resume', 'save-state'] as const) {
     if (parsed.values[flag] !== undefined) {
       throw new QuantdError('USAGE', {
-        detail: `--${flag} calibrates from activation batches; from text, ask for --imatrix FILE.gguf or --gptq STATS.safetensors`,
+        detail: `--${flag} continues a calibration from activation batches; from text, a run is whole`,
       });
     }
+  }
+  const recipePath = parsed.values['observers'] as string | undefined;
+  const qparamsOut = parsed.values['output'] as string | undefined;
+  const statisticsOut = parsed.values['statistics'] as string | undefined;
+  if ((qparamsOut !== undefined || statisticsOut !== undefined) && recipePath === undefined) {
+    throw new QuantdError('USAGE', {
+      detail: '-o and --statistics take what the observers of --observers RECIPE.json saw',
+    });
+  }
+  if (recipePath !== undefined && qparamsOut === undefined && statisticsOut === undefined) {
+    throw new QuantdError('USAGE', {
+      detail: '--observers needs -o QPARAMS.safetensors, --statistics STATS, or both',
+    });
   }
   const model = parsed.positionals[0]!;
   const imatrix = parsed.values['imatrix'] as string | undefined;
@@ -94,9 +127,21 @@ export async function calibrateText(parsed: ParsedCommand, io: Io): Promise<void
     throw new QuantdError('USAGE', { detail: '--awq-options goes with --awq STATS.safetensors' });
   }
   const awq = awqOut === undefined ? undefined : { output: awqOut, options: awqOptions(awqText) };
+  const observers =
+    recipePath === undefined
+      ? undefined
+      : {
+          recipe: parseCalibrationRecipe(await readJsonFile(recipePath)),
+          output: qparamsOut,
+          statistics: statisticsOut,
+        };
   await guardOutputs(
-    [text],
-    { files: [imatrix, gptqOut, awqOut].filter((f): f is string => f !== undefined) },
+    [text, ...(recipePath ? [recipePath] : [])],
+    {
+      files: [imatrix, gptqOut, awqOut, qparamsOut, statisticsOut].filter(
+        (f): f is string => f !== undefined,
+      ),
+    },
     parsed.values['force'] === true,
   );
   const quiet = parsed.values['quiet'] === true;
@@ -116,6 +161,7 @@ export async function calibrateText(parsed: ParsedCommand, io: Io): Promise<void
         imatrix,
         gptq,
         awq,
+        observers,
         ort: { threads: positiveInt(parsed.values, 'threads', availableParallelism())! },
         onProgress: (_stage, done, total) =>
           progress?.update({

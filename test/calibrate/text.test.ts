@@ -174,6 +174,43 @@ describe.skipIf(!HAVE_ONNXRUNTIME)('calibration from text', () => {
     expect(q.code, q.stderr).toBe(0);
   });
 
+  it('feeds activation observers with every linear input, for static activation qparams', async () => {
+    const model = join(FIXTURES, 'llama-spm');
+    const recipe = join(dir, 'recipe.json');
+    writeFileSync(
+      recipe,
+      JSON.stringify({
+        observers: [
+          {
+            match: '*.input',
+            observer: { kind: 'min_max', dtype: 'qint8', qscheme: 'per_tensor_symmetric' },
+          },
+        ],
+      }),
+    );
+    const qparams = join(dir, 'qparams.safetensors');
+    const r = quantd([
+      'calibrate',
+      model,
+      '--text',
+      TEXT,
+      '--seq-len',
+      '32',
+      '--samples',
+      '3',
+      '--observers',
+      recipe,
+      '-o',
+      qparams,
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toContain('observers: 14 activations observed');
+    const i = quantd(['inspect', qparams, '--json']);
+    const names = (JSON.parse(i.stdout) as { tensors: { name: string }[] }).tensors.map((t) => t.name);
+    expect(names).toContain('model.layers.1.mlp.down_proj.input.scale');
+    expect(names).toContain('model.layers.0.self_attn.q_proj.input.zero_point');
+  });
+
   it('refuses what it cannot do before the model runs', () => {
     const model = join(FIXTURES, 'llama-spm');
     const a = quantd(['calibrate', model, '--text', TEXT, '--seq-len', '32']);

@@ -13,7 +13,13 @@ import { basename, join } from 'node:path';
 
 import type { Compute } from '../../core/compute.js';
 import { QuantdError } from '../../errors/index.js';
+import { writeFileAtomic } from '../../format/file-io.js';
 import { writeImportanceMatrix } from '../../format/imatrix.js';
+import { writeLayerStats } from '../../format/layer-stats.js';
+import type { CalibrationRecipe } from '../calibration/recipe.js';
+import { CalibrationSession } from '../calibration/session.js';
+import { DEFAULT_TTL_SECONDS } from '../calibration/store.js';
+import { observeFromText } from './observers.js';
 import type { Encoding } from '../../kernels/encoders.js';
 import { decoderSpec } from '../decoder/spec.js';
 import type { OrtSessionOptions } from '../engines/onnxruntime.js';
@@ -41,6 +47,17 @@ export interface TextCalibration {
   readonly imatrix?: string | undefined;
   /** Where to write GPTQ's statistics, and GPTQ's options. */
   readonly gptq?: { readonly output: string; readonly options: GptqCalibrationOptions } | undefined;
+  /**
+   * Activation observers (a calibration recipe) fed each linear input `M.input`; their qparams
+   * to `output`, the layer statistics its rules gather to `statistics`.
+   */
+  readonly observers?:
+    | {
+        readonly recipe: CalibrationRecipe;
+        readonly output?: string | undefined;
+        readonly statistics?: string | undefined;
+      }
+    | undefined;
   /** Where to write AWQ's statistics and chosen scales, and AWQ's options. */
   readonly awq?: { readonly output: string; readonly options: AwqCalibrationOptions } | undefined;
   readonly ort?: OrtSessionOptions;
@@ -65,10 +82,15 @@ export async function calibrateFromText(
   resources: { readonly compute: Compute; readonly encoding: Encoding },
 ): Promise<TextCalibrationResult> {
   const started = performance.now();
-  if (request.imatrix === undefined && request.gptq === undefined && request.awq === undefined) {
+  if (
+    request.imatrix === undefined &&
+    request.gptq === undefined &&
+    request.awq === undefined &&
+    request.observers === undefined
+  ) {
     throw new QuantdError('USAGE', {
       detail:
-        'calibration from text needs an output: --imatrix FILE.gguf, --gptq STATS.safetensors, --awq STATS.safetensors',
+        'calibration from text needs an output: --imatrix FILE.gguf, --gptq STATS.safetensors, --awq STATS.safetensors, --observers RECIPE.json -o QPARAMS.safetensors',
     });
   }
   const folder = await readHfFolder(request.model);
@@ -115,6 +137,25 @@ export async function calibrateFromText(
       files.push(request.imatrix);
     }
     const notes: string[] = [];
+    if (request.observers !== undefined) {
+      const { recipe, output, statistics } = request.observers;
+      const session = new CalibrationSession('text', recipe, DEFAULT_TTL_SECONDS, new Date());
+      const observed = await observeFromText(request.model, windows, session, ctx);
+      notes.push(`observers: ${observed.length} activations observed`);
+      if (output !== undefined) {
+        await writeFileAtomic(output, await session.qparamsFile(resources.compute));
+        files.push(output);
+      }
+      if (statistics !== undefined) {
+        if (session.stats.size === 0) {
+          throw new QuantdError('NO_TENSOR_SELECTED', {
+            detail: 'no rule of the recipe gathers layer statistics ({"match": …, "statistics": "linear"})',
+          });
+        }
+        await writeLayerStats(statistics, session.stats, { 'quantd.calibration': 'text' });
+        files.push(statistics);
+      }
+    }
     for (const method of ['gptq', 'awq'] as const) {
       const asked = request[method];
       if (asked === undefined) continue;
