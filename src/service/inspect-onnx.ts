@@ -8,7 +8,7 @@
  */
 import { stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { OnnxFileReader } from '../format/onnx-file.js';
+import { OnnxFileReader, externalDataPath } from '../format/onnx-file.js';
 import { onnxDTypeName, onnxElementBytes, type OnnxInitializer, type OnnxValueInfo } from '../format/onnx.js';
 import { readJsonObject } from './quantization-config-files.js';
 import { matMulNBitsGroups } from './layouts/onnx.js';
@@ -113,11 +113,16 @@ export async function summarizeOnnx(path: string): Promise<OnnxSummary> {
       const op = n.domain === '' || n.domain === 'ai.onnx' ? n.opType : `${n.domain}.${n.opType}`;
       nodes[op] = (nodes[op] ?? 0) + 1;
     }
-    const locations = [
-      ...new Set([...byName.values()].flatMap((t) => (t.location === null ? [] : [t.location]))),
-    ];
+    // each file once, checked as the reader checks it before opening one (inside the model's
+    // directory): a model file never makes inspect look elsewhere
+    const locations = new Map<string, string>();
+    for (const t of byName.values()) {
+      if (t.location !== null && !locations.has(t.location)) {
+        locations.set(t.location, externalDataPath(path, t.location, t.name));
+      }
+    }
     const externalData = await Promise.all(
-      locations.map(async (file) => ({ file, bytes: await sizeOf(join(dirname(path), file)) })),
+      [...locations].map(async ([file, at]) => ({ file, bytes: await sizeOf(at) })),
     );
     const weights = quantized.reduce((n, q) => n + q.shape[0]! * q.shape[1]!, 0);
     const bytes = quantized.reduce((n, q) => n + q.bytes, 0);

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { GGMLQuantizationType, gguf as hfGguf } from '@huggingface/gguf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
+import { encodeModel } from '../../src/format/onnx.js';
 import { failsWith, quantdAsync, scratch, succeeds } from './cli-helpers.js';
 import { MODEL, REPO, tempDir } from './run-cli.js';
 
@@ -468,6 +469,32 @@ describe.concurrent('inspect of what the layouts write', () => {
     expect(s.layout.format).toBe('gptq');
     expect(s.layout.scheme).toEqual({ bits: 4, group_size: 32, sym: true, desc_act: false });
     expect(s.layout.quantized.map((q) => q.name)).toEqual(WEIGHTS.map(([name]) => name));
+  });
+
+  it('an ONNX model naming external data outside its folder: LAYOUT_INVALID, as its reader says', async () => {
+    const own = scratch(tmp.dir);
+    const model = encodeModel({
+      irVersion: 9,
+      opsets: [{ domain: '', version: 21 }],
+      producerName: 'test',
+      producerVersion: '',
+      docString: '',
+      metadata: [],
+      graphName: 'g',
+      nodes: [],
+      inputs: [],
+      outputs: [],
+      initializers: [
+        {
+          name: 'w',
+          dataType: 1,
+          dims: [2],
+          data: { kind: 'external', location: '../outside.data', offset: 0, length: 8 },
+        },
+      ],
+    });
+    writeFileSync(join(own, 'x.onnx'), model);
+    await failsWith(own, ['inspect', 'x.onnx'], 'LAYOUT_INVALID', ['is not a path inside the model']);
   });
 
   it('--verify of a GGUF or ONNX file: CHECKSUM_MISSING; a truncated GGUF: GGUF_INVALID', async () => {
