@@ -55,7 +55,10 @@ const USAGE_LINES: ReadonlyArray<readonly [string, string]> = [
     'qparams',
     'IN.safetensors -o OUT.safetensors [spec options]               (writes NAME.scale, NAME.zero_point)',
   ],
-  ['inspect', 'FILE|FOLDER [--json] [--verify]   (--verify: check the data SHA-256 the file records)'],
+  [
+    'inspect',
+    'FILE|FOLDER [--json] [--verify]   (safetensors, GGUF, ONNX, GPTQ/AWQ/NF4; --verify: the recorded data SHA-256)',
+  ],
   [
     'calibrate',
     'BATCH... --observers recipe.json -o QPARAMS.safetensors   (BATCH: activations, a file or a folder)',

@@ -6,24 +6,23 @@ import { access, constants, stat } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { isFloatDType, parseSpec, type FloatDType } from '../core/index.js';
 import { QuantdError, exitCodeFor, isQuantdError } from '../errors/index.js';
-import { SafetensorsFileReader } from '../format/index.js';
 import { removeStaleTemps } from '../format/temp-files.js';
 import { describeKernels } from '../kernels/index.js';
 import { BufferArena } from '../kernels/arena.js';
 import { createCompute } from '../pool/index.js';
 import { packageVersion } from '../package-info.js';
 import {
+  inspectPath,
   isDirectory,
   runModel,
-  summarizeFile,
-  summarizeFolder,
   writeFileAtomic,
   type Operation,
   type OperationRequest,
 } from '../service/index.js';
 import { COMMAND_OPTIONS, parseCommand, specOptionsOf, type ParsedCommand } from './args.js';
 import { defaultReportPath, recipeOf, runShapeOf, usesRecipe } from './model-options.js';
-import { humanBytes, renderFolderSummary, renderSummary } from './output.js';
+import { humanBytes } from './output.js';
+import { renderInspection } from './inspect-render.js';
 import type { Io } from './io.js';
 import { guardCommand } from './output-guard.js';
 import { cleanUpOnSignals } from './signals.js';
@@ -267,25 +266,10 @@ const formatDb = (db: number | null): string => (db === null ? 'lossless' : `${d
 
 async function inspect(parsed: ParsedCommand, io: Io): Promise<void> {
   const path = onePositional(parsed, 'file');
-  if (await isDirectory(path)) {
-    const folder = await summarizeFolder(path, parsed.values['verify'] === true);
-    io.stdout(parsed.values['json'] ? JSON.stringify(folder, null, 2) : renderFolderSummary(folder));
-    return;
-  }
-  const reader = await SafetensorsFileReader.open(path);
-  try {
-    let verified = false;
-    if (parsed.values['verify']) {
-      const check = await reader.verifyChecksum();
-      if (check === null) throw new QuantdError('CHECKSUM_MISSING', { path });
-      if (!check.ok) throw new QuantdError('CHECKSUM_MISMATCH', { path, ...check });
-      verified = true;
-    }
-    const summary = summarizeFile(reader.header, path, (await stat(path)).size, verified);
-    io.stdout(parsed.values['json'] ? JSON.stringify(summary, null, 2) : renderSummary(summary));
-  } finally {
-    await reader.close();
-  }
+  const inspection = await inspectPath(path, parsed.values['verify'] === true);
+  io.stdout(
+    parsed.values['json'] ? JSON.stringify(inspection.summary, null, 2) : renderInspection(inspection),
+  );
 }
 
 /** Runs the servers until SIGTERM / SIGINT, then drains and returns. */

@@ -67,5 +67,11 @@ export function renderFolderSummary(summary: FolderSummary): string {
     config
       ? `quantization_config (${config.file}): ${JSON.stringify(config.config)}`
       : 'quantization_config: none',
+    ...(summary.layout
+      ? [
+          `layout ${summary.layout.format}: ${summary.layout.quantized.length} quantized weights, ` +
+            `${summary.layout.total.bits_per_weight.toFixed(2)} bits per weight (--json lists them)`,
+        ]
+      : []),
   ].join('\n');
 }

@@ -235,6 +235,23 @@ export function onnxInvalid(source: string, where: string, detail: string): Quan
   return new QuantdError('LAYOUT_INVALID', { source, tensor: where, detail });
 }
 
+/**
+ * The path of external data `location` of tensor `tensor` of the model at `modelPath`: a relative
+ * path inside the model's directory, as ONNX specifies, or LAYOUT_INVALID (no absolute path, no
+ * `..`, no NUL), so that a model file never makes quantd open a file elsewhere.
+ */
+export function externalDataPath(modelPath: string, location: string, tensor: string): string {
+  const parts = location.split(/[\\/]/);
+  if (location === '' || isAbsolute(location) || location.includes('\0') || parts.includes('..')) {
+    throw onnxInvalid(
+      modelPath,
+      tensor,
+      `external data location ${JSON.stringify(location)} is not a path inside the model's directory`,
+    );
+  }
+  return join(dirname(modelPath), location);
+}
+
 export class OnnxFileReader {
   /**
    * Each external data file's opening, by location: the promise is kept, not the handle, so that
@@ -337,15 +354,7 @@ export class OnnxFileReader {
   }
 
   private async openDataFile(location: string, tensor: string): Promise<{ fh: FileHandle; size: number }> {
-    const parts = location.split(/[\\/]/);
-    if (location === '' || isAbsolute(location) || location.includes('\0') || parts.includes('..')) {
-      throw onnxInvalid(
-        this.path,
-        tensor,
-        `external data location ${JSON.stringify(location)} is not a path inside the model's directory`,
-      );
-    }
-    const path = join(dirname(this.path), location);
+    const path = externalDataPath(this.path, location, tensor);
     let fh: FileHandle;
     try {
       fh = await open(path, 'r');

@@ -3,7 +3,8 @@
  * compute, admission and error catalogue — and quantd.v1.Jobs (jobs.proto, jobs.ts) on HTTP's job
  * manager. Unary RPCs carry a whole input and result per message;
  * QuantizeStream carries inputs and results of any size in chunks. grpc.health.v1 and server
- * reflection are served too, so grpcurl works without the proto file.
+ * reflection are served too, so grpcurl works without the proto file: reflection serves protoc's
+ * descriptors of proto/ under their own names (descriptors.ts), which strict clients accept.
  *
  * Every call passes the same interceptors: metrics (observe.ts), admission on its metadata and
  * its messages' sizes (early-admission.ts), the live streams' cap for the open Watch and
@@ -43,7 +44,8 @@ import { handleStream } from './stream.js';
 import { JOBS_PROTO_FILE, JOBS_SERVICE_NAME, addJobsService } from './jobs.js';
 import { CALIBRATION_PROTO_FILE, CALIBRATIONS_SERVICE_NAME, addCalibrationsService } from './calibrations.js';
 import type { CalibrationStore } from '../service/calibration/store.js';
-import { OIP_PROTO_FILE, addOipService } from './oip.js';
+import { OIP_PROTO_FILE, OIP_SERVICE_NAME, addOipService } from './oip.js';
+import { loadProtoset, reflectionDefinition } from './descriptors.js';
 import { runUnary, type UnaryRequest, type UnaryResponse } from './unary.js';
 import { packageRoot } from '../package-info.js';
 import { requestDeadline } from '../service/envelope.js';
@@ -98,8 +100,8 @@ const UNARY = {
 
 export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc> {
   const { config, handle, admission } = options;
-  // quantd.v1 (Quantizer, Jobs) and the Open Inference Protocol's inference.GRPCInferenceService
-  // (reflection lists them all)
+  // quantd.v1 (Quantizer, Jobs, Calibrations) and the Open Inference Protocol's
+  // inference.GRPCInferenceService, for the wire codec
   const definition = protoLoader.loadSync(
     [PROTO_FILE, JOBS_PROTO_FILE, CALIBRATION_PROTO_FILE, OIP_PROTO_FILE],
     LOADER_OPTIONS,
@@ -246,17 +248,22 @@ export async function startGrpc(options: GrpcServerOptions): Promise<RunningGrpc
     });
   }
 
+  // health has an entry, and reflection lists, every service served (not Jobs or Calibrations
+  // where they are not)
   const served = [
     SERVICE_NAME,
     ...(options.jobs ? [JOBS_SERVICE_NAME] : []),
     ...(options.calibrations ? [CALIBRATIONS_SERVICE_NAME] : []),
+    OIP_SERVICE_NAME,
   ];
   const health = new HealthImplementation({
     '': 'SERVING',
     ...Object.fromEntries(served.map((name) => [name, 'SERVING' as const])),
   });
   health.addToServer(server);
-  new ReflectionService(definition).addToServer(server);
+  new ReflectionService(reflectionDefinition(loadProtoset(PROTO_ROOT), served), {
+    services: served,
+  }).addToServer(server);
 
   const credentials =
     config.tlsCert && config.tlsKey

@@ -297,7 +297,9 @@ export function registerOipRoutes(app: FastifyInstance, deps: OipRouteDeps): Pro
         }
       });
 
-      scope.get('', schema('Server metadata'), async () => serverMetadata(deps.version));
+      // GET /v2 and GET /v2/ (Fastify's prefixTrailingSlash 'both'): the protocol's text gives
+      // server metadata the first, KServe's OpenAPI document (rest_predict_v2.yaml) the second
+      scope.get('/', schema('Server metadata'), async () => serverMetadata(deps.version));
       scope.get('/health/live', schema('Server liveness'), async () => ({ live: true }));
       scope.get('/health/ready', schema('Server readiness'), async (_request, reply) => {
         const ready = deps.isReady() && deps.isWarm();

@@ -1,14 +1,18 @@
 /**
  * A summary of a model folder (`quantd inspect FOLDER`): its weight files (one, or the shards its
- * index names), how many tensors of which stored dtypes, the bytes on disk, and the quantization
+ * index names), how many tensors of which stored dtypes, the bytes on disk, the quantization
  * config a loader would find — config.json's `quantization_config`, else the side file a layout
- * wrote (AutoGPTQ's quantize_config.json, or quantization_config.json).
+ * wrote (AutoGPTQ's quantize_config.json, or quantization_config.json) — and, for a folder of a
+ * layout's weight files (GPTQ, AWQ, bitsandbytes), the weights they hold quantized.
  */
 import { stat } from 'node:fs/promises';
-import { basename, join } from 'node:path';
+import { basename } from 'node:path';
 import { QuantdError } from '../errors/index.js';
 import { DATA_SHA256_KEY, SafetensorsFileReader } from '../format/index.js';
-import { readTextIfAny } from '../format/file-io.js';
+import { layoutContents, layoutScheme, weightTotals, type LayoutScheme } from './inspect-layout.js';
+import { detectLayout } from './layouts/detect.js';
+import type { QuantizedWeight } from './layouts/types.js';
+import { quantizationConfigOf, type FoundConfig } from './quantization-config-files.js';
 import { resolveModelInput } from './shards.js';
 
 export interface FolderShard {
@@ -31,46 +35,15 @@ export interface FolderSummary {
   /** The weight files' bytes on disk, together. */
   readonly bytes: number;
   /** Where the quantization config was found, and the config; null when there is none. */
-  readonly quantization_config: {
-    readonly file: string;
-    readonly config: Readonly<Record<string, unknown>>;
+  readonly quantization_config: FoundConfig | null;
+  /** The layout its weight files are of (gptq, awq, nf4, fp4) and their quantized weights; null for others. */
+  readonly layout: {
+    readonly format: string;
+    readonly scheme: LayoutScheme;
+    /** Every shard's, in shard order. */
+    readonly quantized: readonly QuantizedWeight[];
+    readonly total: { readonly weights: number; readonly bytes: number; readonly bits_per_weight: number };
   } | null;
-}
-
-/** The files a quantization config is looked for in, first found wins, with how to take it out. */
-const CONFIG_SOURCES: ReadonlyArray<readonly [string, (json: Record<string, unknown>) => unknown]> = [
-  ['config.json', (json) => json['quantization_config']],
-  ['quantize_config.json', (json) => json],
-  ['quantization_config.json', (json) => json['quantization_config']],
-];
-
-async function readJsonObject(path: string): Promise<Record<string, unknown> | null> {
-  const text = await readTextIfAny(path);
-  if (text === null) return null;
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (err) {
-    throw new QuantdError('HF_MODEL_INVALID', {
-      path,
-      detail: `is not valid JSON (${(err as Error).message})`,
-    });
-  }
-  if (typeof json !== 'object' || json === null || Array.isArray(json)) {
-    throw new QuantdError('HF_MODEL_INVALID', { path, detail: 'is not a JSON object' });
-  }
-  return json as Record<string, unknown>;
-}
-
-async function quantizationConfigOf(folder: string): Promise<FolderSummary['quantization_config']> {
-  for (const [file, take] of CONFIG_SOURCES) {
-    const json = await readJsonObject(join(folder, file));
-    const config = json === null ? undefined : take(json);
-    if (typeof config === 'object' && config !== null && !Array.isArray(config)) {
-      return { file, config: config as Record<string, unknown> };
-    }
-  }
-  return null;
 }
 
 /**
@@ -81,9 +54,16 @@ export async function summarizeFolder(folder: string, verify = false): Promise<F
   const model = await resolveModelInput(folder);
   const shards: FolderShard[] = [];
   const dtypes: Record<string, number> = {};
+  const quantized: QuantizedWeight[] = [];
+  let format: string | null = null;
   for (const path of model.files) {
+    const layout = await detectLayout(path);
     const reader = await SafetensorsFileReader.open(path);
     try {
+      if (layout?.quantizedWeights) {
+        format ??= layout.name;
+        quantized.push(...(await layoutContents(reader, layout)).quantized);
+      }
       if (verify) {
         const check = await reader.verifyChecksum();
         if (check === null) throw new QuantdError('CHECKSUM_MISSING', { path });
@@ -101,6 +81,7 @@ export async function summarizeFolder(folder: string, verify = false): Promise<F
       await reader.close();
     }
   }
+  const config = await quantizationConfigOf(folder);
   return {
     folder,
     index: model.index === null ? null : basename(model.index),
@@ -108,6 +89,15 @@ export async function summarizeFolder(folder: string, verify = false): Promise<F
     tensors: shards.reduce((n, s) => n + s.tensors, 0),
     dtypes,
     bytes: shards.reduce((n, s) => n + s.bytes, 0),
-    quantization_config: await quantizationConfigOf(folder),
+    quantization_config: config,
+    layout:
+      format === null
+        ? null
+        : {
+            format,
+            scheme: layoutScheme(format, quantized, config),
+            quantized,
+            total: weightTotals(quantized),
+          },
   };
 }

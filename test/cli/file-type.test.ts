@@ -1,7 +1,8 @@
 /**
  * The wrong kind of file given where safetensors is expected: the CLI says what the file is
  * (FILE_NOT_SAFETENSORS, exit 2, one line), not that its first bytes make an absurd header length
- * (SAFETENSORS_HEADER_TOO_LARGE, as it did: "header of 7935470578271546729 bytes").
+ * (SAFETENSORS_HEADER_TOO_LARGE, as it did: "header of 7935470578271546729 bytes"). `inspect`
+ * reads GGUF and ONNX files themselves (test/cli/inspect.test.ts).
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -21,7 +22,6 @@ const index =
 describe.concurrent('a file that is not safetensors is named for what it is', () => {
   it.each([
     ['quantize', 'model.gguf', gguf, 'model.gguf is not a safetensors file: it is a GGUF file (llama.cpp)'],
-    ['inspect', 'model.gguf', gguf, 'it is a GGUF file'],
     [
       'inspect',
       'model.safetensors.index.json',

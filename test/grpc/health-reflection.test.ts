@@ -1,12 +1,15 @@
 /**
- * The gRPC side services: grpc.health.v1.Health (Check answers SERVING for '',
- * quantd.v1.Quantizer and quantd.v1.Jobs, NOT_FOUND for others; Watch sees NOT_SERVING when shutdown starts; a call
- * in flight at shutdown still completes, new calls are refused) and server reflection (v1 and
- * v1alpha ServerReflectionInfo list quantd.v1.Quantizer and quantd.v1.Jobs and return the file
- * descriptor that declares them — @grpc/reflection merges a package's proto files into one — with
- * the Quantizer's five methods), each over a real connection with clients built from the
- * packages' own proto files.
+ * The gRPC side services: grpc.health.v1.Health (Check answers SERVING for '', quantd.v1.Quantizer,
+ * quantd.v1.Jobs, quantd.v1.Calibrations and inference.GRPCInferenceService, NOT_FOUND for others;
+ * Watch sees NOT_SERVING when shutdown starts; a call in flight at shutdown still completes, new
+ * calls are refused) and server reflection (v1 and v1alpha ServerReflectionInfo list the services
+ * served and return protoc's descriptor of each file under its own name — proto/quantd.protoset,
+ * byte for byte: map entries named FieldEntry, proto3 optional fields with their flag and
+ * synthetic oneof, fully qualified type names — with the Quantizer's five methods), each over a
+ * real connection with clients built from the packages' own proto files.
+ * test/grpc/python-client.test.ts checks the same descriptors with Python protobuf's pool.
  */
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -24,6 +27,7 @@ import {
   type StreamResponse,
   type TestServer,
 } from './helpers.js';
+import { REPO } from '../cli/run-cli.js';
 
 const require = createRequire(import.meta.url);
 const REFLECTION_PROTO = join(dirname(require.resolve('@grpc/reflection/package.json')), 'build', 'proto');
@@ -140,26 +144,66 @@ const sub = (msg: Uint8Array, field: number): Uint8Array[] =>
     .filter(([f, v]) => f === field && typeof v !== 'number')
     .map(([, v]) => v as Uint8Array);
 
+interface FieldDescriptor {
+  name: string;
+  typeName: string;
+  oneofIndex: number | null;
+  proto3Optional: boolean;
+}
+
+interface MessageDescriptor {
+  name: string;
+  fields: FieldDescriptor[];
+  nested: MessageDescriptor[];
+  oneofs: string[];
+  mapEntry: boolean;
+}
+
 interface FileDescriptor {
   name: string;
   package: string;
-  messages: string[];
+  dependencies: string[];
+  messages: MessageDescriptor[];
   services: {
     name: string;
     methods: { name: string; input: string; output: string; cs: boolean; ss: boolean }[];
   }[];
 }
 
-function decodeFileDescriptor(bytes: Uint8Array): FileDescriptor {
-  const one = (m: Uint8Array, f: number): string => {
-    const v = sub(m, f)[0];
-    return v ? text(v) : '';
+const one = (m: Uint8Array, f: number): string => {
+  const v = sub(m, f)[0];
+  return v ? text(v) : '';
+};
+const int = (m: Uint8Array, f: number): number | null => {
+  const v = fields(m).find(([k, x]) => k === f && typeof x === 'number');
+  return v ? (v[1] as number) : null;
+};
+const flag = (m: Uint8Array, f: number): boolean => int(m, f) === 1;
+
+// descriptor.proto's field numbers: DescriptorProto name 1, field 2, nested_type 3, options 7
+// (MessageOptions.map_entry 7), oneof_decl 8; FieldDescriptorProto name 1, type_name 6,
+// oneof_index 9, proto3_optional 17
+function decodeMessage(bytes: Uint8Array): MessageDescriptor {
+  return {
+    name: one(bytes, 1),
+    fields: sub(bytes, 2).map((f) => ({
+      name: one(f, 1),
+      typeName: one(f, 6),
+      oneofIndex: int(f, 9),
+      proto3Optional: flag(f, 17),
+    })),
+    nested: sub(bytes, 3).map(decodeMessage),
+    oneofs: sub(bytes, 8).map((o) => one(o, 1)),
+    mapEntry: sub(bytes, 7).some((o) => flag(o, 7)),
   };
-  const flag = (m: Uint8Array, f: number): boolean => fields(m).some(([k, v]) => k === f && v === 1);
+}
+
+function decodeFileDescriptor(bytes: Uint8Array): FileDescriptor {
   return {
     name: one(bytes, 1),
     package: one(bytes, 2),
-    messages: sub(bytes, 4).map((m) => one(m, 1)),
+    dependencies: sub(bytes, 3).map(text),
+    messages: sub(bytes, 4).map(decodeMessage),
     services: sub(bytes, 6).map((s) => ({
       name: one(s, 1),
       methods: sub(s, 2).map((m) => ({
@@ -172,6 +216,11 @@ function decodeFileDescriptor(bytes: Uint8Array): FileDescriptor {
     })),
   };
 }
+
+/** proto/quantd.protoset's files (FileDescriptorSet.file, field 1), by name. */
+const PROTOSET = new Map(
+  sub(readFileSync(join(REPO, 'proto', 'quantd.protoset')), 1).map((f) => [one(f, 1), Buffer.from(f)]),
+);
 
 // --- tests ----------------------------------------------------------------------------------------
 
@@ -188,12 +237,15 @@ afterAll(async () => {
 });
 
 describe('grpc.health.v1.Health', () => {
-  it.each(['', 'quantd.v1.Quantizer', 'quantd.v1.Jobs', 'quantd.v1.Calibrations'])(
-    'Check(%j) is SERVING',
-    async (service) => {
-      expect(await check(health, service)).toBe('SERVING');
-    },
-  );
+  it.each([
+    '',
+    'quantd.v1.Quantizer',
+    'quantd.v1.Jobs',
+    'quantd.v1.Calibrations',
+    'inference.GRPCInferenceService',
+  ])('Check(%j) is SERVING', async (service) => {
+    expect(await check(health, service)).toBe('SERVING');
+  });
 
   it('Check of an unknown service: NOT_FOUND', async () => {
     const err = await check(health, 'quantd.v1.Nope').then(
@@ -207,11 +259,15 @@ describe('grpc.health.v1.Health', () => {
 describe.each(['v1', 'v1alpha'] as const)('server reflection %s', (version) => {
   const Ctor = reflectionClass(version);
 
-  it('list_services names quantd.v1.Quantizer and quantd.v1.Jobs', async () => {
+  it('list_services names every service served', async () => {
     const r = await reflect(Ctor, t.target, { list_services: '' });
     const names = r.list_services_response?.service.map((s) => s.name) ?? [];
-    expect(names, JSON.stringify(r)).toContain('quantd.v1.Quantizer');
-    expect(names, JSON.stringify(r)).toContain('quantd.v1.Jobs');
+    expect(names.sort(), JSON.stringify(r)).toEqual([
+      'inference.GRPCInferenceService',
+      'quantd.v1.Calibrations',
+      'quantd.v1.Jobs',
+      'quantd.v1.Quantizer',
+    ]);
   });
 
   it.each(['quantd.v1.Quantizer', 'quantd.v1.Quantizer.QuantizeStream', 'quantd.v1.OperationRequest'])(
@@ -219,12 +275,10 @@ describe.each(['v1', 'v1alpha'] as const)('server reflection %s', (version) => {
     async (symbol) => {
       const r = await reflect(Ctor, t.target, { file_containing_symbol: symbol });
       const files = r.file_descriptor_response?.file_descriptor_proto ?? [];
-      expect(files.length, JSON.stringify(r.error_response)).toBeGreaterThanOrEqual(1);
-      const fd = files.map(decodeFileDescriptor).find((f) => f.package === 'quantd.v1');
-      expect(fd, 'a descriptor of package quantd.v1').toBeDefined();
-      // proto-loader names the file after the package (quantd_v1.proto), not its path
-      expect(fd!.name).toMatch(/^quantd.*\.proto$/);
-      expect(fd!.messages).toEqual(
+      expect(files.length, JSON.stringify(r.error_response)).toBe(1);
+      const fd = decodeFileDescriptor(files[0]!);
+      expect(fd).toMatchObject({ name: 'quantd/v1/quantd.proto', package: 'quantd.v1', dependencies: [] });
+      expect(fd.messages.map((m) => m.name)).toEqual(
         expect.arrayContaining([
           'Spec',
           'Tensor',
@@ -234,7 +288,7 @@ describe.each(['v1', 'v1alpha'] as const)('server reflection %s', (version) => {
           'Chunk',
         ]),
       );
-      const svc = fd!.services.find((s) => s.name === 'Quantizer');
+      const svc = fd.services.find((s) => s.name === 'Quantizer');
       expect(svc?.methods.map((m) => m.name)).toEqual([
         'Quantize',
         'Dequantize',
@@ -243,31 +297,54 @@ describe.each(['v1', 'v1alpha'] as const)('server reflection %s', (version) => {
         'QuantizeStream',
       ]);
       const stream = svc!.methods.find((m) => m.name === 'QuantizeStream')!;
-      expect(stream).toMatchObject({ cs: true, ss: true });
-      expect(stream.input).toMatch(/StreamRequest$/);
+      expect(stream).toMatchObject({ cs: true, ss: true, input: '.quantd.v1.StreamRequest' });
       const quantize = svc!.methods.find((m) => m.name === 'Quantize')!;
-      expect(quantize).toMatchObject({ cs: false, ss: false });
-      expect(quantize.output).toMatch(/OperationResponse$/);
+      expect(quantize).toMatchObject({ cs: false, ss: false, output: '.quantd.v1.OperationResponse' });
     },
   );
 
-  it('file_by_filename of the name reflection gives returns the same file', async () => {
-    const bySymbol = await reflect(Ctor, t.target, { file_containing_symbol: 'quantd.v1.Quantizer' });
-    const fd = bySymbol.file_descriptor_response!.file_descriptor_proto.map(decodeFileDescriptor);
-    const name = fd.find((f) => f.package === 'quantd.v1')!.name;
-    const byName = await reflect(Ctor, t.target, { file_by_filename: name });
-    const again = byName.file_descriptor_response?.file_descriptor_proto.map(decodeFileDescriptor) ?? [];
-    // one file per package: quantd.proto's Quantizer, jobs.proto's Jobs, calibration.proto's Calibrations
-    expect(again.find((f) => f.name === name)?.services.map((s) => s.name)).toEqual([
-      'Quantizer',
-      'Jobs',
-      'Calibrations',
-    ]);
+  it('map fields have FieldEntry types; proto3 optional fields their flag and synthetic oneof', async () => {
+    const r = await reflect(Ctor, t.target, { file_by_filename: 'quantd/v1/quantd.proto' });
+    const fd = decodeFileDescriptor(r.file_descriptor_response!.file_descriptor_proto[0]!);
+    const message = (name: string): MessageDescriptor => fd.messages.find((m) => m.name === name)!;
+    const response = message('OperationResponse');
+    expect(response.nested.map((n) => [n.name, n.mapEntry])).toEqual([['MetadataEntry', true]]);
+    expect(response.fields.find((f) => f.name === 'metadata')?.typeName).toBe(
+      '.quantd.v1.OperationResponse.MetadataEntry',
+    );
+    const spec = message('Spec');
+    const axis = spec.fields.find((f) => f.name === 'axis')!;
+    expect(axis.proto3Optional).toBe(true);
+    expect(spec.oneofs[axis.oneofIndex!]).toBe('_axis');
+    expect(spec.fields.find((f) => f.name === 'qdtype')).toMatchObject({
+      proto3Optional: false,
+      oneofIndex: null,
+    });
   });
 
-  it('an unknown symbol is NOT_FOUND in error_response', async () => {
-    const r = await reflect(Ctor, t.target, { file_containing_symbol: 'quantd.v1.Nope' });
-    expect(r.error_response?.error_code).toBe(grpc.status.NOT_FOUND);
+  it.each([...PROTOSET.keys()])(
+    'file_by_filename %s: protoc’s descriptor (proto/quantd.protoset), with the files it imports',
+    async (name) => {
+      const r = await reflect(Ctor, t.target, { file_by_filename: name });
+      const files = r.file_descriptor_response?.file_descriptor_proto ?? [];
+      expect(files.length, JSON.stringify(r.error_response)).toBeGreaterThanOrEqual(1);
+      expect(Buffer.from(files[0]!).equals(PROTOSET.get(name)!), 'the same bytes').toBe(true);
+      const served = files.map((f) => decodeFileDescriptor(f).name);
+      const imports = (file: string): string[] =>
+        decodeFileDescriptor(PROTOSET.get(file)!).dependencies.flatMap((d) => [d, ...imports(d)]);
+      expect(served.slice(1).sort()).toEqual([...new Set(imports(name))].sort());
+    },
+  );
+
+  it('the made-up file of proto-loader (quantd_v1.proto) and an unknown symbol are NOT_FOUND', async () => {
+    const requests: Record<string, string>[] = [
+      { file_by_filename: 'quantd_v1.proto' },
+      { file_containing_symbol: 'quantd.v1.Nope' },
+    ];
+    for (const request of requests) {
+      const r = await reflect(Ctor, t.target, request);
+      expect(r.error_response?.error_code).toBe(grpc.status.NOT_FOUND);
+    }
   });
 });
 

@@ -77,7 +77,7 @@ describe('QUANTD_API_KEYS and QUANTD_BODY_LIMIT', () => {
     ]) {
       expect((await request(t.base, path)).status, path).toBe(200);
     }
-    for (const path of ['/v2', '/v2/models/quantize', '/v2/models/nope', '/v2/elsewhere']) {
+    for (const path of ['/v2', '/v2/', '/v2/models/quantize', '/v2/models/nope', '/v2/elsewhere']) {
       const reply = await request(t.base, path);
       expectError(reply, 'UNAUTHORIZED');
       expect(reply.headers['www-authenticate']).toMatch(/^Bearer/);
@@ -86,6 +86,7 @@ describe('QUANTD_API_KEYS and QUANTD_BODY_LIMIT', () => {
       ).toBe(401);
     }
     expect((await request(t.base, '/v2', { headers: auth })).status).toBe(200);
+    expect((await request(t.base, '/v2/', { headers: auth })).status).toBe(200);
     expect((await request(t.base, '/v2/models/quantize', { headers: auth })).status).toBe(200);
     expectError(await restInfer(t.base, 'quantize', [input]), 'UNAUTHORIZED');
     const ok = await restInfer(t.base, 'quantize', [input], { headers: auth });

@@ -87,13 +87,17 @@ describe('HTTP: health and metadata', () => {
     expect(json(ready)).toMatchObject({ ready: true });
   });
 
-  it('GET /v2: name quantd, the package version, binary_tensor_data among the extensions', async () => {
-    const reply = await request(t.base, '/v2');
-    expect(reply.status).toBe(200);
-    const meta = json(reply);
-    expect(meta).toMatchObject({ name: 'quantd', version: VERSION });
-    expect(meta['extensions']).toContain('binary_tensor_data');
-  });
+  it.each(['/v2', '/v2/'])(
+    'GET %s: name quantd, the package version, binary_tensor_data among the extensions',
+    async (path) => {
+      // /v2/ is the server metadata path of KServe's OpenAPI document (rest_predict_v2.yaml)
+      const reply = await request(t.base, path);
+      expect(reply.status, reply.body.toString()).toBe(200);
+      const meta = json(reply);
+      expect(meta).toMatchObject({ name: 'quantd', version: VERSION });
+      expect(meta['extensions']).toContain('binary_tensor_data');
+    },
+  );
 
   it.each(Object.entries(MODELS))(
     'GET /v2/models/%s (and /versions/1): metadata; /ready: 200',

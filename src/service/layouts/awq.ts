@@ -40,6 +40,7 @@ import {
   passThrough,
   ptMetadata,
   runJobs,
+  storedBytes,
   withReader,
   type Job,
 } from './linear-common.js';
@@ -51,11 +52,13 @@ import {
 } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
 import { factsOf, layoutFile, singleFileWrite, type ReportRow } from './safetensors-parts.js';
+import type { SafetensorsFileReader } from '../../format/safetensors-file.js';
 import type {
   InteropLayout,
   LayoutFacts,
   LayoutFile,
   LayoutOptions,
+  QuantizedWeight,
   SafetensorsLayoutParts,
 } from './types.js';
 
@@ -294,6 +297,29 @@ async function read(
   });
 }
 
+/** The file's AWQ weights (inspect): each module with a .qweight, checked as read() checks it. */
+async function quantizedWeights(reader: SafetensorsFileReader): Promise<QuantizedWeight[]> {
+  const { header } = reader;
+  return header.entries
+    .filter((e) => e.name.endsWith('.qweight'))
+    .map((e) => {
+      const m = moduleOf(e.name, '.qweight');
+      const g = awqGroup(reader.path, header, m);
+      const stored = [g.qweight, g.qzeros, g.scales];
+      return {
+        name: `${m}.weight`,
+        stored: stored.map((t) => t.name),
+        shape: [g.out, g.inF],
+        // AutoAWQ's GEMM words: eight 4-bit codes in each int32 of qweight [in, out / 8]
+        bits: 4,
+        group_size: g.inF / g.groups,
+        scale_dtype: g.scales.dtype,
+        bytes: storedBytes(stored),
+        details: { zero_point: true, version: 'gemm' },
+      };
+    });
+}
+
 function detect(path: string, head: Uint8Array): boolean {
   const tensors = headerTensors(path, head);
   if (!tensors) return false;
@@ -321,5 +347,6 @@ export const awqLayout: InteropLayout = {
   write: singleFileWrite(parts),
   parts,
   read,
+  quantizedWeights,
   detect,
 };

@@ -40,6 +40,7 @@ import {
   passThrough,
   ptMetadata,
   runJobs,
+  storedBytes,
   withReader,
   type Job,
 } from './linear-common.js';
@@ -51,11 +52,13 @@ import {
 } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
 import { factsOf, layoutFile, singleFileWrite } from './safetensors-parts.js';
+import type { SafetensorsFileReader } from '../../format/safetensors-file.js';
 import type {
   InteropLayout,
   LayoutFacts,
   LayoutFile,
   LayoutOptions,
+  QuantizedWeight,
   SafetensorsLayoutParts,
 } from './types.js';
 
@@ -221,6 +224,83 @@ function parseState(source: string, name: string, bytes: Uint8Array): QuantState
     : { quant_type, blocksize, shape };
 }
 
+/** A file's quantized weights by name: each one's quant state and the member tensors' names. */
+async function bnbStates(reader: SafetensorsFileReader): Promise<{
+  parsed: Map<string, { state: QuantState; stateEntry: TensorEntry }>;
+  member: Map<string, string>;
+}> {
+  const { header } = reader;
+  const source = reader.path;
+  const states = header.entries.filter((e) => /\.quant_state\.bitsandbytes__(?:nf4|fp4)$/.test(e.name));
+  const member = new Map<string, string>();
+  const parsed = new Map<string, { state: QuantState; stateEntry: TensorEntry }>();
+  for (const stateEntry of states) {
+    const w = stateEntry.name.slice(0, stateEntry.name.lastIndexOf(STATE_PREFIX));
+    if (parsed.has(w)) throw layoutInvalid(source, stateEntry.name, `is the second quant state of ${w}`);
+    expectTensor(source, stateEntry, stateEntry.name, ['U8'], 1);
+    parsed.set(w, {
+      state: parseState(source, stateEntry.name, await reader.read(stateEntry)),
+      stateEntry,
+    });
+    for (const s of ['', '.absmax', '.quant_map', '.nested_absmax', '.nested_quant_map'])
+      member.set(`${w}${s}`, w);
+    member.set(stateEntry.name, w);
+  }
+  return { parsed, member };
+}
+
+/** The tensors that hold weight `w` (packed codes first), checked against its quant state. */
+function bnbInputs(
+  source: string,
+  header: SafetensorsFileReader['header'],
+  w: string,
+  state: QuantState,
+): TensorEntry[] {
+  const n = state.shape.reduce((a, b) => a * b, 1);
+  const blocks = Math.ceil(n / state.blocksize);
+  const nested = state.nested_blocksize !== undefined;
+  const get = (suffix: string, dtypes: Parameters<typeof expectTensor>[3], numel: number): TensorEntry => {
+    const e = expectTensor(source, entryByName(header, `${w}${suffix}`), `${w}${suffix}`, dtypes, null);
+    const count = e.shape.reduce((a, b) => a * b, 1);
+    if (count !== numel) {
+      throw layoutInvalid(
+        source,
+        e.name,
+        `has shape ${shapeText(e.shape)} (${count} values), expected ${numel}`,
+      );
+    }
+    return e;
+  };
+  const inputs = [
+    get('', ['U8'], Math.ceil(n / 2)),
+    get('.absmax', [nested ? 'U8' : 'F32'], blocks),
+    get('.quant_map', ['F32'], 16),
+  ];
+  if (nested) {
+    inputs.push(get('.nested_absmax', ['F32'], Math.ceil(blocks / state.nested_blocksize!)));
+    inputs.push(get('.nested_quant_map', ['F32'], 256));
+  }
+  return inputs;
+}
+
+/** The file's bitsandbytes weights (inspect), found and checked as read() finds them. */
+async function quantizedWeights(reader: SafetensorsFileReader): Promise<QuantizedWeight[]> {
+  const { parsed } = await bnbStates(reader);
+  return [...parsed].map(([w, { state, stateEntry }]) => {
+    const stored = [...bnbInputs(reader.path, reader.header, w, state), stateEntry];
+    return {
+      name: w,
+      stored: stored.map((t) => t.name),
+      shape: state.shape,
+      bits: 4,
+      group_size: state.blocksize,
+      scale_dtype: stored[1]!.dtype,
+      bytes: storedBytes(stored),
+      details: { quant_type: state.quant_type, double_quant: state.nested_blocksize !== undefined },
+    };
+  });
+}
+
 async function read(
   input: string,
   output: string,
@@ -229,21 +309,7 @@ async function read(
   return withReader(input, async (reader) => {
     const { header } = reader;
     const source = reader.path;
-    const states = header.entries.filter((e) => /\.quant_state\.bitsandbytes__(?:nf4|fp4)$/.test(e.name));
-    const member = new Map<string, string>();
-    const parsed = new Map<string, { state: QuantState; stateEntry: TensorEntry }>();
-    for (const stateEntry of states) {
-      const w = stateEntry.name.slice(0, stateEntry.name.lastIndexOf(STATE_PREFIX));
-      if (parsed.has(w)) throw layoutInvalid(source, stateEntry.name, `is the second quant state of ${w}`);
-      expectTensor(source, stateEntry, stateEntry.name, ['U8'], 1);
-      parsed.set(w, {
-        state: parseState(source, stateEntry.name, await reader.read(stateEntry)),
-        stateEntry,
-      });
-      for (const s of ['', '.absmax', '.quant_map', '.nested_absmax', '.nested_quant_map'])
-        member.set(`${w}${s}`, w);
-      member.set(stateEntry.name, w);
-    }
+    const { parsed, member } = await bnbStates(reader);
     const done = new Set<string>();
     const jobs: Job[] = [];
     for (const entry of header.entries) {
@@ -256,33 +322,8 @@ async function read(
       done.add(w);
       const { state } = parsed.get(w)!;
       const n = state.shape.reduce((a, b) => a * b, 1);
-      const blocks = Math.ceil(n / state.blocksize);
       const nested = state.nested_blocksize !== undefined;
-      const get = (
-        suffix: string,
-        dtypes: Parameters<typeof expectTensor>[3],
-        numel: number,
-      ): TensorEntry => {
-        const e = expectTensor(source, entryByName(header, `${w}${suffix}`), `${w}${suffix}`, dtypes, null);
-        const count = e.shape.reduce((a, b) => a * b, 1);
-        if (count !== numel) {
-          throw layoutInvalid(
-            source,
-            e.name,
-            `has shape ${shapeText(e.shape)} (${count} values), expected ${numel}`,
-          );
-        }
-        return e;
-      };
-      const inputs = [
-        get('', ['U8'], Math.ceil(n / 2)),
-        get('.absmax', [nested ? 'U8' : 'F32'], blocks),
-        get('.quant_map', ['F32'], 16),
-      ];
-      if (nested) {
-        inputs.push(get('.nested_absmax', ['F32'], Math.ceil(blocks / state.nested_blocksize!)));
-        inputs.push(get('.nested_quant_map', ['F32'], 256));
-      }
+      const inputs = bnbInputs(source, header, w, state);
       jobs.push({
         inputs,
         outputs: [{ name: w, dtype: 'F32', shape: state.shape }],
@@ -322,6 +363,7 @@ function makeLayout(type: BnbQuantType): InteropLayout {
     write: singleFileWrite(parts),
     parts,
     read,
+    quantizedWeights,
     detect: makeDetect(type),
   };
 }

@@ -34,6 +34,7 @@ import {
   passThrough,
   ptMetadata,
   runJobs,
+  storedBytes,
   withReader,
   type Job,
 } from './linear-common.js';
@@ -43,11 +44,13 @@ import { noLayerMatched, openCalibration, statsFor } from './calibration-stats.j
 import { jsonText, sideFileCompanion, type QuantizationConfig } from './quantization-config.js';
 import type { LayoutHooks } from './run-jobs.js';
 import { factsOf, layoutFile, singleFileWrite, type ReportRow } from './safetensors-parts.js';
+import type { SafetensorsFileReader } from '../../format/safetensors-file.js';
 import type {
   InteropLayout,
   LayoutFacts,
   LayoutFile,
   LayoutOptions,
+  QuantizedWeight,
   SafetensorsLayoutParts,
 } from './types.js';
 
@@ -329,6 +332,28 @@ async function read(
   });
 }
 
+/** The file's GPTQ weights (inspect): each module with a .qweight, checked as read() checks it. */
+async function quantizedWeights(reader: SafetensorsFileReader): Promise<QuantizedWeight[]> {
+  const { header } = reader;
+  return header.entries
+    .filter((e) => e.name.endsWith('.qweight'))
+    .map((e) => {
+      const m = moduleOf(e.name, '.qweight');
+      const g = gptqGroup(reader.path, header, m);
+      const stored = [g.qweight, g.qzeros, g.scales, ...(g.gIdx ? [g.gIdx] : [])];
+      return {
+        name: `${m}.weight`,
+        stored: stored.map((t) => t.name),
+        shape: [g.out, g.inF],
+        bits: g.bits,
+        group_size: Math.ceil(g.inF / g.groups),
+        scale_dtype: g.scales.dtype,
+        bytes: storedBytes(stored),
+        details: { g_idx: g.gIdx !== undefined },
+      };
+    });
+}
+
 function detect(path: string, head: Uint8Array): boolean {
   const tensors = headerTensors(path, head);
   if (!tensors) return false;
@@ -354,5 +379,6 @@ export const gptqLayout: InteropLayout = {
   write: singleFileWrite(parts),
   parts,
   read,
+  quantizedWeights,
   detect,
 };

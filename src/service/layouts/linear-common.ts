@@ -204,6 +204,10 @@ export function ptMetadata(extra: Readonly<Record<string, string>> = {}): Record
 }
 
 /** A malformed file of an interop layout (a companion missing, a dtype or shape wrong). */
+/** The bytes a file's tensors take together (what a quantized weight costs on disk). */
+export const storedBytes = (entries: readonly TensorEntry[]): number =>
+  entries.reduce((n, e) => n + e.end - e.begin, 0);
+
 export function layoutInvalid(source: string, tensor: string, detail: string): QuantdError {
   return new QuantdError('LAYOUT_INVALID', { source, tensor, detail });
 }

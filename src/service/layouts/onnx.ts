@@ -37,6 +37,7 @@ import {
   onnxDTypeName,
   type OnnxAttribute,
   type OnnxInitializer,
+  type OnnxModel,
   type OnnxNode,
   type OnnxValueInfo,
 } from '../../format/onnx.js';
@@ -268,7 +269,7 @@ async function write(
 
 // --- reading -----------------------------------------------------------------------------------
 
-interface NBitsGroup {
+export interface NBitsGroup {
   readonly weight: string;
   readonly node: OnnxNode;
   readonly b: OnnxInitializer;
@@ -351,6 +352,28 @@ function nbitsGroup(
   return { weight, node, b, scales, zeroPoints, shapes };
 }
 
+/**
+ * The model's com.microsoft MatMulNBits weights in node order, each checked as ORT checks it;
+ * an initializer that feeds two of them is LAYOUT_INVALID. read() decodes them, inspect lists
+ * them.
+ */
+export function matMulNBitsGroups(source: string, model: OnnxModel): NBitsGroup[] {
+  const byName = new Map(model.initializers.map((t) => [t.name, t]));
+  const groups: NBitsGroup[] = [];
+  const consumed = new Set<string>();
+  model.nodes.forEach((node, i) => {
+    if (node.opType !== 'MatMulNBits' || node.domain !== MS_DOMAIN) return;
+    const g = nbitsGroup(source, node, byName, i);
+    for (const t of [g.b, g.scales, g.zeroPoints]) {
+      if (t === null) continue;
+      if (consumed.has(t.name)) throw onnxInvalid(source, t.name, 'is an input of two MatMulNBits nodes');
+      consumed.add(t.name);
+    }
+    groups.push(g);
+  });
+  return groups;
+}
+
 async function read(
   input: string,
   output: string,
@@ -359,19 +382,12 @@ async function read(
   const reader = await OnnxFileReader.open(input);
   try {
     const { model } = reader;
-    const byName = new Map(model.initializers.map((t) => [t.name, t]));
-    const groups = new Map<string, NBitsGroup>(); // by B's name
-    const consumed = new Set<string>();
-    model.nodes.forEach((node, i) => {
-      if (node.opType !== 'MatMulNBits' || node.domain !== MS_DOMAIN) return;
-      const g = nbitsGroup(input, node, byName, i);
-      for (const t of [g.b, g.scales, g.zeroPoints]) {
-        if (t === null) continue;
-        if (consumed.has(t.name)) throw onnxInvalid(input, t.name, 'is an input of two MatMulNBits nodes');
-        consumed.add(t.name);
-      }
-      groups.set(g.b.name, g);
-    });
+    const groups = new Map(matMulNBitsGroups(input, model).map((g) => [g.b.name, g]));
+    const consumed = new Set(
+      [...groups.values()].flatMap((g) =>
+        [g.b, g.scales, ...(g.zeroPoints ? [g.zeroPoints] : [])].map((t) => t.name),
+      ),
+    );
     const plan: TensorPlan[] = [];
     const jobs: EncodeJob<OnnxInitializer>[] = [];
     for (const t of model.initializers) {

@@ -7,6 +7,7 @@
  * in src/core/interop/), with which side files; ./run-jobs.ts streams it on the worker pool.
  */
 import type { FloatDType } from '../../core/dtypes.js';
+import type { SafetensorsFileReader } from '../../format/safetensors-file.js';
 import type { QualitySummary } from '../../core/quality.js';
 import type { ErrorHistogram } from '../../core/error-histogram.js';
 import type { StatsOutputError } from '../../core/stats-error.js';
@@ -78,6 +79,28 @@ export interface SafetensorsLayoutParts {
   quantizationConfig(options: LayoutOptions, facts: LayoutFacts, modelBaseName: string): QuantizationConfig;
 }
 
+/** One weight a file of a layout holds quantized, as `quantd inspect` shows it. */
+export interface QuantizedWeight {
+  /** The weight as a loader names it once dequantized (`model.layers.0.mlp.up_proj.weight`). */
+  readonly name: string;
+  /** The file's tensors (or ONNX initializers) that hold it, in file order of the layout. */
+  readonly stored: readonly string[];
+  /** [out_features, in_features]. */
+  readonly shape: readonly number[];
+  readonly bits: number;
+  /**
+   * Inputs that share a scale: GPTQ's and AWQ's group size (in_features for one group a row),
+   * bitsandbytes' block size (of the flattened weight), MatMulNBits' block_size.
+   */
+  readonly group_size: number;
+  /** The scales' stored dtype (safetensors name, or the ONNX type name). */
+  readonly scale_dtype: string;
+  /** Bytes of its stored tensors together. */
+  readonly bytes: number;
+  /** What else its tensors say: g_idx (GPTQ), zero_points, quant_type and double_quant (bnb). */
+  readonly details: Readonly<Record<string, string | number | boolean>>;
+}
+
 export interface InteropLayout {
   /** The --layout value: gguf, gptq, awq, onnx, nf4, fp4. */
   readonly name: string;
@@ -107,6 +130,12 @@ export interface InteropLayout {
   ): Promise<LayoutWriteResult>;
   /** Reads a file of this layout and writes its tensors dequantized to float32 safetensors. */
   read(input: string, output: string, hooks?: LayoutHooks): Promise<{ readonly tensors: number }>;
+  /**
+   * The safetensors layouts: the weights an open file of this layout holds quantized, in file
+   * order, found and checked as read() finds them (LAYOUT_INVALID for a malformed one), from its
+   * header (and bitsandbytes' small quant-state tensors); for `quantd inspect`.
+   */
+  quantizedWeights?(reader: SafetensorsFileReader): Promise<readonly QuantizedWeight[]>;
   /** Whether `path` (first bytes given) is a file of this layout, for dequantize auto-detection. */
   detect(path: string, head: Uint8Array): boolean;
   /**
