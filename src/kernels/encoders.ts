@@ -588,13 +588,17 @@ function ctDecoded(call: CtDecodeCall, inputs: readonly Uint8Array[]): Results {
     if (gIdx.includes(-1)) gIdx = null;
     else checkGIdx(gIdx, scaleCols, call.source, call.module, 'weight_g_idx');
   }
-  const w = ctDequantize(
-    values,
-    toFloat32(scaleBytes!, call.scales),
-    zeroPoints,
-    { rows, cols, scaleRows, scaleCols, gIdx },
-    call.scales,
-  );
+  const scales = toFloat32(scaleBytes!, call.scales);
+  const bad = scales.findIndex((v) => !(Number.isFinite(v) && v > 0));
+  if (bad >= 0) {
+    // compressed-tensors never writes one; dequantizing by it would give NaN or ±∞ weights
+    throw new QuantdError('LAYOUT_INVALID', {
+      source: call.source,
+      tensor: `${call.module}.weight_scale`,
+      detail: `weight_scale[${bad}] = ${scales[bad]}; a scale must be finite and positive`,
+    });
+  }
+  const w = ctDequantize(values, scales, zeroPoints, { rows, cols, scaleRows, scaleCols, gIdx }, call.scales);
   return { outputs: [bytesOf(w)] };
 }
 

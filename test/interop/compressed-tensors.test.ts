@@ -461,7 +461,7 @@ describe('errors', () => {
     );
   });
 
-  it('reading: inconsistent shapes, an unknown width, NVFP4 packing, a NaN code', async () => {
+  it('reading: inconsistent shapes, an unknown width, NVFP4 packing, a NaN code or scale', async () => {
     const m = 'model.layers.0.self_attn.q_proj';
     const t = (name: string, dtype: string, shape: number[], data: ArrayBufferView): InputTensor => ({
       name: `${m}.${name}`,
@@ -509,10 +509,18 @@ describe('errors', () => {
       [
         [
           t('weight', 'F8_E4M3', [2, 2], Uint8Array.from([0, 0x7f, 1, 2])),
-          t('weight_scale', 'F32', [2, 1], new Float32Array(2)),
+          t('weight_scale', 'F32', [2, 1], new Float32Array(2).fill(1)),
         ],
         'LAYOUT_INVALID',
         /NaN code/,
+      ],
+      [
+        [
+          t('weight', 'I8', [2, 2], Int8Array.from([0, 1, 2, 3])),
+          t('weight_scale', 'BF16', [2, 1], Uint16Array.from([0x3f80, 0x7fc0])),
+        ],
+        'LAYOUT_INVALID',
+        /weight_scale: weight_scale\[1\] = NaN; a scale must be finite and positive/,
       ],
       [
         [
