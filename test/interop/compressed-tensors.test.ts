@@ -424,6 +424,7 @@ describe('errors', () => {
       /option compressed-tensors:scheme must be one of W4A16/,
     );
     expect(() => layout.checkOptions({ scheme: 'fp8' })).toThrow(/FP8 needs static input_scale/);
+    expect(() => layout.checkOptions({ scheme: 'int8' })).not.toThrow(); // compressed-tensors' alias of W8A8
     expect(() => layout.checkOptions({ scheme: 'W8A8', group_size: '128' })).toThrow(
       /option compressed-tensors:group_size applies to/,
     );

@@ -69,8 +69,10 @@ export const CT_UNSUPPORTED: Readonly<Record<string, string>> = {
   NVFP4A16: 'NVFP4 (global and fp8 group scales) is not written',
   W4A8: 'int4 weights with int8 activations are not written; use W4A16 or W8A8',
   W4AFP8: 'int4 weights with fp8 activations are not written; use W4A16 or FP8_DYNAMIC',
-  INT8: 'is the alias of W8A8: write scheme=W8A8',
 };
+
+/** compressed-tensors' aliases of presets (PRESET_SCHEMES: "INT8" is W8A8). */
+export const CT_ALIASES: Readonly<Record<string, string>> = { INT8: 'W8A8' };
 
 /** QuantizationArgs.model_dump() of weights or dynamic activations (without scale_dtype / zp_dtype). */
 function argsDump(a: {

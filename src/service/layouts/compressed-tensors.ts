@@ -27,7 +27,12 @@ import { ctShapes, type CtWeightArgs } from '../../core/interop/compressed-tenso
 import { packedWords } from '../../core/interop/ct-pack.js';
 import { floatDTypeOfSt } from '../../core/dtypes.js';
 import type { CtDecodeCall } from '../../kernels/encoders.js';
-import { entryByName, type SafetensorsHeader, type TensorEntry } from '../../format/safetensors.js';
+import {
+  entryByName,
+  type SafetensorsHeader,
+  type TensorEntry,
+  type TensorPlan,
+} from '../../format/safetensors.js';
 import type { SafetensorsFileReader } from '../../format/safetensors-file.js';
 import {
   checkOptions,
@@ -47,6 +52,7 @@ import {
   type Job,
 } from './linear-common.js';
 import {
+  CT_ALIASES,
   CT_SCHEMES,
   CT_UNSUPPORTED,
   ctQuantizationConfigText,
@@ -83,7 +89,8 @@ export const ctParams = (options: LayoutOptions): CtParams => inLayout(NAME, () 
 
 function parseParams(options: LayoutOptions): CtParams {
   const o = checkOptions(NAME, OPTIONS, options);
-  const name = (o['scheme'] ?? 'W4A16').trim().toUpperCase();
+  const given = (o['scheme'] ?? 'W4A16').trim().toUpperCase(); // preset_name_to_scheme upper-cases too
+  const name = CT_ALIASES[given] ?? given;
   const scheme = CT_SCHEMES[name];
   if (scheme === undefined) {
     const why = CT_UNSUPPORTED[name];
@@ -154,39 +161,27 @@ async function writeTensors(
       const dtype = floatDType(entry);
       const s = ctShapes(entry.name, entry.shape, weights);
       const m = moduleOf(entry.name);
-      const scaleDType = entry.dtype;
       report.set(entry.name, { type: label(params) });
-      const outputs =
-        scheme.format === 'pack-quantized'
-          ? [
-              {
-                name: `${m}.weight_packed`,
-                dtype: 'I32',
-                shape: [s.out, packedWords(s.inF, weights.numBits)],
-              },
-              { name: `${m}.weight_scale`, dtype: scaleDType, shape: [s.out, s.groups] },
-              { name: `${m}.weight_shape`, dtype: 'I64', shape: [2] },
-              ...(weights.symmetric
-                ? []
-                : [
-                    {
-                      name: `${m}.weight_zero_point`,
-                      dtype: 'I32',
-                      shape: [packedWords(s.out, weights.numBits), s.groups],
-                    },
-                  ]),
-            ]
-          : [
-              {
-                name: `${m}.weight`,
-                dtype: weights.type === 'float' ? 'F8_E4M3' : 'I8',
-                shape: [s.out, s.inF],
-              },
-              { name: `${m}.weight_scale`, dtype: scaleDType, shape: [s.out, s.groups] },
-            ];
+      const scale: TensorPlan = { name: `${m}.weight_scale`, dtype: entry.dtype, shape: [s.out, s.groups] };
+      const outputs: TensorPlan[] = [];
+      if (scheme.format === 'pack-quantized') {
+        const bits = weights.numBits;
+        outputs.push(
+          { name: `${m}.weight_packed`, dtype: 'I32', shape: [s.out, packedWords(s.inF, bits)] },
+          scale,
+          { name: `${m}.weight_shape`, dtype: 'I64', shape: [2] },
+        );
+        if (!weights.symmetric) {
+          const shape = [packedWords(s.out, bits), s.groups];
+          outputs.push({ name: `${m}.weight_zero_point`, dtype: 'I32', shape });
+        }
+      } else {
+        const codes = weights.type === 'float' ? 'F8_E4M3' : 'I8';
+        outputs.push({ name: `${m}.weight`, dtype: codes, shape: [s.out, s.inF] }, scale);
+      }
       return {
         inputs: [entry],
-        outputs: outputs as Job['outputs'],
+        outputs,
         call: { kind: 'ct', tensor: entry.name, shape: entry.shape, dtype, weights, format: scheme.format },
       };
     });
