@@ -6,7 +6,7 @@
  * reference's own output (test/interop/golden/compressed_tensors_vectors.json).
  *
  * One departure: the `scale_dtype` and `zp_dtype` keys that compressed-tensors 0.13+ writes in
- * each QuantizationArgs are left out. Releases before them (0.12.2, which vLLM 0.11 pins) forbid
+ * each QuantizationArgs are left out. Releases before them (0.12.2, which vLLM pinned in late 2025) forbid
  * unknown keys and refuse the config; the newer ones read the same config without them (they
  * default to exactly what would have been written), which the golden generator checks.
  */

@@ -35,7 +35,7 @@ ModelCompressor do to one Linear weight (W, in its checkpoint dtype) when a mode
      `infer_model_format` sets it, ignore ["lm_head"] and status "compressed": the
      `quantization_config` it writes into config.json; and that config without the fields 0.13+
      added (scale_dtype, zp_dtype) is read back the same by this release and accepted by the
-     config models of an older one (0.12.2, which vLLM 0.11 pins and which refuses them).
+     config models of an older one (0.12.2, which vLLM pinned in late 2025, and which refuses them).
 Read-only cases (files quantd reads but does not write): 2-bit packing, an activation-ordered
 g_idx, FP8 per-tensor and 128x128 block scales.
 
@@ -435,7 +435,7 @@ def config_case(ref, preset, group_size=None):
 
 def older_accepts(root, configs):
     """Whether the config models of an older compressed-tensors release (`root`: a checkout of
-    it, e.g. 0.12.2, which vLLM 0.11 pins) accept each config without NEWER_FIELDS, and refuse it
+    it, e.g. 0.12.2, which vLLM pinned in late 2025) accept each config without NEWER_FIELDS, and refuse it
     with them."""
     ct = os.path.join(root, 'src', 'compressed_tensors')
     p = lambda *parts: os.path.join(ct, *parts)  # noqa: E731
