@@ -1,10 +1,13 @@
 // The interop layouts' block quantizers (issue: each GGUF type must beat ggml's own single-thread
 // quantize_row_*_ref on this machine: Q8_0 ≈ 0.77×, Q4_0 ≈ 0.25–0.35×, Q4_1 0.45×, Q5_0 0.23×,
 // Q6_K 0.011×, Q4_K 0.004× memcpy). The GGUF types, ONNX MatMulNBits, AWQ, GPTQ and
-// bitsandbytes' NF4 / FP4 run in the C kernels (native, wasm) and in TypeScript.
+// bitsandbytes' NF4 / FP4 run in the C kernels (native, wasm) and in TypeScript;
+// compressed-tensors in TypeScript only.
 // TypeScript runs on a smaller matrix (its rate does not depend on the size).
 import { awqQuantize } from '../dist/src/core/interop/awq.js';
 import { bnbQuantize } from '../dist/src/core/interop/bnb.js';
+import { ctQuantize } from '../dist/src/core/interop/compressed-tensors.js';
+import { packToInt32 } from '../dist/src/core/interop/ct-pack.js';
 import { QUANT_TYPES, ggmlEncode } from '../dist/src/core/interop/ggml.js';
 import { ggmlEncodeWeighted } from '../dist/src/core/interop/ggml-imatrix.js';
 import { gptqQuantize } from '../dist/src/core/interop/gptq.js';
@@ -119,5 +122,23 @@ export async function benchLayouts(mib, smallMib, reps) {
     matMulNBitsQuantize('w', small, shape, { blockSize: 32, sym: false, scaleType: 'float32' }),
   );
   await ts('bitsandbytes nf4 b64', () => bnbQuantize('w', small, 'nf4', 64));
+  // arithmetic in bfloat16 as compressed-tensors does it, packing included
+  await ts('compressed-tensors W4A16 g128, bfloat16 layer', () => {
+    const q = ctQuantize('w', small, shape, 'bfloat16', {
+      numBits: 4,
+      type: 'int',
+      symmetric: true,
+      groupSize: 128,
+    });
+    packToInt32(q.codes, shape[0], COLS, 4);
+  });
+  await ts('compressed-tensors FP8_DYNAMIC, bfloat16 layer', () =>
+    ctQuantize('w', small, shape, 'bfloat16', {
+      numBits: 8,
+      type: 'float',
+      symmetric: true,
+      groupSize: null,
+    }),
+  );
   return rows;
 }

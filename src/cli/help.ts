@@ -40,7 +40,10 @@ const USAGE_LINES: ReadonlyArray<readonly [string, string]> = [
     'quantize',
     'MODEL -o OUT --recipe recipe.json [recipe options]   (MODEL: a file, a shard index or a directory)',
   ],
-  ['quantize', 'MODEL -o OUT --layout NAME[:key=value,...]   (GGUF, GPTQ, AWQ, NF4/FP4; see below)'],
+  [
+    'quantize',
+    'MODEL -o OUT --layout NAME[:key=value,...]   (GGUF, GPTQ, AWQ, NF4/FP4, compressed-tensors; see below)',
+  ],
   [
     'quantize',
     "HF_FOLDER -o OUT.gguf --layout gguf:ftype=Q4_K_M [--imatrix FILE]   (llama-quantize's file types)",

@@ -1,8 +1,9 @@
 /**
  * `--layout NAME[:key=value,...]`: write a model in a layout another tool loads (GGUF, GPTQ,
- * AWQ, bitsandbytes NF4/FP4, ONNX MatMulNBits; src/service/layouts), and, for dequantize, read
- * one back: a file whose first bytes a layout recognizes is dequantized by that layout. A model
- * folder in a safetensors layout (gptq, awq, nf4, fp4) gives a model folder. The
+ * AWQ, bitsandbytes NF4/FP4, ONNX MatMulNBits, compressed-tensors; src/service/layouts), and, for
+ * dequantize, read one back: a file whose first bytes a layout recognizes is dequantized by that
+ * layout. A model folder in a safetensors layout (gptq, awq, nf4, fp4, compressed-tensors) gives a
+ * model folder. The
  * NAME:key=value syntax is parsed in src/service/layouts/parse.ts (shared with the jobs API).
  */
 import { isAbsolute, relative, resolve, sep } from 'node:path';
@@ -20,10 +21,11 @@ export type { LayoutReport };
 
 export function layoutHelp(): string {
   return [...LAYOUTS.values()]
-    .map(
-      (l) =>
-        `  ${l.name.padEnd(6)} ${l.summary}\n         options: ${Object.keys(l.options).join(', ') || 'none'}`,
-    )
+    .map((l) => {
+      // a name longer than the column (compressed-tensors) gets a line of its own
+      const name = l.name.length <= 6 ? `  ${l.name.padEnd(6)} ` : `  ${l.name}\n         `;
+      return `${name}${l.summary}\n         options: ${Object.keys(l.options).join(', ') || 'none'}`;
+    })
     .join('\n');
 }
 

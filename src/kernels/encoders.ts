@@ -1,10 +1,10 @@
 /**
  * Tensor encoders: the per-tensor work of the interop layouts (GGUF, GPTQ, AWQ, bitsandbytes,
- * ONNX MatMulNBits, and reading each back), as plain data a worker thread can run. A layout
- * describes each of its jobs with an `EncoderCall` (structured-clone safe); the executor sends
- * it with the job's input bytes to the pool, where `runEncodeTask` runs the C kernel when the
- * type has one and the TypeScript reference otherwise, and writes the results into the output
- * buffers the executor sized from the layout's plan.
+ * ONNX MatMulNBits, compressed-tensors, and reading each back), as plain data a worker thread can
+ * run. A layout describes each of its jobs with an `EncoderCall` (structured-clone safe); the
+ * executor sends it with the job's input bytes to the pool, where `runEncodeTask` runs the C
+ * kernel when the type has one and the TypeScript reference otherwise, and writes the results
+ * into the output buffers the executor sized from the layout's plan.
  */
 import { floatDTypeOfSt, type FloatDType, type StDType } from '../core/dtypes.js';
 import {
@@ -23,6 +23,19 @@ import {
   type BnbPacked,
   type BnbQuantType,
 } from '../core/interop/bnb.js';
+import {
+  ctDequantize,
+  ctQuantize,
+  type CtFormat,
+  type CtWeightArgs,
+} from '../core/interop/compressed-tensors.js';
+import {
+  packColumnsToInt32,
+  packToInt32,
+  unpackColumnsFromInt32,
+  unpackFromInt32,
+} from '../core/interop/ct-pack.js';
+import { fp8DecodeTable } from '../core/fp8.js';
 import { ggmlDecode, ggmlEncode, ggmlTypeByName, type GgmlWriteType } from '../core/interop/ggml.js';
 import { ggmlEncodeWeighted } from '../core/interop/ggml-imatrix.js';
 import { checkGgmlHalfFields, permuteHeads } from '../core/interop/ggml-tensor.js';
@@ -164,7 +177,42 @@ export type EncoderCall =
       readonly scaleType: MatMulNBitsScaleType;
     }
   /** Inputs: B, scales[, zero points]. */
-  | { readonly kind: 'onnx-decode'; readonly scales: FloatDType; readonly shapes: MatMulNBitsShapes };
+  | { readonly kind: 'onnx-decode'; readonly scales: FloatDType; readonly shapes: MatMulNBitsShapes }
+  /**
+   * compressed-tensors. Outputs, pack-quantized: weight_packed, weight_scale, weight_shape
+   * [, weight_zero_point]; int- / float-quantized: weight, weight_scale [, weight_zero_point].
+   */
+  | {
+      readonly kind: 'ct';
+      readonly tensor: string;
+      readonly shape: readonly number[];
+      readonly dtype: FloatDType;
+      readonly weights: CtWeightArgs;
+      readonly format: CtFormat;
+    }
+  /**
+   * Inputs: the codes (weight_packed I32, or weight I8 / F8_E4M3), weight_scale
+   * [, weight_zero_point][, weight_g_idx].
+   */
+  | CtDecodeCall;
+
+/** How to read one compressed-tensors weight back (the layout checked the shapes). */
+export interface CtDecodeCall {
+  readonly kind: 'ct-decode';
+  readonly source: string;
+  readonly module: string;
+  /** weight_packed (int32 words of `bits`-bit codes), or weight as int8 or float8_e4m3fn. */
+  readonly codes: 'packed' | 'I8' | 'F8_E4M3';
+  readonly bits: number;
+  readonly rows: number;
+  readonly cols: number;
+  readonly scales: FloatDType;
+  readonly scaleRows: number;
+  readonly scaleCols: number;
+  /** weight_zero_point: none (symmetric), packed along the rows (pack-quantized), or int8. */
+  readonly zeroPoints: 'none' | 'packed' | 'I8';
+  readonly gIdx: boolean;
+}
 
 /** A task for the pool: input bytes in, results written into `outputs` (sized by the plan). */
 export interface EncodeTask {
@@ -474,16 +522,84 @@ function gptqNotes(zeroPointZero: number, clampedCodes: number, bits: number): s
   return notes;
 }
 
-function checkGIdx(gIdx: Int32Array, groups: number, source: string, module: string): void {
+function checkGIdx(gIdx: Int32Array, groups: number, source: string, module: string, name = 'g_idx'): void {
   for (const [i, v] of gIdx.entries()) {
     if (!(v >= 0 && v < groups)) {
       throw new QuantdError('LAYOUT_INVALID', {
         source,
-        tensor: `${module}.g_idx`,
+        tensor: `${module}.${name}`,
         detail: `g_idx[${i}] = ${v} is not a group of [0, ${groups})`,
       });
     }
   }
+}
+
+/** A compressed-tensors weight's tensors (see the EncoderCall's comment for their order). */
+function ctEncoded(call: Extract<EncoderCall, { kind: 'ct' }>, w: Float32Array): Results {
+  const q = ctQuantize(call.tensor, w, call.shape, call.dtype, call.weights);
+  const [out, inF] = call.shape as [number, number];
+  const groups = q.scales.length / out;
+  const scales = fromFloat32(q.scales, call.dtype);
+  const bits = call.weights.numBits;
+  if (call.format === 'pack-quantized') {
+    const outputs = [
+      bytesOf(packToInt32(q.codes as Int8Array, out, inF, bits)),
+      scales,
+      bytesOf(BigInt64Array.from([BigInt(out), BigInt(inF)])),
+    ];
+    if (q.zeroPoints) outputs.push(bytesOf(packColumnsToInt32(q.zeroPoints, out, groups, bits)));
+    return { outputs };
+  }
+  const outputs = [bytesOf(q.codes), scales];
+  if (q.zeroPoints) outputs.push(bytesOf(q.zeroPoints));
+  return { outputs };
+}
+
+/** A compressed-tensors weight dequantized to the values of its scales' dtype, as float32. */
+function ctDecoded(call: CtDecodeCall, inputs: readonly Uint8Array[]): Results {
+  const { rows, cols, bits, scaleRows, scaleCols } = call;
+  const [codes, scaleBytes] = inputs;
+  let k = 2;
+  const zpBytes = call.zeroPoints === 'none' ? undefined : inputs[k++];
+  const gBytes = call.gIdx ? inputs[k++] : undefined;
+  let values: ArrayLike<number>;
+  if (call.codes === 'packed') values = unpackFromInt32(typedView(Int32Array, codes!), rows, cols, bits);
+  else if (call.codes === 'I8') values = typedView(Int8Array, codes!);
+  else {
+    const table = fp8DecodeTable('float8_e4m3fn');
+    values = Float32Array.from(codes!, (c) => table[c]!);
+    const nan = (values as Float32Array).findIndex((v) => Number.isNaN(v));
+    if (nan >= 0) {
+      throw new QuantdError('LAYOUT_INVALID', {
+        source: call.source,
+        tensor: `${call.module}.weight`,
+        detail: `element ${nan} is the float8_e4m3fn NaN code`,
+      });
+    }
+  }
+  let zeroPoints: Int8Array | null = null;
+  if (call.zeroPoints === 'packed') {
+    zeroPoints = unpackColumnsFromInt32(typedView(Int32Array, zpBytes!), scaleRows, scaleCols, bits);
+  } else if (call.zeroPoints === 'I8') zeroPoints = typedView(Int8Array, zpBytes!);
+  let gIdx: Int32Array | null = null;
+  if (gBytes) {
+    gIdx = typedView(Int32Array, gBytes);
+    // g_idx of -1 is an initialized-but-unset map: compressed-tensors then ignores it
+    if (gIdx.includes(-1)) gIdx = null;
+    else checkGIdx(gIdx, scaleCols, call.source, call.module, 'weight_g_idx');
+  }
+  const scales = toFloat32(scaleBytes!, call.scales);
+  const bad = scales.findIndex((v) => !(Number.isFinite(v) && v > 0));
+  if (bad >= 0) {
+    // compressed-tensors never writes one; dequantizing by it would give NaN or ±∞ weights
+    throw new QuantdError('LAYOUT_INVALID', {
+      source: call.source,
+      tensor: `${call.module}.weight_scale`,
+      detail: `weight_scale[${bad}] = ${scales[bad]}; a scale must be finite and positive`,
+    });
+  }
+  const w = ctDequantize(values, scales, zeroPoints, { rows, cols, scaleRows, scaleCols, gIdx }, call.scales);
+  return { outputs: [bytesOf(w)] };
 }
 
 function encode(
@@ -622,6 +738,10 @@ function encode(
       const w = matMulNBitsDequantize(a!, floatsOf(call.scales, b!), c ?? null, call.shapes);
       return { outputs: [bytesOf(w)] };
     }
+    case 'ct':
+      return ctEncoded(call, floatsOf(call.dtype, a!, module));
+    case 'ct-decode':
+      return ctDecoded(call, inputs);
   }
 }
 

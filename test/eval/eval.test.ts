@@ -1,7 +1,7 @@
 /**
  * `quantd eval` end to end on a fixture model: the float decoder in ONNX Runtime and an F32 GGUF
  * in llama.cpp give the same perplexity (two engines, one network), a quantized GGUF and a
- * quantized model folder (GPTQ, dequantized for ONNX Runtime) move it and give a KL divergence, and
+ * quantized model folder (GPTQ or compressed-tensors, dequantized for ONNX Runtime) move it and give a KL divergence, and
  * bad input is refused before any work. The quality claims themselves are tested on the trained
  * model (test/trained-llama).
  */
@@ -84,6 +84,35 @@ describe.skipIf(!HAVE_ONNXRUNTIME || !HAVE_LLAMA_CPP)('quantd eval', () => {
     expect(r.summary.quantized!.kld.mean).toBeGreaterThan(1e-3);
     expect(r.layers!.map((l) => l.layer)).toEqual([0, 1]);
     for (const l of r.layers!) expect(l.relative_rmse).toBeGreaterThan(0);
+  });
+
+  it("a compressed-tensors folder (vLLM's format) is read back and evaluated like any quantized folder", () => {
+    const folder = join(dir, 'ct');
+    const made = quantd([
+      'quantize',
+      MODEL,
+      '-o',
+      folder,
+      '--layout',
+      'compressed-tensors:group_size=32',
+      '-q',
+    ]);
+    expect(made.code, made.stderr).toBe(0);
+    const w4 = evaluate([folder, '--windows', '3']).summary.quantized!;
+    expect(w4.kld.mean).toBeGreaterThan(1e-4);
+    const fp8 = join(dir, 'ct-fp8');
+    const made8 = quantd([
+      'quantize',
+      MODEL,
+      '-o',
+      fp8,
+      '--layout',
+      'compressed-tensors:scheme=FP8_DYNAMIC',
+      '-q',
+    ]);
+    expect(made8.code, made8.stderr).toBe(0);
+    // float8 weights with a scale per row move the distribution less than int4 in groups of 32
+    expect(evaluate([fp8, '--windows', '3']).summary.quantized!.kld.mean).toBeLessThan(w4.kld.mean);
   });
 
   it('refuses a text shorter than one window, a window past the context, and a file it cannot run', () => {

@@ -145,6 +145,17 @@ describe('a layout job of an uploaded model', () => {
     expectProblem(await send(t.port, `/v1/jobs/${job.id}/result/model.gguf`), 'NOT_FOUND', ['model.gguf']);
   });
 
+  it('compressed-tensors: model.safetensors and model.quantization_config.json, byte-identical to the CLI', async () => {
+    const layout = 'compressed-tensors:scheme=W4A16_ASYM,group_size=32';
+    const expected = await cliLayout(upload, 'model.safetensors', layout);
+    const job = await runUpload(`?layout=${encodeURIComponent(layout)}`);
+    expect(job.result!.files.map((f) => f.name)).toEqual([
+      'model.safetensors',
+      'model.quantization_config.json',
+    ]);
+    expectSameFiles(await download(job), expected);
+  });
+
   it('onnx: model.onnx and model.onnx.data, byte-identical to the CLI', async () => {
     const expected = await cliLayout(upload, 'model.onnx', 'onnx:block_size=16');
     const job = await runUpload('?layout=onnx:block_size=16');
@@ -204,6 +215,18 @@ describe('layout submissions are validated before anything is accepted', () => {
       ['imatrix must name a file of the model folder'],
     ],
     ['a bad llama-quantize file type', '?layout=gguf:ftype=Q4_K_XL', 'OPTION_INVALID', ['ftype', 'Q4_K_M']],
+    [
+      'a compressed-tensors scheme it does not write',
+      '?layout=compressed-tensors:scheme=FP8',
+      'FEATURE_UNSUPPORTED',
+      ['FP8', 'FP8_DYNAMIC'],
+    ],
+    [
+      'a compressed-tensors group size where the scheme has none',
+      `?layout=${encodeURIComponent('compressed-tensors:scheme=W8A8,group_size=64')}`,
+      'OPTION_INVALID',
+      ['compressed-tensors:group_size', 'W8A8'],
+    ],
   ] as const)('%s: 400 before the body is read, no job', async (_, query, code, fragments) => {
     const before = jobDirs().length;
     const reply = await send(t.port, `/v1/jobs${query}`, {

@@ -180,6 +180,27 @@ const LAYOUT_CASES: readonly LayoutCase[] = [
       bnb_4bit_quant_storage: 'uint8',
     },
   },
+  {
+    layout: 'compressed-tensors:group_size=32',
+    sideFile: 'quantization_config.json',
+    quantizationConfig: {
+      quant_method: 'compressed-tensors',
+      format: 'pack-quantized',
+      quantization_status: 'compressed',
+      ignore: ['model.embed_tokens', 'lm_head'],
+      config_groups: {
+        group_0: expect.objectContaining({
+          targets: ['Linear'],
+          weights: expect.objectContaining({
+            num_bits: 4,
+            group_size: 32,
+            strategy: 'group',
+            symmetric: true,
+          }),
+        }) as unknown,
+      },
+    },
+  },
 ];
 
 /** config.json of a layout's folder: the input's text with quantization_config added, parsed. */
@@ -263,6 +284,32 @@ describe.concurrent('a model folder in a safetensors layout loads with from_pret
     await succeeds(tmp.dir, ['quantize', 'two', '-o', 'two-awq', '--layout', 'awq:group_size=32', '-q']);
     const q = expectConfigWith(at('two-awq'), LAYOUT_CASES[1]!.quantizationConfig);
     expect(q['modules_to_not_convert']).toEqual(['model.embed_tokens', 'lm_head']); // first and last shard
+  });
+
+  it('compressed-tensors over two shards: one config for both, and dequantize reads each shard back', async () => {
+    await succeeds(tmp.dir, [
+      'quantize',
+      'two',
+      '-o',
+      'two-ct',
+      '--layout',
+      'compressed-tensors:scheme=W8A8',
+      '-q',
+    ]);
+    expect(tree(at('two-ct'))).toEqual(
+      [...Object.keys(COMPANIONS), ...SHARDS, INDEX, 'quantization_config.json'].sort(),
+    );
+    expectIndexConsistent(at('two-ct'), SHARDS);
+    const q = expectConfigWith(at('two-ct'), { quant_method: 'compressed-tensors', format: 'int-quantized' });
+    expect(q['ignore']).toEqual(['model.embed_tokens', 'lm_head']); // first and last shard
+    const r = await succeeds(tmp.dir, ['dequantize', `two-ct/${SHARDS[1]}`, '-o', 'two-ct-back.safetensors']);
+    expect(r.stderr).toMatch(
+      /^dequantize: \d+ tensors of a compressed-tensors file; wrote two-ct-back\.safetensors/,
+    );
+    const back = readRaw(at('two-ct-back.safetensors'));
+    const down = back.tensors.find((t) => t.name === 'model.layers.1.mlp.down_proj.weight')!;
+    expect([down.dtype, down.shape]).toEqual(['F32', [64, 128]]);
+    expect(back.tensors.some((t) => t.name.endsWith('_scale'))).toBe(false);
   });
 
   it.skipIf(spawnSync('python3', ['--version']).status !== 0)(

@@ -1,9 +1,9 @@
 /**
  * The models an evaluation or a calibration runs, each on a real engine: a GGUF file in llama.cpp;
  * an ONNX decoder in ONNX Runtime; a Hugging Face folder — float, or quantized in any layout quantd
- * reads back (GPTQ, AWQ, bitsandbytes, qtensor int4/int8) — as a float decoder graph in ONNX
- * Runtime, its weights dequantized first where ONNX Runtime has no kernel for them. Work files go
- * to a temporary directory the caller removes.
+ * reads back (GPTQ, AWQ, bitsandbytes, compressed-tensors, qtensor int4/int8) — as a float decoder
+ * graph in ONNX Runtime, its weights dequantized first where ONNX Runtime has no kernel for them.
+ * Work files go to a temporary directory the caller removes.
  */
 import { mkdir, stat, symlink } from 'node:fs/promises';
 import { basename, extname, join, resolve } from 'node:path';

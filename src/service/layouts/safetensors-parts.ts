@@ -1,7 +1,8 @@
 /**
- * What the safetensors layouts (GPTQ, AWQ, NF4/FP4) build on their SafetensorsLayoutParts: the
- * summary of a written file, and the single-file write (tensors plus a side file named after the
- * output). Model folders are written from the same parts by ./write-folder.ts.
+ * What the safetensors layouts (GPTQ, AWQ, NF4/FP4, compressed-tensors) build on their
+ * SafetensorsLayoutParts: the summary of a written file, and the single-file write (tensors plus a
+ * side file named after the output). Model folders are written from the same parts by
+ * ./write-folder.ts.
  */
 import { basename } from 'node:path';
 

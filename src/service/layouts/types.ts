@@ -1,10 +1,11 @@
 /**
  * Interop layouts: files other tools load directly — GGUF for llama.cpp, GPTQ and AWQ
- * checkpoints for vLLM / transformers, ONNX MatMulNBits for ONNX Runtime, bitsandbytes NF4/FP4.
- * Each layout is one module implementing this interface, listed in the registry (./index.ts);
- * the CLI (`--layout NAME`), HTTP, gRPC and jobs reach them through it. A layout is a
- * description: which tensors become which, by which encoder (src/kernels/encoders.ts; block math
- * in src/core/interop/), with which side files; ./run-jobs.ts streams it on the worker pool.
+ * checkpoints for vLLM / transformers, ONNX MatMulNBits for ONNX Runtime, bitsandbytes NF4/FP4,
+ * compressed-tensors (vLLM's own format). Each layout is one module implementing this interface,
+ * listed in the registry (./index.ts); the CLI (`--layout NAME`), HTTP, gRPC and jobs reach them
+ * through it. A layout is a description: which tensors become which, by which encoder
+ * (src/kernels/encoders.ts; block math in src/core/interop/), with which side files;
+ * ./run-jobs.ts streams it on the worker pool.
  */
 import type { FloatDType } from '../../core/dtypes.js';
 import type { SafetensorsFileReader } from '../../format/safetensors-file.js';
@@ -59,8 +60,8 @@ export interface LayoutFile {
 }
 
 /**
- * The safetensors layouts (GPTQ, AWQ, NF4/FP4) in parts, so that a model folder of any number of
- * shards is written file by file with one config for the whole (./write-folder.ts).
+ * The safetensors layouts (GPTQ, AWQ, NF4/FP4, compressed-tensors) in parts, so that a model folder
+ * of any number of shards is written file by file with one config for the whole (./write-folder.ts).
  */
 export interface SafetensorsLayoutParts {
   /**
@@ -102,7 +103,7 @@ export interface QuantizedWeight {
 }
 
 export interface InteropLayout {
-  /** The --layout value: gguf, gptq, awq, onnx, nf4, fp4. */
+  /** The --layout value: gguf, gptq, awq, onnx, nf4, fp4, compressed-tensors. */
   readonly name: string;
   /** One line for --help: what it writes and for which tool. */
   readonly summary: string;

@@ -1,9 +1,9 @@
 /**
- * A model folder in a safetensors layout (GPTQ, AWQ, NF4/FP4): the folder's weights, one file or
- * shards with their index, become the same files in the layout, and the folder out loads where
- * its users load it — `quantize_config.json` / `quantization_config.json` inside it, config.json
- * with its `quantization_config` (for transformers' from_pretrained), and the input's other
- * files copied byte for byte (../model-folder.ts).
+ * A model folder in a safetensors layout (GPTQ, AWQ, NF4/FP4, compressed-tensors): the folder's
+ * weights, one file or shards with their index, become the same files in the layout, and the
+ * folder out loads where its users load it — `quantize_config.json` / `quantization_config.json`
+ * inside it, config.json with its `quantization_config` (for transformers' from_pretrained and
+ * vLLM), and the input's other files copied byte for byte (../model-folder.ts).
  *
  * Everything the run could refuse is refused before the first tensor is written: the options,
  * a model without any linear weight, a config.json that is not a JSON object or is quantized
