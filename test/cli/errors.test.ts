@@ -694,13 +694,13 @@ describe.concurrent('a failed run leaves an existing output untouched', () => {
 });
 
 describe.concurrent('an over-long --include glob', () => {
-  // globs over 65536 characters are refused (src/service/name-patterns.ts); selection.ts turns that
-  // into OPTION_INVALID, a caller error on one line.
+  // a list of globs over 8192 characters is refused before any is compiled
+  // (src/service/name-patterns.ts): OPTION_INVALID, a caller error on one line.
   const longGlob = 'a'.repeat(70_000);
 
   it('is a caller error (exit 2), not INTERNAL (exit 1)', async () => {
     const r = await quantdAsync(['quantize', MODEL, '-o', OUT, '--include', longGlob], scratch(tmp.dir));
-    expectCliError(r, 'OPTION_INVALID', ['is not a usable glob']);
+    expectCliError(r, 'OPTION_INVALID', ['holds 70000 characters of patterns; a list takes at most 8192']);
   });
 
   it('is reported on one stderr line', async () => {
