@@ -87,9 +87,19 @@ export interface Estimate {
   readonly se: number;
 }
 
+/** One window's sums, for comparing two evaluations window by window (paired). */
+export interface WindowSums {
+  readonly tokens: number;
+  readonly nll_reference: number;
+  readonly nll_quantized: number | null;
+  readonly kld: number | null;
+}
+
 export interface EvalSummary {
   readonly windows: number;
   readonly tokens: number;
+  /** Each window's sums, in text order. */
+  readonly perWindow: readonly WindowSums[];
   /** exp(mean NLL), with the mean NLL's standard error. */
   readonly reference: { readonly perplexity: number; readonly nll: Estimate };
   readonly quantized?: {
@@ -146,6 +156,12 @@ export function summarize(scores: readonly WindowScore[]): EvalSummary {
   const summary: EvalSummary = {
     windows: scores.length,
     tokens: total,
+    perWindow: scores.map((s) => ({
+      tokens: s.tokens,
+      nll_reference: s.nllReference,
+      nll_quantized: s.nllQuantized,
+      kld: s.kld === null ? null : s.kld.reduce((a, b) => a + b, 0),
+    })),
     reference: { perplexity: Math.exp(ref.mean), nll: ref },
   };
   if (scores.length === 0 || scores[0]!.nllQuantized === null) return summary;

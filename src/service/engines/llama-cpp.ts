@@ -48,6 +48,9 @@ async function load(purpose: string): Promise<{ lib: NodeLlamaCpp; llama: Llama 
 
 /** A GGUF model in llama.cpp: the logits at every position of a window of token ids. */
 export class GgufSession {
+  /** The one sequence every window is evaluated in, its history cleared before each. */
+  private sequence: import('node-llama-cpp').LlamaContextSequence | undefined;
+
   private constructor(
     private readonly model: LlamaModel,
     private readonly context: LlamaContext,
@@ -92,8 +95,9 @@ export class GgufSession {
    * `from` are left zero (not asked of llama.cpp: each row asked costs a call of its own).
    */
   async logits(ids: ArrayLike<number>, from = 0): Promise<Float32Array> {
-    const sequence = this.context.getSequence();
-    try {
+    const sequence = (this.sequence ??= this.context.getSequence());
+    await sequence.clearHistory();
+    {
       const items = Array.from(ids, (t, i) =>
         i < from ? t : ([t, { generateNext: { logits: true } }] as const),
       );
@@ -109,8 +113,6 @@ export class GgufSession {
         for (const [token, value] of logits) if (token < this.vocab) rows[i * this.vocab + token] = value;
       });
       return rows;
-    } finally {
-      sequence.dispose();
     }
   }
 
