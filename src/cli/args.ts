@@ -64,6 +64,7 @@ export const COMMAND_OPTIONS: Record<string, Record<string, OptionConfig>> = {
     statistics: { type: 'string' },
     force: { type: 'boolean' },
     quiet: { type: 'boolean', short: 'q' },
+    'no-progress': { type: 'boolean' },
   },
   eval: {
     reference: { type: 'string' },
