@@ -15,6 +15,7 @@
         "native/src/awq_ref.c",
         "native/src/gptq_ref.c",
         "native/src/gptq_solve.c",
+        "native/src/linear_stats.c",
         "native/src/quadratic.c",
         "native/src/linear_out.c",
         "native/src/measured.c",

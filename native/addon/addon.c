@@ -450,17 +450,36 @@ static napi_value js_gptq_inverse_cholesky(napi_env env, napi_callback_info info
   return result;
 }
 
-/* linearStatsAdd(hessian, absSum, k, x, xs): qd_linear_stats_add, in place */
+/* The float64 kernels' vector paths the bound table allows: 2 AVX-512, 1 AVX2, 0 portable. */
+static int32_t vector_level(const qd_kernels *k) {
+  return strcmp(k->isa, "avx512") == 0 ? 2 : strcmp(k->isa, "avx2") == 0 ? 1 : 0;
+}
+
+/* linearStatsAdd(hessian, absSum, k, x, scratch): qd_linear_stats_add, in place, on the bound
+ * table's vector path */
 static napi_value js_linear_stats_add(napi_env env, napi_callback_info info) {
   ARGS(5);
-  view h, a, x, xs;
+  view h, a, x, scratch;
   uint64_t k, bad = 0;
   if (!get_view(env, argv[0], &h) || !get_view(env, argv[1], &a) || !get_u64(env, argv[2], &k) ||
-      !get_view(env, argv[3], &x) || !get_view(env, argv[4], &xs) || k == 0 || h.bytes < k * k * 8 ||
-      a.bytes < k * 8 || (x.bytes / 4) % k != 0 || xs.bytes < 16 * k * 8)
+      !get_view(env, argv[3], &x) || !get_view(env, argv[4], &scratch) || k == 0 || k > (1u << 20) ||
+      h.bytes / 8 / k < k || a.bytes < k * 8 || (x.bytes / 4) % k != 0 ||
+      scratch.bytes / 8 < qd_linear_stats_scratch(k))
     return throw_error(env, "quantd addon: linearStatsAdd arguments");
-  qd_status s = qd_linear_stats_add(h.data, a.data, k, x.data, x.bytes / 4 / k, xs.data, &bad);
+  qd_status s =
+      qd_linear_stats_add(h.data, a.data, k, x.data, x.bytes / 4 / k, scratch.data, &bad, vector_level(kernels));
   return status_of(env, s, bad);
+}
+
+/* linearStatsScratch(k) -> the doubles of scratch linearStatsAdd needs */
+static napi_value js_linear_stats_scratch(napi_env env, napi_callback_info info) {
+  ARGS(1);
+  uint64_t k;
+  if (!get_u64(env, argv[0], &k) || k == 0 || k > (1u << 20))
+    return throw_error(env, "quantd addon: linearStatsScratch arguments");
+  napi_value result;
+  CHECK_NAPI(napi_create_double(env, (double)qd_linear_stats_scratch(k), &result));
+  return result;
 }
 
 /* gptqColumns(wp, out, n, u, maxq, groupSize, grouped, sym, block, codes, scale, zero, scratch) */
@@ -558,7 +577,8 @@ static napi_value js_bind(napi_env env, napi_callback_info info) {
       {"bnbQuantize", js_bnb_quantize}, {"nbitsQuantize", js_nbits_quantize},
       {"awqQuantize", js_awq_quantize}, {"gptqQuantize", js_gptq_quantize},
       {"gptqInverseCholesky", js_gptq_inverse_cholesky}, {"gptqColumns", js_gptq_columns},
-      {"linearStatsAdd", js_linear_stats_add}, {"quadraticForms", js_quadratic_forms},
+      {"linearStatsAdd", js_linear_stats_add}, {"linearStatsScratch", js_linear_stats_scratch},
+      {"quadraticForms", js_quadratic_forms},
       {"linearOutputs", js_linear_outputs},
   };
   napi_create_object(env, &out);

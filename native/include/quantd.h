@@ -242,11 +242,14 @@ qd_status qd_histc(const float *x, uint64_t count, float left, float right, uint
  * [out, n], updated in place) writing codes [out, n], scale and zero [groups, out]; scratch holds
  * 2·out·(block + 1) doubles. */
 int64_t qd_gptq_inverse_cholesky(double *h, uint64_t n, double *u, double *lit);
-/* A calibration batch x [tokens, k] added to a layer's statistics (src/core/linear-stats.ts):
- * Σ xᵀx into hessian (k×k) and Σ |x| into abs_sum, each entry's terms in token order; xs holds
- * 16·k doubles of scratch. A NaN or ±Infinity (*bad: its index) changes nothing. */
+/* A calibration batch x [tokens, k] added to a layer's statistics (native/src/linear_stats.c;
+ * src/core/linear-stats.ts): Σ xᵀx into hessian (k×k) and Σ |x| into abs_sum, each entry's terms
+ * in token order; scratch holds qd_linear_stats_scratch(k) doubles; isa: 0 portable, 1 AVX2 (with
+ * FMA, where the CPU has it), 2 AVX-512 — the same bits either way. A NaN or ±Infinity (*bad: its
+ * index) changes nothing. */
 qd_status qd_linear_stats_add(double *hessian, double *abs_sum, uint64_t k, const float *x, uint64_t tokens,
-                              double *xs, uint64_t *bad);
+                              double *scratch, uint64_t *bad, int32_t isa);
+uint64_t qd_linear_stats_scratch(uint64_t k);
 void qd_gptq_columns(double *wp, uint64_t out, uint64_t n, const double *u, double maxq, uint64_t group_size,
                      int32_t grouped, int32_t sym, uint64_t block, uint8_t *codes, double *scale, double *zero,
                      double *scratch);

@@ -216,32 +216,3 @@ void qd_gptq_columns(double *wp, uint64_t out, uint64_t n, const double *u, doub
     }
   }
 }
-
-enum { STATS_TOKENS = 16 };
-
-qd_status qd_linear_stats_add(double *hessian, double *abs_sum, uint64_t k, const float *x, uint64_t tokens,
-                              double *xs, uint64_t *bad) {
-  for (uint64_t i = 0; i < tokens * k; i++) {
-    if (!isfinite(x[i])) {
-      *bad = i;
-      return QD_NOT_FINITE;
-    }
-  }
-  for (uint64_t t0 = 0; t0 < tokens; t0 += STATS_TOKENS) {
-    const uint64_t nb = t0 + STATS_TOKENS < tokens ? STATS_TOKENS : tokens - t0;
-    for (uint64_t e = 0; e < nb * k; e++) xs[e] = x[t0 * k + e];
-    for (uint64_t e = 0; e < nb * k; e++) abs_sum[e % k] += fabs(xs[e]);
-    /* each entry of the lower triangle takes the block's tokens in order; j runs contiguous */
-    for (uint64_t i = 0; i < k; i++) {
-      double *row = hessian + i * k;
-      for (uint64_t t = 0; t < nb; t++) {
-        const double *xt = xs + t * k, xi = xt[i];
-        if (xi == 0) continue;
-        for (uint64_t j = 0; j <= i; j++) row[j] += xi * xt[j];
-      }
-    }
-  }
-  for (uint64_t i = 0; i < k; i++)
-    for (uint64_t j = 0; j < i; j++) hessian[j * k + i] = hessian[i * k + j];
-  return QD_OK;
-}

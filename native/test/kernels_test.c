@@ -1040,6 +1040,60 @@ static void test_quadratic_forms(void) {
   }
 }
 
+/* Linear statistics (linear_stats.c; test/gptq/gptq-solve-kernel.test.ts checks it against the
+ * TypeScript to the bit): each vector path against the plain definition — every entry's sum over
+ * the tokens in order, then mirrored — on shapes past every block edge (tiles of 4, 6 and 8 rows,
+ * 8 and 16 columns, 256-column blocks, 128-token blocks), from a non-empty start, with zeros and
+ * -0 among the inputs; then NaN refused at its index with nothing changed. */
+static void test_linear_stats(void) {
+  static const uint64_t shapes[][2] = {{1, 1}, {3, 7}, {13, 129}, {37, 33}, {64, 128}, {300, 260}, {517, 131}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const uint64_t k = shapes[s][0], n = shapes[s][1];
+    float *x = malloc(n * k * 4);
+    /* got: a guard of -0 after the Hessian, which a store past its last row would make +0 (a value
+     * read and written back plus a zero product of either sign is -0 only if both are) */
+    enum { GUARD = 64 };
+    double *want = malloc(k * k * 8), *got = malloc((k * k + GUARD) * 8), *start = malloc(k * k * 8);
+    double *aw = malloc(k * 8), *ag = malloc(k * 8);
+    double *scratch = malloc(qd_linear_stats_scratch(k) * 8);
+    for (uint64_t i = 0; i < n * k; i++) {
+      const uint32_t r = next_u32() % 10;
+      x[i] = r == 0 ? 0.0f : r == 1 ? -0.0f : (uniform() - 0.5f) * (float)(1u << (next_u32() % 12));
+    }
+    for (uint64_t i = 0; i < k; i++)
+      for (uint64_t j = 0; j <= i; j++) start[i * k + j] = start[j * k + i] = (uniform() - 0.5) * 3;
+    memcpy(want, start, k * k * 8);
+    for (uint64_t i = 0; i < k; i++) aw[i] = i;
+    for (uint64_t t = 0; t < n; t++)
+      for (uint64_t i = 0; i < k; i++) {
+        aw[i] += fabs((double)x[t * k + i]);
+        for (uint64_t j = 0; j <= i; j++) want[i * k + j] += (double)x[t * k + i] * (double)x[t * k + j];
+      }
+    for (uint64_t i = 0; i < k; i++)
+      for (uint64_t j = 0; j < i; j++) want[j * k + i] = want[i * k + j];
+    for (int32_t isa = 0; isa <= 2; isa++) {
+      memcpy(got, start, k * k * 8);
+      for (int g = 0; g < GUARD; g++) got[k * k + g] = -0.0;
+      for (uint64_t i = 0; i < k; i++) ag[i] = i;
+      uint64_t bad = 99;
+      CHECK(qd_linear_stats_add(got, ag, k, x, n, scratch, &bad, isa) == QD_OK && bad == 99, "stats %d: status", isa);
+      CHECK(!memcmp(got, want, k * k * 8), "stats isa %d: k %llu, %llu tokens: Σ xᵀx differs", isa,
+            (unsigned long long)k, (unsigned long long)n);
+      CHECK(!memcmp(ag, aw, k * 8), "stats isa %d: k %llu: Σ |x| differs", isa, (unsigned long long)k);
+      for (int g = 0; g < GUARD; g++)
+        CHECK(got[k * k + g] == 0 && signbit(got[k * k + g]), "stats isa %d: k %llu: wrote past the Hessian", isa,
+              (unsigned long long)k);
+    }
+    x[n * k - 1] = NAN;
+    memcpy(got, start, k * k * 8);
+    uint64_t bad = 0;
+    CHECK(qd_linear_stats_add(got, ag, k, x, n, scratch, &bad, 2) == QD_NOT_FINITE && bad == n * k - 1 &&
+              !memcmp(got, start, k * k * 8),
+          "stats: NaN at %llu refused, nothing changed", (unsigned long long)(n * k - 1));
+    free(x), free(want), free(got), free(start), free(aw), free(ag), free(scratch);
+  }
+}
+
 /* Linear outputs (linear_out.c; test/core/linear-outputs-kernel.test.ts checks it against the
  * TypeScript to the bit): X·Wᵀ + b worked by hand, outputs past one block of lanes. */
 static void test_linear_outputs(void) {
@@ -1064,6 +1118,7 @@ int main(int argc, char **argv) {
   test_reference_values();
   test_gptq_solve();
   test_quadratic_forms();
+  test_linear_stats();
   test_linear_outputs();
   int tested = 0;
   for (int i = 0; i < n; i++) {

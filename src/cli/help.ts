@@ -46,7 +46,7 @@ const USAGE_LINES: ReadonlyArray<readonly [string, string]> = [
   ],
   [
     'quantize',
-    "HF_FOLDER -o OUT.gguf --layout gguf:ftype=Q4_K_M [--imatrix FILE]   (llama-quantize's file types)",
+    "HF_FOLDER -o OUT.gguf --layout gguf:ftype=Q4_K_M|type=Q4_K [--imatrix FILE]   (llama-quantize's file types, or one type)",
   ],
   ['quantize', 'MODEL -o OUT --layout gptq|awq --calibration STATS   (GPTQ or AWQ, from layer statistics)'],
   ['dequantize', `IN -o OUT.safetensors [--dtype ${DTYPES}]   (IN: a qtensor file, or a layout's file)`],

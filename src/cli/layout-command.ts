@@ -59,8 +59,10 @@ export async function writeLayout(
 /** The flags that name a file the layout reads beside the model, and the option each becomes. */
 const LAYOUT_FILE_FLAGS = {
   imatrix: {
-    applies: /^gguf:(.*,)?ftype=/,
-    usage: '--imatrix applies to a llama-quantize file type: --layout gguf:ftype=Q4_K_M (for example)',
+    // the layout decides which types a matrix changes (Q8_0 is refused there, with its reason)
+    applies: /^gguf:(.*,)?f?type=/,
+    usage:
+      '--imatrix applies to a GGUF type or a llama-quantize file type: --layout gguf:type=Q4_K or gguf:ftype=Q4_K_M (for example)',
   },
   calibration: {
     applies: /^(?:gptq|awq)(:|$)/,

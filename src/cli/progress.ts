@@ -11,6 +11,8 @@ export interface ProgressState {
   readonly bytesTotal: number;
   /** What is counted when it is not tensors and bytes ("windows"): counts and ETA only. */
   readonly unit?: string;
+  /** What the counts count beside the bytes, when not tensors ("batches"). */
+  readonly counted?: string;
 }
 
 export interface ProgressSink {
@@ -29,7 +31,7 @@ export function formatDuration(seconds: number): string {
   return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${rest}` : `${m}:${rest}`;
 }
 
-/** The numbers of one progress line: "12/245 tensors, 1.2 GiB/4.0 GiB, 850 MiB/s, ETA 3s". */
+/** The numbers of one progress line: "12/245 tensors, 1.2 GiB/4.0 GiB, 850 MiB/s, ETA 3s" (or batches …). */
 export function describeProgress(p: ProgressState, elapsedSeconds: number): string {
   if (p.unit !== undefined) {
     const perSecond = elapsedSeconds > 0 ? p.tensorsDone / elapsedSeconds : 0;
@@ -39,7 +41,7 @@ export function describeProgress(p: ProgressState, elapsedSeconds: number): stri
   const rate = elapsedSeconds > 0 ? p.bytesDone / elapsedSeconds : 0;
   const eta = rate > 0 ? (p.bytesTotal - p.bytesDone) / rate : NaN;
   return (
-    `${p.tensorsDone}/${p.tensorsTotal} tensors, ${humanBytes(p.bytesDone)}/${humanBytes(p.bytesTotal)}, ` +
+    `${p.tensorsDone}/${p.tensorsTotal} ${p.counted ?? 'tensors'}, ${humanBytes(p.bytesDone)}/${humanBytes(p.bytesTotal)}, ` +
     `${humanBytes(rate)}/s, ETA ${p.tensorsDone === p.tensorsTotal ? '0s' : formatDuration(eta)}`
   );
 }

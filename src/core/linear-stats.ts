@@ -93,7 +93,9 @@ export function accumulateLinearStats(
 /**
  * In place: the tokens of x (finite values, [tokens, inF]) added to Σ xᵀx (the lower triangle,
  * then mirrored) and Σ |x|, each entry's terms in token order (what the C kernel
- * qd_linear_stats_add computes to the bit).
+ * qd_linear_stats_add, native/src/linear_stats.c, computes to the bit). Every product is added,
+ * zeros too: the kernel's tiles take every token, and adding +0 to a -0 sum gives +0, so skipping
+ * a zero x_i (as this once did) would keep a -0 the kernel does not.
  */
 export function addLinearStats(
   hessian: Float64Array,
@@ -113,7 +115,6 @@ export function addLinearStats(
       for (let t = 0; t < nb; t++) {
         const base = t * inF;
         const xi = xs[base + i]!;
-        if (xi === 0) continue;
         for (let j = 0; j <= i; j++) hessian[row + j]! += xi * xs[base + j]!;
       }
     }

@@ -283,7 +283,8 @@ export interface KernelModule {
   readonly gptqSolve?: GptqSolveKernel;
   /**
    * A calibration batch x [tokens, k] added in place to a layer's Σ xᵀx (k×k) and Σ |x|
-   * (qd_linear_stats_add, equal to the bit to core/linear-stats.ts's addLinearStats). Status 1:
+   * (qd_linear_stats_add in native/src/linear_stats.c, a blocked syrk, equal to the bit to
+   * core/linear-stats.ts's addLinearStats). Status 1:
    * a NaN or ±Infinity (lastBad() its index), nothing changed. Absent in WebAssembly.
    */
   linearStatsAdd?(hessian: Float64Array, absSum: Float64Array, k: number, x: Float32Array): number;

@@ -35,6 +35,7 @@ interface BoundKernels {
   gptqInverseCholesky(...args: unknown[]): number;
   gptqColumns(...args: unknown[]): void;
   linearStatsAdd(...args: unknown[]): number;
+  linearStatsScratch(k: number): number;
   quadraticForms(...args: unknown[]): void;
   linearOutputs(...args: unknown[]): void;
 }
@@ -57,6 +58,19 @@ let scratch = new Float32Array(0);
 function widenScratch(floats: number): Float32Array {
   if (scratch.length < floats) scratch = new Float32Array(floats);
   return scratch;
+}
+
+/**
+ * Room for linearStatsAdd's packed token block (128 tokens of float64: 1 KiB per input). Up to
+ * 1 MiB it is this thread's, kept between calls (a small layer's batch costs less than zeroing a
+ * fresh one); a wider layer's is made per call, so that no thread keeps megabytes after one.
+ */
+const KEPT_STATS_SCRATCH = 128 * 1024;
+let stats = new Float64Array(0);
+function statsScratch(doubles: number): Float64Array {
+  if (doubles > KEPT_STATS_SCRATCH) return new Float64Array(doubles);
+  if (stats.length < doubles) stats = new Float64Array(doubles);
+  return stats;
 }
 
 /** The native kernels with the requested ISA (default: the best this CPU supports). */
@@ -107,7 +121,7 @@ export function loadNative(isa = ''): KernelModule {
     gptqQuantize: (w, out, inF, bits, groupSize, sym, store, qweight, qzeros, scales, counts) =>
       k.gptqQuantize(w, out, inF, bits, groupSize, +sym, store, qweight, qzeros, scales, counts),
     linearStatsAdd: (hessian, absSum, n, x) =>
-      k.linearStatsAdd(hessian, absSum, n, x, new Float64Array(16 * n)),
+      k.linearStatsAdd(hessian, absSum, n, x, statsScratch(k.linearStatsScratch(n))),
     linearOutputs: (x, w, bias, n, kIn, out, y) =>
       k.linearOutputs(x, w, bias, n, kIn, out, y, new Float64Array(32 * kIn)),
     quadraticForms: (h, d, rows, n, out) => k.quadraticForms(h, d, rows, n, out, new Float64Array(32 * n)),

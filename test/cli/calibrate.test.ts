@@ -1,7 +1,9 @@
 /**
  * `quantd calibrate` offline: a folder of activation batches and an observer recipe in, the
  * qparams the core observers give out; run in two parts (--save-state, --resume) it gives the
- * same qparams as in one; mistakes are one-line errors that leave no file behind.
+ * same qparams as in one; layer statistics are the TypeScript's sums, computed by the kernels; the
+ * summary says what was gathered; progress goes by batches, unless --no-progress; mistakes are
+ * one-line errors that leave no file behind.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -13,7 +15,11 @@ import {
   observerConfig,
   observerQParams,
 } from '../../src/core/observers/index.js';
+import { accumulateLinearStats, emptyLinearStats } from '../../src/core/linear-stats.js';
+import { indexLayerStats, readLayerStats } from '../../src/format/layer-stats.js';
 import { parseSafetensors } from '../../src/format/safetensors.js';
+import { parseCommand } from '../../src/cli/args.js';
+import { calibrate } from '../../src/cli/calibrate-command.js';
 import { failsWith, scratch, succeeds, writeTensors, type InputTensor } from './cli-helpers.js';
 import { tempDir } from './run-cli.js';
 
@@ -94,7 +100,9 @@ describe('quantd calibrate', () => {
       '-o',
       'q.safetensors',
     ]);
-    expect(r.stderr).toBe('calibrated 2 tensors over 3 batches (420 values) → q.safetensors\n');
+    expect(r.stderr).toMatch(
+      /^calibrated 2 tensors over 3 batches \(2 observers, 420 values; \d\.\d KiB in \d+\.\d\d s\) → q\.safetensors; kernels: \w+ \w+.*\n$/,
+    );
     expect(stored(join(dir, 'q.safetensors'))).toEqual(expected(3));
   });
 
@@ -121,6 +129,82 @@ describe('quantd calibrate', () => {
       '-q',
     ]);
     expect(stored(join(dir, 'q3.safetensors'))).toEqual(expected(3));
+  });
+
+  it('statistics alone: the summary counts each layer’s tokens (not “0 values”); the sums are the TypeScript’s, from the kernels', async () => {
+    writeFileSync(
+      join(dir, 'stats-recipe.json'),
+      JSON.stringify({ observers: [{ match: '*', statistics: 'linear' }] }),
+    );
+    const r = await succeeds(dir, [
+      'calibrate',
+      'batches',
+      '--observers',
+      'stats-recipe.json',
+      '--statistics',
+      'layers.stats',
+    ]);
+    expect(r.stderr).toMatch(
+      /^calibrated 2 tensors over 3 batches \(statistics of 2 layers, 12–24 tokens each; .*\) → statistics layers\.stats; kernels: /,
+    );
+    // block.input [8, 16]: 24 tokens of 16; block.out [4, 3]: 4 tokens of 3 per batch
+    const index = await indexLayerStats(join(dir, 'layers.stats'));
+    for (const name of ['block.input', 'block.out']) {
+      let want = emptyLinearStats(name === 'block.input' ? 16 : 3);
+      for (const b of batches) {
+        const t = b.find((x) => x.name === name)!;
+        want = accumulateLinearStats(name, want, new Float32Array(t.data.slice().buffer), t.shape);
+      }
+      const got = await readLayerStats(index.get(name)!, name);
+      expect(got.tokens).toBe(name === 'block.input' ? 24 : 12);
+      expect(Buffer.from(got.hessian.buffer).equals(Buffer.from(want.hessian.buffer))).toBe(true);
+      expect(Buffer.from(got.absSum.buffer).equals(Buffer.from(want.absSum.buffer))).toBe(true);
+    }
+  });
+
+  it('the kernels do the work: the summary names them, native where the addon is built', async () => {
+    const r = await succeeds(dir, [
+      'calibrate',
+      'batches',
+      '--observers',
+      'recipe.json',
+      '-o',
+      'k.safetensors',
+    ]);
+    expect(r.stderr).toMatch(/; kernels: native (avx512|avx2|scalar)\n$/);
+  });
+
+  it('progress by batches on a terminal, ended on its own line; none with --no-progress or -q', async () => {
+    const run = async (...flags: string[]): Promise<{ progress: string[]; summary: string[] }> => {
+      const progress: string[] = [];
+      const summary: string[] = [];
+      const out = join(dir, `p${flags.join('')}.safetensors`);
+      const parsed = parseCommand('calibrate', [
+        join(dir, 'batches'),
+        '--observers',
+        join(dir, 'recipe.json'),
+        '-o',
+        out,
+        ...flags,
+      ]);
+      await calibrate(parsed, {
+        stdout: () => {},
+        stderr: (text) => void summary.push(text),
+        progress: { isTTY: true, write: (text) => void progress.push(text) },
+      });
+      return { progress, summary };
+    };
+    const shown = await run();
+    // the last update always draws (the bar full), then done() ends its line before the summary
+    expect(shown.progress.at(-2)).toMatch(
+      new RegExp(`^\\r\\x1b\\[2K\\[#{24}\\] calibrate: 3/3 batches, (\\d\\.\\d KiB)/\\1, .*/s, ETA 0s$`),
+    );
+    expect(shown.progress.at(-1)).toBe('\n');
+    expect(shown.summary).toHaveLength(1);
+    const hidden = await run('--no-progress');
+    expect(hidden.progress).toEqual([]);
+    expect(hidden.summary).toHaveLength(1);
+    expect((await run('-q')).progress).toEqual([]);
   });
 
   it('refuses mistakes in one line, writing nothing', async () => {

@@ -163,6 +163,12 @@ describe.each(statsKernels)('linear statistics kernel, %s', (_, module) => {
     [7, 3],
     [37, 33],
     [130, 17],
+    // past the kernel's blocks: 128-token blocks, 256-column blocks, tiles of 6 and 8 rows, 8 and
+    // 16 columns (native/src/linear_stats.c); past the scratch a thread keeps (native.ts)
+    [13, 129],
+    [300, 260],
+    [517, 131],
+    [1030, 3],
   ])('in_features %i, %i tokens, zeros among them: the TypeScript’s sums to the bit', (k, tokens) => {
     const next = seededUniform(k * 100 + tokens);
     const x = Float32Array.from({ length: tokens * k }, (_, i) =>

@@ -363,6 +363,12 @@ export const WEIGHTED_QUANTIZERS: Readonly<Record<string, WeightedRowQuantizer>>
 export const takesImatrix = (type: string): boolean => Object.hasOwn(WEIGHTED_QUANTIZERS, type);
 
 /**
+ * Whether the matrix changes `type`'s bytes: ggml's quantize_q8_0 takes quant_weights and
+ * discards them (`(void)quant_weights; // not used`), every other type here has a weighted path.
+ */
+export const usesImatrix = (type: string): boolean => takesImatrix(type) && type !== 'Q8_0';
+
+/**
  * ggmlEncode with an importance matrix: rows of `ne0` values, each against the same weights
  * `qw` (one per column).
  */

@@ -5,10 +5,9 @@
  * `tensor_type=PATTERN=TYPE;PATTERN=TYPE` (regexes searched in the GGUF name, first match wins,
  * lower-cased as llama-quantize lower-cases them; RE2 syntax: linear time, no backreferences).
  */
-import { basename, resolve } from 'node:path';
+import { resolve } from 'node:path';
 
 import { QUANT_TYPES, isQuantType, type GgmlWriteType } from '../../core/interop/ggml.js';
-import { WEIGHTED_QUANTIZERS, takesImatrix } from '../../core/interop/ggml-imatrix.js';
 import {
   LLAMA_FILE_TYPES,
   chooseMixture,
@@ -18,9 +17,9 @@ import {
   type MixtureTensor,
 } from '../../core/interop/llama-mixtures.js';
 import { QuantdError } from '../../errors/index.js';
-import type { GgufKv } from '../../format/gguf.js';
 import { readImportanceMatrix } from '../../format/imatrix.js';
 import { UnusablePattern, linearRegex } from '../name-patterns.js';
+import { fitImportanceMatrix, type FittedMatrix } from './gguf-imatrix.js';
 import type { LayoutOptions } from './types.js';
 
 export const MIXTURE_OPTIONS: Readonly<Record<string, string>> = {
@@ -31,7 +30,7 @@ export const MIXTURE_OPTIONS: Readonly<Record<string, string>> = {
   tensor_type:
     'with ftype: PATTERN=TYPE;PATTERN=TYPE — tensors whose GGUF name matches the regex get TYPE (llama-quantize --tensor-type)',
   imatrix:
-    "with ftype: llama.cpp's importance matrix (GGUF or legacy .dat, from llama-imatrix), a path relative to the model folder (llama-quantize --imatrix)",
+    "with ftype, or with a type whose quantizer uses it (all but Q8_0; llama-quantize --pure): llama.cpp's importance matrix (GGUF or legacy .dat, from llama-imatrix), a path relative to the model folder (llama-quantize --imatrix)",
 };
 
 /** The mixture options as given: the importance matrix is read when the model is (its path here). */
@@ -53,11 +52,14 @@ function writableType(option: string, value: string): GgmlWriteType {
   return upper;
 }
 
-/** The mixture options, or undefined when `ftype` is not given (then none of them may be). */
+/**
+ * The mixture options, or undefined when `ftype` is not given (then none of them may be but
+ * `imatrix`, which one type takes too: gguf-imatrix.ts's singleTypeImatrix).
+ */
 export function mixtureOptions(options: LayoutOptions): GgufMixture | undefined {
   const ftypeText = options['ftype'];
   if (ftypeText === undefined) {
-    const stray = Object.keys(MIXTURE_OPTIONS).find((k) => options[k] !== undefined);
+    const stray = Object.keys(MIXTURE_OPTIONS).find((k) => k !== 'imatrix' && options[k] !== undefined);
     if (stray !== undefined) throw bad(stray, 'only applies with ftype', options[stray]!);
     return undefined;
   }
@@ -140,19 +142,13 @@ export function mixtureTypes(
 }
 
 /** The mixture's decisions for a model: each tensor's type, its importance weights, the metadata. */
-export interface MixturePlan {
+export interface MixturePlan extends FittedMatrix {
   readonly types: ReadonlyMap<string, MixedTensor>;
-  /** Per quantized tensor with an entry in the importance matrix: its column weights. */
-  readonly weights: ReadonlyMap<string, Float32Array>;
-  /** quantize.imatrix.* as llama-quantize records the matrix it used. */
-  readonly kvs: readonly GgufKv[];
 }
 
 /**
  * Reads the importance matrix (if any), chooses each tensor's type (the rules differ with a
- * matrix) and fits the matrix to the tensors as llama-quantize does: a tensor without an entry
- * is quantized without one; an entry whose size is not the row's is an error naming the tensor
- * (token_embd excepted: llama.cpp then ignores it).
+ * matrix) and fits the matrix to the tensors as llama-quantize does (gguf-imatrix.ts).
  */
 export async function planMixture(
   tensors: readonly MixtureTensor[],
@@ -166,34 +162,5 @@ export async function planMixture(
   const path = resolve(folder, mixture.imatrixPath);
   const matrix = await readImportanceMatrix(path);
   const types = mixtureTypes(tensors, model, { ...mixture, hasImatrix: matrix.entries.size > 0 });
-  const weights = new Map<string, Float32Array>();
-  for (const t of tensors) {
-    const type = types.get(t.name)!.type;
-    const entry = matrix.entries.get(t.name);
-    if (entry === undefined || type === 'F32' || type === 'F16') continue;
-    if (entry.length !== t.ne[0]! * (t.ne[2] ?? 1)) {
-      if (t.name === 'token_embd.weight' || t.name === 'per_layer_token_embd.weight') continue;
-      throw new QuantdError('IMATRIX_INVALID', {
-        source: basename(path),
-        detail: `${t.name}: ${entry.length} weights, but its rows have ${t.ne[0]} columns (an importance matrix of another model?)`,
-      });
-    }
-    if (!takesImatrix(type)) {
-      throw new QuantdError('FEATURE_UNSUPPORTED', {
-        detail: `tensor ${t.name}: quantd does not quantize ${type} with an importance matrix yet (it does ${Object.keys(WEIGHTED_QUANTIZERS).join(', ')})`,
-      });
-    }
-    weights.set(t.name, entry);
-  }
-  const u32 = (key: string, value: number): GgufKv => ({ key, value: { type: 'uint32', value } });
-  const str = (key: string, value: string): GgufKv => ({ key, value: { type: 'string', value } });
-  const kvs = [
-    str('quantize.imatrix.file', basename(path).slice(0, 127)),
-    ...(matrix.datasets.length > 0
-      ? [str('quantize.imatrix.dataset', matrix.datasets[0]!.slice(0, 127))]
-      : []),
-    u32('quantize.imatrix.entries_count', matrix.entries.size),
-    ...(matrix.chunks > 0 ? [u32('quantize.imatrix.chunks_count', matrix.chunks)] : []),
-  ];
-  return { types, weights, kvs };
+  return { types, ...fitImportanceMatrix(matrix, path, tensors, (name) => types.get(name)!.type) };
 }

@@ -107,7 +107,9 @@ function parseOptions(options: LayoutOptions): GgufOptions {
   if (mixtureKey !== undefined) {
     throw bad(
       mixtureKey,
-      "needs a Hugging Face model folder: llama.cpp's per-tensor rules read the layers and attention heads from its config.json",
+      mixtureKey === 'imatrix'
+        ? "needs a Hugging Face model folder: an importance matrix names llama.cpp's tensors (blk.N.attn_q.weight …), which a folder's conversion gives"
+        : "needs a Hugging Face model folder: llama.cpp's per-tensor rules read the layers and attention heads from its config.json",
       options[mixtureKey]!,
     );
   }

@@ -5,7 +5,7 @@
  * then the header (general.*, the architecture's hyperparameters, the tokenizer) is written and
  * the tensors stream through the gguf layout's encoders, shard after shard.
  */
-import { basename } from 'node:path';
+import { basename, resolve } from 'node:path';
 
 import { floatDTypeOfSt, numelOf } from '../../../core/dtypes.js';
 import { summarizeQuality } from '../../../core/quality.js';
@@ -18,8 +18,10 @@ import { QuantdError } from '../../../errors/index.js';
 import { sizeLabel } from '../../../core/interop/size-label.js';
 import { GgufOutput } from '../../../format/gguf-split.js';
 import type { GgufKv } from '../../../format/gguf.js';
+import { readImportanceMatrix } from '../../../format/imatrix.js';
 import { SafetensorsFileReader } from '../../../format/safetensors-file.js';
 import type { TensorEntry } from '../../../format/safetensors.js';
+import { fitImportanceMatrix, singleTypeImatrix } from '../gguf-imatrix.js';
 import { MIXTURE_OPTIONS, mixtureOptions, planMixture, type GgufMixture } from '../gguf-mixture.js';
 import { ALIGNMENT, LLAMA_FTYPE, QUANTIZATION_VERSION, ggufTensorType, splitMaxSize } from '../gguf-types.js';
 import { inLayout } from '../linear-common.js';
@@ -44,6 +46,8 @@ interface FolderOptions {
   readonly type: FolderType;
   /** ftype=…: llama-quantize's mixture, which decides each tensor's type instead of `type`. */
   readonly mixture: GgufMixture | undefined;
+  /** imatrix=… with `type` (no mixture): llama-quantize --pure --imatrix. */
+  readonly imatrixPath: string | undefined;
   readonly name: string | undefined;
   readonly splitMaxSize: number | undefined;
 }
@@ -73,7 +77,13 @@ function folderOptions(options: LayoutOptions): FolderOptions {
       value: text,
     });
   }
-  return { type, mixture, name: options['name'], splitMaxSize: splitMaxSize(options['split_max_size']) };
+  return {
+    type,
+    mixture,
+    imatrixPath: mixture === undefined ? singleTypeImatrix(options['imatrix'], type) : undefined,
+    name: options['name'],
+    splitMaxSize: splitMaxSize(options['split_max_size']),
+  };
 }
 
 function tensorType(name: string, shape: readonly number[], type: FolderType) {
@@ -119,18 +129,47 @@ async function applyMixture(
   const rows = new Map(report.map((r, i) => [r.name, i]));
   for (const [i, p] of planned.entries()) {
     const t = plan.types.get(p.name)!;
-    const imatrix = plan.weights.get(p.name);
-    planned[i] = { ...p, type: t.type, ...(imatrix !== undefined && { imatrix }) };
-    const note = [t.note, imatrix !== undefined ? 'importance matrix' : undefined].filter(
-      (n) => n !== undefined,
-    );
-    report[rows.get(p.name)!] = {
-      name: p.name,
-      type: t.type,
-      ...(note.length > 0 && { note: note.join('; ') }),
-    };
+    planned[i] = { ...p, type: t.type };
+    report[rows.get(p.name)!] = { name: p.name, type: t.type, ...(t.note !== undefined && { note: t.note }) };
   }
+  withWeights(planned, report, plan.weights);
   return [...plan.kvs];
+}
+
+/**
+ * One type for every weight with an importance matrix (`type=Q4_K,imatrix=…`): the types stay
+ * the ones `type` gave, each tensor with an entry takes its weights — what llama-quantize --pure
+ * does with --imatrix, and what ftype=Q4_K_S,pure=true,imatrix=… writes byte for byte.
+ */
+async function applySingleTypeMatrix(
+  planned: Planned[],
+  report: Array<LayoutWriteResult['tensors'][number]>,
+  imatrixPath: string,
+  dir: string,
+): Promise<GgufKv[]> {
+  const path = resolve(dir, imatrixPath);
+  const types = new Map(planned.map((p) => [p.name, p.type]));
+  const tensors = planned.map((p) => ({ name: p.name, ne: p.dims }));
+  const fitted = fitImportanceMatrix(await readImportanceMatrix(path), path, tensors, (n) => types.get(n)!);
+  withWeights(planned, report, fitted.weights);
+  return [...fitted.kvs];
+}
+
+/** Gives each planned tensor with weights its `imatrix`, and says so in its report line. */
+function withWeights(
+  planned: Planned[],
+  report: Array<LayoutWriteResult['tensors'][number]>,
+  weights: ReadonlyMap<string, Float32Array>,
+): void {
+  const rows = new Map(report.map((r, i) => [r.name, i]));
+  for (const [i, p] of planned.entries()) {
+    const imatrix = weights.get(p.name);
+    if (imatrix === undefined) continue;
+    planned[i] = { ...p, imatrix };
+    const row = rows.get(p.name)!;
+    const r = report[row]!;
+    report[row] = { ...r, note: r.note !== undefined ? `${r.note}; importance matrix` : 'importance matrix' };
+  }
 }
 
 /** A (small) checkpoint tensor read now, as float32 plus one. */
@@ -178,7 +217,11 @@ export async function writeGgufFromFolder(
       });
     }
     const mixtureKvs =
-      o.mixture !== undefined ? await applyMixture(planned, report, arch, h, o.mixture, dir) : [];
+      o.mixture !== undefined
+        ? await applyMixture(planned, report, arch, h, o.mixture, dir)
+        : o.imatrixPath !== undefined
+          ? await applySingleTypeMatrix(planned, report, o.imatrixPath, dir)
+          : [];
     for (const [i, p] of planned.entries()) {
       if (arch.plusOne?.(p.source.entry.name) !== true) continue;
       planned[i] = { ...p, type: 'F32', plusOne: await plusOne(p.name, p.source) };
